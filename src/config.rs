@@ -1,0 +1,243 @@
+//! Settings: every knob comes from the environment (`CLIPFN_*` plus the standard `PORT`), read once
+//! at start-up through `envy` and validated there, so a bad deployment fails before it takes traffic.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+const MIB: u64 = 1024 * 1024;
+
+/// Which ONNX Runtime execution provider runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// CUDA when it can be used, else CPU; the log and /readyz say which.
+    Auto,
+    /// CUDA or a start-up error.
+    Cuda,
+    Cpu,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    /// Path or object URI of the ONNX CLIP image encoder.
+    pub model: String,
+    /// Root that bare keys resolve against: `gs://bucket[/prefix]`, `s3://bucket[/prefix]`, `file:///dir`.
+    #[serde(default)]
+    pub store: Option<String>,
+    /// Extra URI prefixes that full URIs may point into.
+    #[serde(default, deserialize_with = "comma_list")]
+    pub allowed_sources: Vec<String>,
+    #[serde(default = "defaults::provider", deserialize_with = "provider")]
+    pub provider: Provider,
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: usize,
+    /// How long the batcher waits for a batch to fill once it holds one photo.
+    #[serde(default = "defaults::batch_wait_ms")]
+    pub batch_wait_ms: u64,
+    #[serde(default = "defaults::max_images")]
+    pub max_images: usize,
+    #[serde(default = "defaults::max_image_bytes")]
+    pub max_image_bytes: u64,
+    /// Decoded pixels allowed per photo, checked from the header before decoding (bombs).
+    #[serde(default = "defaults::max_image_pixels")]
+    pub max_image_pixels: u64,
+    /// Photos admitted at once across all requests; past this a request gets 503 + Retry-After.
+    #[serde(default = "defaults::max_queued_images")]
+    pub max_queued_images: usize,
+    #[serde(default = "defaults::max_body_bytes")]
+    pub max_body_bytes: usize,
+    #[serde(default = "defaults::request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Concurrent object fetches per process.
+    #[serde(default = "defaults::fetch_concurrency")]
+    pub fetch_concurrency: usize,
+    #[serde(default = "defaults::fetch_timeout_ms")]
+    pub fetch_timeout_ms: u64,
+    #[serde(default = "defaults::fetch_retries")]
+    pub fetch_retries: usize,
+    /// Threads decoding and resizing; 0 means one per core.
+    #[serde(default)]
+    pub decode_threads: usize,
+    /// ONNX Runtime intra-op threads on CPU; 0 lets ONNX Runtime pick.
+    #[serde(default)]
+    pub intra_threads: usize,
+    /// Overrides for models whose names or input size cannot be read from the graph.
+    #[serde(default)]
+    pub input_name: Option<String>,
+    #[serde(default)]
+    pub output_name: Option<String>,
+    #[serde(default)]
+    pub image_size: Option<u32>,
+    /// Seconds a draining server waits for accepted requests on SIGTERM.
+    #[serde(default = "defaults::shutdown_grace_s")]
+    pub shutdown_grace_s: u64,
+}
+
+mod defaults {
+    use super::*;
+    pub fn provider() -> Provider {
+        Provider::Auto
+    }
+    pub fn batch_size() -> usize {
+        64
+    }
+    pub fn batch_wait_ms() -> u64 {
+        5
+    }
+    pub fn max_images() -> usize {
+        100
+    }
+    pub fn max_image_bytes() -> u64 {
+        25 * MIB
+    }
+    pub fn max_image_pixels() -> u64 {
+        100_000_000
+    }
+    pub fn max_queued_images() -> usize {
+        512
+    }
+    pub fn max_body_bytes() -> usize {
+        MIB as usize
+    }
+    pub fn request_timeout_ms() -> u64 {
+        60_000
+    }
+    pub fn fetch_concurrency() -> usize {
+        32
+    }
+    pub fn fetch_timeout_ms() -> u64 {
+        30_000
+    }
+    pub fn fetch_retries() -> usize {
+        3
+    }
+    pub fn shutdown_grace_s() -> u64 {
+        10
+    }
+}
+
+fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let raw = String::deserialize(d)?;
+    Ok(raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+}
+
+fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
+    match String::deserialize(d)?.to_ascii_lowercase().as_str() {
+        "auto" => Ok(Provider::Auto),
+        "cuda" => Ok(Provider::Cuda),
+        "cpu" => Ok(Provider::Cpu),
+        other => Err(D::Error::custom(format!("CLIPFN_PROVIDER must be auto, cuda or cpu, not '{other}'"))),
+    }
+}
+
+/// A start-up configuration problem, worded to name the variable to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(String);
+
+impl Settings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_iter(std::env::vars())
+    }
+
+    /// Reads settings from any set of variables (tests pass their own).
+    pub fn from_iter(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let settings: Settings = envy::prefixed("CLIPFN_").from_iter(vars).map_err(|e| ConfigError(explain(e)))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("CLIPFN_BATCH_SIZE", self.batch_size as u64),
+            ("CLIPFN_MAX_IMAGES", self.max_images as u64),
+            ("CLIPFN_MAX_IMAGE_BYTES", self.max_image_bytes),
+            ("CLIPFN_MAX_IMAGE_PIXELS", self.max_image_pixels),
+            ("CLIPFN_MAX_QUEUED_IMAGES", self.max_queued_images as u64),
+            ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
+            ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
+            ("CLIPFN_FETCH_CONCURRENCY", self.fetch_concurrency as u64),
+            ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError(format!("{name} must be greater than 0")));
+        }
+        if self.max_images > self.max_queued_images {
+            return Err(ConfigError(format!(
+                "CLIPFN_MAX_IMAGES ({}) must not exceed CLIPFN_MAX_QUEUED_IMAGES ({}), or a full request could never be admitted",
+                self.max_images, self.max_queued_images
+            )));
+        }
+        if self.model.trim().is_empty() {
+            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file or object URI".into()));
+        }
+        Ok(())
+    }
+
+    pub fn decode_threads(&self) -> usize {
+        match self.decode_threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        }
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+}
+
+/// envy names fields, not variables; say the variable a user has to fix.
+fn explain(e: envy::Error) -> String {
+    match e {
+        envy::Error::MissingValue(field) => format!("CLIPFN_{} is required", field.to_ascii_uppercase()),
+        envy::Error::Custom(msg) => match msg.rsplit_once(" provided by ") {
+            Some((what, field)) => format!("CLIPFN_{}: {what}", field.to_ascii_uppercase()),
+            None => msg,
+        },
+    }
+}
+
+/// `PORT` is Cloud Run's contract, so it stays unprefixed.
+pub fn port() -> Result<u16, ConfigError> {
+    match std::env::var("PORT") {
+        Err(_) => Ok(8080),
+        Ok(v) => v.trim().parse().map_err(|_| ConfigError(format!("PORT must be a port number, not '{v}'"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_apply_and_lists_split() {
+        let s = Settings::from_iter(vars(&[
+            ("CLIPFN_MODEL", "/m.onnx"),
+            ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,"),
+        ]))
+        .unwrap();
+        assert_eq!(s.batch_size, 64);
+        assert_eq!(s.max_images, 100);
+        assert_eq!(s.max_image_bytes, 25 * MIB);
+        assert_eq!(s.provider, Provider::Auto);
+        assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        let missing = Settings::from_iter(vars(&[])).unwrap_err().to_string();
+        assert!(missing.contains("CLIPFN_MODEL"), "{missing}");
+        let bad_number =
+            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "lots")])).unwrap_err().to_string();
+        assert!(bad_number.contains("CLIPFN_BATCH_SIZE"), "{bad_number}");
+        let bad_provider =
+            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PROVIDER", "gpu")])).unwrap_err().to_string();
+        assert!(bad_provider.contains("CLIPFN_PROVIDER") && bad_provider.contains("gpu"), "{bad_provider}");
+        let zero = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
+        assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+    }
+}

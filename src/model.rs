@@ -1,0 +1,171 @@
+//! Model stage: the ONNX Runtime environment and the one session per process.
+//!
+//! ONNX Runtime is loaded from `ORT_DYLIB_PATH` (the PyPI wheel's library here, the CUDA build in
+//! the image), so a missing library is a clear start-up error instead of a panic. The execution
+//! provider is chosen once: with `auto`, a CUDA registration failure falls back to CPU and the
+//! reason is kept for the log and /readyz.
+
+use std::path::Path;
+
+use ort::{
+    environment::Environment,
+    ep,
+    session::{Session, builder::GraphOptimizationLevel},
+    value::TensorRef,
+};
+
+use crate::config::{Provider, Settings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("ONNX Runtime library: {0}")]
+    Runtime(String),
+    #[error("CUDA was required (CLIPFN_PROVIDER=cuda) but cannot be used: {0}")]
+    CudaUnavailable(String),
+    #[error("model: {0}")]
+    Load(String),
+    #[error("inference failed: {0}")]
+    Inference(String),
+}
+
+/// What the rest of the service needs to know about the loaded model.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelInfo {
+    pub id: String,
+    /// `cuda` or `cpu`.
+    pub provider: &'static str,
+    /// Why `auto` fell back to CPU, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
+    pub input_name: String,
+    pub output_name: String,
+    /// Side of the square input image.
+    pub image_size: u32,
+    /// Length of one embedding.
+    pub dim: usize,
+    pub batch_size: usize,
+}
+
+impl ModelInfo {
+    /// Floats in one preprocessed photo.
+    pub fn slot_len(&self) -> usize {
+        3 * (self.image_size as usize).pow(2)
+    }
+}
+
+pub struct Model {
+    session: Session,
+    pub info: ModelInfo,
+    // The session borrows the process-wide environment; keep it alive as long as the session.
+    _environment: Environment,
+}
+
+impl Model {
+    /// Loads ONNX Runtime, builds the session from `bytes` and runs one warm-up batch, which also
+    /// reveals the embedding size.
+    pub fn load(settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
+        let environment = init_runtime()?;
+        let (session, provider, fallback_reason) = build_session(&environment, settings, bytes)?;
+        let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
+        let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
+        let image_size = match settings.image_size {
+            Some(size) => size,
+            None => square_side(input.dtype().tensor_shape().map(|s| &s[..]))?,
+        };
+        let info = ModelInfo {
+            id,
+            provider,
+            fallback_reason,
+            input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
+            output_name: settings.output_name.clone().unwrap_or_else(|| output.name().to_string()),
+            image_size,
+            dim: 0,
+            batch_size: settings.batch_size,
+        };
+        let mut model = Model { session, info, _environment: environment };
+        let zeros = vec![0.0; model.info.slot_len() * settings.batch_size];
+        let embeddings = model.run(&zeros, settings.batch_size)?;
+        model.info.dim = embeddings.first().map_or(0, Vec::len);
+        if model.info.dim == 0 {
+            return Err(ModelError::Load("the model returned empty embeddings".into()));
+        }
+        Ok(model)
+    }
+
+    /// Runs one batch of `n` preprocessed photos laid end to end in `pixels`; returns one raw
+    /// (unnormalised) embedding per photo.
+    pub fn run(&mut self, pixels: &[f32], n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+        let side = i64::from(self.info.image_size);
+        let input = TensorRef::from_array_view(([n as i64, 3, side, side], pixels)).map_err(inference)?;
+        let outputs = self.session.run(ort::inputs![self.info.input_name.as_str() => input]).map_err(inference)?;
+        let output = outputs
+            .get(self.info.output_name.as_str())
+            .ok_or_else(|| ModelError::Inference(format!("no output named '{}'", self.info.output_name)))?;
+        let (shape, values) = output.try_extract_tensor::<f32>().map_err(inference)?;
+        if shape.len() != 2 || shape[0] != n as i64 {
+            return Err(ModelError::Inference(format!("expected output [{n}, dim], got {shape}")));
+        }
+        Ok(values.chunks_exact(shape[1] as usize).map(<[f32]>::to_vec).collect())
+    }
+}
+
+/// Loads the library named by ORT_DYLIB_PATH (once per process) and creates the environment.
+fn init_runtime() -> Result<Environment, ModelError> {
+    let path = std::env::var("ORT_DYLIB_PATH").map_err(|_| {
+        ModelError::Runtime("ORT_DYLIB_PATH is not set: point it at libonnxruntime.so (tools/setup.sh installs one)".into())
+    })?;
+    if !Path::new(&path).is_file() {
+        return Err(ModelError::Runtime(format!("ORT_DYLIB_PATH={path} is not a file")));
+    }
+    ort::init_from(&path)
+        .map_err(|e| ModelError::Runtime(format!("cannot load {path}: {e}")))?
+        .with_name("clipfn")
+        .build()
+        .map_err(|e| ModelError::Runtime(e.to_string()))
+}
+
+type Built = (Session, &'static str, Option<String>);
+
+fn build_session(environment: &Environment, settings: &Settings, bytes: &[u8]) -> Result<Built, ModelError> {
+    let builder = || -> Result<_, ModelError> {
+        let mut builder = Session::builder(environment)
+            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::Level3)?))
+            .map_err(load)?;
+        if settings.intra_threads > 0 {
+            builder = builder.with_intra_threads(settings.intra_threads).map_err(load)?;
+        }
+        Ok(builder)
+    };
+    if settings.provider != Provider::Cpu {
+        let cuda = builder()?.with_execution_providers([ep::CUDA::default().build().error_on_failure()]);
+        let attempt = cuda.map_err(|e| e.to_string()).and_then(|mut b| b.commit_from_memory(bytes).map_err(|e| e.to_string()));
+        match (attempt, settings.provider) {
+            (Ok(session), _) => return Ok((session, "cuda", None)),
+            (Err(reason), Provider::Cuda) => return Err(ModelError::CudaUnavailable(reason)),
+            (Err(reason), _) => {
+                tracing::warn!(%reason, "CUDA execution provider unavailable; running on CPU");
+                let session = builder()?.commit_from_memory(bytes).map_err(load)?;
+                return Ok((session, "cpu", Some(reason)));
+            }
+        }
+    }
+    Ok((builder()?.commit_from_memory(bytes).map_err(load)?, "cpu", None))
+}
+
+/// The input must be `[N, 3, S, S]`; S is read from the graph unless CLIPFN_IMAGE_SIZE overrides it.
+fn square_side(shape: Option<&[i64]>) -> Result<u32, ModelError> {
+    match shape {
+        Some([_, 3, h, w]) if h == w && *h > 0 => Ok(*h as u32),
+        other => Err(ModelError::Load(format!(
+            "input shape {other:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE"
+        ))),
+    }
+}
+
+fn load(e: impl std::fmt::Display) -> ModelError {
+    ModelError::Load(e.to_string())
+}
+
+fn inference(e: impl std::fmt::Display) -> ModelError {
+    ModelError::Inference(e.to_string())
+}

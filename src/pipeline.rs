@@ -1,0 +1,231 @@
+//! The per-request flow through the stages: source -> decode -> preprocess -> batcher.
+//!
+//! Every photo moves on its own, so one slow or broken photo never holds up or fails the others,
+//! and fetching/decoding of later photos overlaps inference of earlier ones. CPU work (decode,
+//! resize, normalise) runs on the blocking pool, at most `decode_threads` photos at a time.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use tokio::sync::Semaphore;
+
+use crate::{
+    batcher::{BatchError, Batcher, Overloaded},
+    config::Settings,
+    decode::{DecodeError, decode},
+    model::{Model, ModelInfo},
+    preprocess::{PreprocessError, preprocess_into},
+    source::{Source, SourceError},
+};
+
+/// Why one photo has no embedding.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Preprocess(#[from] PreprocessError),
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error("the decoder crashed on this file")]
+    DecoderPanic,
+    #[error("not finished within the request deadline")]
+    DeadlineExceeded,
+}
+
+/// Wall-clock spans of each stage for one request: from the first photo entering the stage to
+/// the last one leaving it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Timings {
+    pub fetch: Span,
+    pub decode: Span,
+    pub queue: Span,
+    pub inference: Span,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Span(Option<(Instant, Instant)>);
+
+impl Span {
+    fn cover(&mut self, start: Instant, end: Instant) {
+        self.0 = Some(match self.0 {
+            None => (start, end),
+            Some((s, e)) => (s.min(start), e.max(end)),
+        });
+    }
+
+    pub fn duration(&self) -> Duration {
+        self.0.map_or(Duration::ZERO, |(s, e)| e - s)
+    }
+}
+
+pub type ItemResult = Result<Vec<f32>, ItemError>;
+
+pub struct Pipeline {
+    source: Source,
+    batcher: Batcher,
+    cpu_slots: Semaphore,
+    max_pixels: u64,
+}
+
+impl Pipeline {
+    pub fn new(settings: &Settings, source: Source, batcher: Batcher) -> Self {
+        Pipeline {
+            source,
+            batcher,
+            cpu_slots: Semaphore::new(settings.decode_threads()),
+            max_pixels: settings.max_image_pixels,
+        }
+    }
+
+    /// Reads the model named by CLIPFN_MODEL, loads and warms it up, and starts its batcher.
+    pub async fn load(settings: &Settings) -> anyhow::Result<Self> {
+        let source = Source::new(settings)?;
+        let started = Instant::now();
+        let bytes = source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?;
+        let id = model_id(&settings.model);
+        let model = {
+            let settings = settings.clone();
+            tokio::task::spawn_blocking(move || Model::load(&settings, &bytes, id)).await??
+        };
+        let info = &model.info;
+        tracing::info!(
+            model = %info.id, provider = info.provider, fallback_reason = info.fallback_reason.as_deref(),
+            image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
+            load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
+        );
+        let batcher = Batcher::start(model, Duration::from_millis(settings.batch_wait_ms), settings.max_queued_images);
+        Ok(Pipeline::new(settings, source, batcher))
+    }
+
+    pub fn model(&self) -> &ModelInfo {
+        self.batcher.info()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.batcher.in_flight()
+    }
+
+    /// Embeds every photo, answering each index exactly once and in order. Photos not done by
+    /// `deadline` get `DeadlineExceeded`, and their queued work is withdrawn.
+    pub async fn embed(
+        self: &Arc<Self>,
+        images: &[String],
+        deadline: tokio::time::Instant,
+    ) -> Result<(Vec<ItemResult>, Timings), Overloaded> {
+        let _places = self.batcher.admit(images.len())?;
+        let mut timings = Timings::default();
+        let photos = images.iter().map(|image| async {
+            let mut stamps = Stamps::default();
+            let result = tokio::time::timeout_at(deadline, self.embed_one(image, &mut stamps))
+                .await
+                .unwrap_or(Err(ItemError::DeadlineExceeded));
+            (result, stamps)
+        });
+        let done = futures::future::join_all(photos).await;
+        let results = done
+            .into_iter()
+            .map(|(result, stamps)| {
+                stamps.add_to(&mut timings);
+                result.map(l2_normalized)
+            })
+            .collect();
+        Ok((results, timings))
+    }
+
+    async fn embed_one(&self, image: &str, stamps: &mut Stamps) -> ItemResult {
+        let start = Instant::now();
+        let bytes = self.source.fetch(image).await;
+        stamps.fetch = Some((start, Instant::now()));
+        let bytes = bytes?;
+
+        let slot = self.cpu_slots.acquire().await.expect("semaphore is never closed");
+        let decode_start = Instant::now();
+        let (max_pixels, size, slot_len) = (self.max_pixels, self.model().image_size, self.model().slot_len());
+        // A panic in a decoder on a hostile file ends this blocking task only; the join error
+        // turns it into this photo's error and the process and the other photos carry on.
+        let pixels = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, ItemError> {
+            let rgb = decode(&bytes, max_pixels)?;
+            let mut pixels = vec![0.0; slot_len];
+            preprocess_into(&rgb, size, &mut pixels)?;
+            Ok(pixels)
+        })
+        .await;
+        drop(slot);
+        let queued = Instant::now();
+        stamps.decode = Some((decode_start, queued));
+        let pixels = pixels.map_err(|_| ItemError::DecoderPanic)??;
+
+        let embedded = self.batcher.embed(pixels).await?;
+        stamps.queue = Some((queued, embedded.started));
+        stamps.inference = Some((embedded.started, embedded.finished));
+        Ok(embedded.embedding)
+    }
+}
+
+/// The model's name as clients see it: the file name without `.onnx`.
+fn model_id(location: &str) -> String {
+    let name = location.trim_end_matches('/').rsplit('/').next().unwrap_or(location);
+    name.strip_suffix(".onnx").unwrap_or(name).to_string()
+}
+
+/// When one photo entered and left each stage it reached.
+#[derive(Default)]
+struct Stamps {
+    fetch: Option<(Instant, Instant)>,
+    decode: Option<(Instant, Instant)>,
+    queue: Option<(Instant, Instant)>,
+    inference: Option<(Instant, Instant)>,
+}
+
+impl Stamps {
+    fn add_to(&self, timings: &mut Timings) {
+        let pairs = [
+            (self.fetch, &mut timings.fetch),
+            (self.decode, &mut timings.decode),
+            (self.queue, &mut timings.queue),
+            (self.inference, &mut timings.inference),
+        ];
+        for (stamp, span) in pairs {
+            if let Some((start, end)) = stamp {
+                span.cover(start, end);
+            }
+        }
+    }
+}
+
+/// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
+fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_to_unit_length() {
+        let v = l2_normalized(vec![3.0, 4.0]);
+        assert_eq!(v, vec![0.6, 0.8]);
+        assert_eq!(l2_normalized(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn spans_cover_all_photos() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut span = Span::default();
+        span.cover(t0 + ms(5), t0 + ms(10));
+        span.cover(t0, t0 + ms(7));
+        assert_eq!(span.duration(), ms(10));
+    }
+}

@@ -1,0 +1,93 @@
+//! Preprocess stage: upright RGB -> one normalised `[3, S, S]` slot of a batch tensor, exactly as
+//! CLIP's reference pipeline does it (torchvision on Pillow images): resize the short side to S with
+//! antialiased bicubic filtering, center crop S x S, scale to [0, 1], normalise per channel.
+
+use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use image::RgbImage;
+
+/// CLIP's per-channel statistics (OpenAI CLIP, `_transform`).
+pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
+
+#[derive(Debug, thiserror::Error)]
+#[error("resize failed: {0}")]
+pub struct PreprocessError(String);
+
+/// Writes the preprocessed photo into `slot` (length `3 * size * size`, NCHW order).
+pub fn preprocess_into(image: &RgbImage, size: u32, slot: &mut [f32]) -> Result<(), PreprocessError> {
+    let square = resize_and_crop(image, size)?;
+    let plane = (size * size) as usize;
+    debug_assert_eq!(slot.len(), 3 * plane);
+    let (r, rest) = slot.split_at_mut(plane);
+    let (g, b) = rest.split_at_mut(plane);
+    // Folding /255, -mean and /std into one multiply-add per value.
+    let scale = CLIP_STD.map(|s| 1.0 / (255.0 * s));
+    let offset: [f32; 3] = std::array::from_fn(|c| -CLIP_MEAN[c] / CLIP_STD[c]);
+    for (i, px) in square.as_raw().chunks_exact(3).enumerate() {
+        r[i] = f32::from(px[0]).mul_add(scale[0], offset[0]);
+        g[i] = f32::from(px[1]).mul_add(scale[1], offset[1]);
+        b[i] = f32::from(px[2]).mul_add(scale[2], offset[2]);
+    }
+    Ok(())
+}
+
+/// Resize-short-side-then-center-crop, done as one resize of the matching source box: the filter
+/// still reads pixels outside the box (as Pillow does), so the result is the same as resizing the
+/// whole image first, for a fraction of the work.
+pub fn resize_and_crop(image: &RgbImage, size: u32) -> Result<RgbImage, PreprocessError> {
+    let (width, height) = image.dimensions();
+    let (resized_w, resized_h) = resized_dims(width, height, size);
+    // torchvision's CenterCrop: offset = int(round((resized - size) / 2)).
+    let left = ((resized_w - size) as f64 / 2.0).round_ties_even();
+    let top = ((resized_h - size) as f64 / 2.0).round_ties_even();
+    let (sx, sy) = (width as f64 / resized_w as f64, height as f64 / resized_h as f64);
+    let options = ResizeOptions::new()
+        .resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom))
+        .crop(left * sx, top * sy, size as f64 * sx, size as f64 * sy);
+    let mut square = RgbImage::new(size, size);
+    Resizer::new().resize(image, &mut square, &options).map_err(|e| PreprocessError(e.to_string()))?;
+    Ok(square)
+}
+
+/// torchvision's `Resize(size)`: the short side becomes `size`, the long side `int(size * long / short)`.
+fn resized_dims(width: u32, height: u32, size: u32) -> (u32, u32) {
+    let long = |l: u32, s: u32| ((u64::from(size) * u64::from(l)) / u64::from(s)) as u32;
+    if width <= height { (size, long(height, width).max(size)) } else { (long(width, height).max(size), size) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_side_becomes_size() {
+        assert_eq!(resized_dims(4000, 3000, 224), (298, 224));
+        assert_eq!(resized_dims(3000, 4000, 224), (224, 298));
+        assert_eq!(resized_dims(100, 100, 224), (224, 224));
+    }
+
+    #[test]
+    fn normalises_with_clip_statistics() {
+        let white = RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255]));
+        let mut slot = vec![0.0; 3 * 224 * 224];
+        preprocess_into(&white, 224, &mut slot).unwrap();
+        for c in 0..3 {
+            let expected = (1.0 - CLIP_MEAN[c]) / CLIP_STD[c];
+            let plane = &slot[c * 224 * 224..(c + 1) * 224 * 224];
+            assert!(plane.iter().all(|v| (v - expected).abs() < 1e-4), "channel {c}");
+        }
+    }
+
+    #[test]
+    fn crop_keeps_the_center() {
+        // Left third red, middle green, right third blue: the square crop of a 3:1 strip is green.
+        let image = RgbImage::from_fn(672, 224, |x, _| match x / 224 {
+            0 => image::Rgb([255, 0, 0]),
+            1 => image::Rgb([0, 255, 0]),
+            _ => image::Rgb([0, 0, 255]),
+        });
+        let square = resize_and_crop(&image, 224).unwrap();
+        assert_eq!(square.get_pixel(112, 112).0, [0, 255, 0]);
+        assert_eq!(square.get_pixel(5, 5).0, [0, 255, 0]);
+    }
+}

@@ -1,0 +1,126 @@
+//! End to end over HTTP on loopback: the real binary, the real ONNX Runtime, the test model, real
+//! photos from a local store.
+
+mod common;
+
+use std::path::Path;
+
+use common::{ServerConfig, camera_photos, cosine, item, reference_embeddings, setup_var};
+use serde_json::json;
+
+/// A store holding a few real photos under their own names.
+fn store_with(photos: &[std::path::PathBuf]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for photo in photos {
+        std::fs::copy(photo, dir.path().join(photo.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+fn name(p: &Path) -> &str {
+    p.file_name().unwrap().to_str().unwrap()
+}
+
+#[test]
+fn embeddings_match_the_pillow_reference() {
+    let mut photos = camera_photos(6);
+    let pillow = Path::new(&setup_var("CLIPFN_PILLOW_IMAGES_DIR")).to_path_buf();
+    // Rotated by EXIF tag: the reference transposes first, so must we.
+    photos.extend((2..=8).map(|o| pillow.join(format!("hopper_orientation_{o}.jpg"))));
+    let store = store_with(&photos);
+    let server = ServerConfig::local(store.path()).start();
+
+    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let (status, body) = server.embed(&keys);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["dim"], 512);
+    assert_eq!(body["model"], "clip-test");
+
+    let reference = reference_embeddings(&setup_var("CLIPFN_TEST_MODEL"), &photos);
+    for (i, photo) in photos.iter().enumerate() {
+        let ours = item(&body, i).unwrap_or_else(|code| panic!("{}: {code}", photo.display()));
+        let norm: f32 = ours.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "{} not unit length: {norm}", photo.display());
+        let similarity = cosine(&ours, &reference[photo]);
+        assert!(similarity >= 0.99, "{}: cosine {similarity} against the reference", photo.display());
+    }
+    // The model must tell rotations apart, or the orientation check above proves nothing.
+    let (a, b) = (item(&body, photos.len() - 7).unwrap(), item(&body, photos.len() - 5).unwrap());
+    assert!(cosine(&a, &b) < 0.99, "orientations 2 and 4 embed alike; the test model is too blind");
+}
+
+#[test]
+fn bad_photos_get_their_own_errors_and_the_rest_are_embedded() {
+    let mut photos = camera_photos(2);
+    photos.sort_by_key(|p| std::fs::metadata(p).unwrap().len()); // [small, big]: the big one goes over the byte limit
+    photos.reverse();
+    let store = store_with(&photos);
+    let root = store.path();
+    std::fs::write(root.join("error-page.jpg"), b"<!DOCTYPE html><html>Access denied</html>").unwrap();
+    std::fs::write(root.join("empty.jpg"), b"").unwrap();
+    let jpeg = std::fs::read(&photos[0]).unwrap();
+    std::fs::write(root.join("truncated.jpg"), &jpeg[..200]).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::copy(&photos[0], outside.path().join("secret.jpg")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.jpg"), root.join("link.jpg")).unwrap();
+    let server = ServerConfig::local(root).env("CLIPFN_MAX_IMAGE_BYTES", &(jpeg.len() as u64 - 1).to_string()).start();
+
+    let outside_uri = format!("file://{}/secret.jpg", outside.path().display());
+    let good = name(&photos[1]);
+    let requests = [
+        (good, Ok(())),
+        ("missing/IMG_0001.jpg", Err("not_found")),
+        ("../secret.jpg", Err("forbidden")),
+        ("/etc/passwd", Err("forbidden")),
+        (outside_uri.as_str(), Err("forbidden")),
+        ("link.jpg", Err("forbidden")),
+        ("error-page.jpg", Err("unsupported_format")),
+        ("empty.jpg", Err("unsupported_format")),
+        ("truncated.jpg", Err("decode_failed")),
+        (name(&photos[0]), Err("too_large")),
+        (good, Ok(())),
+    ];
+    let keys: Vec<&str> = requests.iter().map(|(k, _)| *k).collect();
+    let (status, body) = server.embed(&keys);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"].as_array().unwrap().len(), keys.len());
+    for (i, (key, expected)) in requests.iter().enumerate() {
+        assert_eq!(body["data"][i]["image"], *key);
+        match (item(&body, i), expected) {
+            (Ok(_), Ok(())) => {}
+            (Err(code), Err(want)) => assert_eq!(code, *want, "{key}: {}", body["data"][i]),
+            (got, want) => panic!("{key}: got {got:?}, want {want:?}"),
+        }
+    }
+    assert_eq!(item(&body, 0).unwrap(), item(&body, keys.len() - 1).unwrap(), "same photo, same embedding");
+    assert_eq!(server.get("/readyz").0, 200, "a bad batch must not hurt readiness");
+}
+
+#[test]
+fn malformed_requests_get_4xx_with_a_message() {
+    let store = tempfile::tempdir().unwrap();
+    let server = ServerConfig::local(store.path()).env("CLIPFN_MAX_IMAGES", "3").env("CLIPFN_MAX_BODY_BYTES", "1000").start();
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{not json".to_vec(), 400, "bad_request"),
+        (br#"{"images": []}"#.to_vec(), 400, "bad_request"),
+        (br#"{"images": "a.jpg"}"#.to_vec(), 400, "bad_request"),
+        (br#"{"images": [1, 2]}"#.to_vec(), 400, "bad_request"),
+        (br#"{"pictures": ["a.jpg"]}"#.to_vec(), 400, "bad_request"),
+        (br#"{"images": ["a", "b", "c", "d"]}"#.to_vec(), 400, "bad_request"),
+        (serde_json::to_vec(&json!({"images": ["x".repeat(2000)]})).unwrap(), 413, "body_too_large"),
+    ];
+    for (body, want_status, want_code) in cases {
+        let (status, response) = server.post_raw("/v1/embed", body.clone());
+        assert_eq!(status, want_status, "{}: {response}", String::from_utf8_lossy(&body[..body.len().min(60)]));
+        assert_eq!(response["error"]["code"], want_code);
+        assert!(!response["error"]["message"].as_str().unwrap().is_empty());
+    }
+    assert_eq!(server.get("/nope").0, 404);
+    assert_eq!(server.get("/healthz"), (200, json!({"status": "ok"})));
+    let (status, ready) = server.get("/readyz");
+    assert_eq!(status, 200);
+    assert_eq!(ready["model"]["provider"], "cpu", "{ready}");
+    assert_eq!(ready["model"]["image_size"], 224);
+    assert_eq!(ready["model"]["batch_size"], 8);
+    assert_eq!(ready["model"]["id"], "clip-test");
+}
