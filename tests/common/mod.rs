@@ -102,7 +102,8 @@ impl ServerConfig {
             .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
             .env("CLIPFN_FETCH_RETRIES", "0")
             .envs(self.envs)
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(server_log());
         let child = command.spawn().expect("starting clipfn");
         let mut server = Server { proc: Proc(child), base: format!("http://127.0.0.1:{port}") };
         wait_for_port(port, &mut server.proc.0, "clipfn");
@@ -153,6 +154,11 @@ impl Server {
     pub fn embed(&self, images: &[&str]) -> (u16, Value) {
         self.post_json("/v1/embed", &serde_json::json!({ "images": images }))
     }
+}
+
+/// Server logs are noise in a passing run; CLIPFN_TEST_LOGS=1 shows them.
+fn server_log() -> Stdio {
+    if std::env::var_os("CLIPFN_TEST_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() }
 }
 
 pub fn blocking_client() -> reqwest::blocking::Client {

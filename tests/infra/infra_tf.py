@@ -1,0 +1,421 @@
+"""Load terraform/*.tf with python-hcl2 and check the deployment's pins.
+
+Every check is a plain function that raises AssertionError with a message;
+test_infra_terraform.py runs them on the real configuration and
+test_infra_mutations.py runs them on broken copies to prove each one can fail.
+
+python-hcl2 (8.x) keeps HCL's spelling: string literals come back quoted
+('"nvidia-l4"'), expressions wrapped ('${var.region}'), block labels quoted,
+and blocks as lists of dicts with "__is_block__"/"__comments__" markers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import hcl2
+
+REPO = Path(__file__).resolve().parents[2]
+TERRAFORM_DIR = REPO / "terraform"
+
+GPU_REGIONS = {"us-central1", "us-east4", "europe-west1", "europe-west4", "asia-southeast1"}
+PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
+SERVICE_TYPE = "google_cloud_run_v2_service"
+
+
+# ---------------------------------------------------------------------------
+# Parsing and value helpers
+# ---------------------------------------------------------------------------
+
+
+def unquote(value: Any) -> Any:
+    """'"abc"' -> 'abc' (with \\" unescaped); anything else unchanged."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == '"' and value[-1] == '"':
+        return value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return value
+
+
+def expression(value: Any) -> str | None:
+    """'${var.region}' -> 'var.region'; None for anything that is not a bare expression."""
+    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
+        return value[2:-1].strip()
+    return None
+
+
+def strip_markers(value: Any) -> Any:
+    """Drop python-hcl2's __is_block__/__comments__ keys and unquote keys, recursively."""
+    if isinstance(value, dict):
+        return {unquote(k): strip_markers(v) for k, v in value.items() if not str(k).startswith("__")}
+    if isinstance(value, list):
+        return [strip_markers(v) for v in value]
+    return value
+
+
+def only_block(body: dict, name: str) -> dict:
+    """The single nested block `name` of body (blocks parse as one-element lists)."""
+    blocks = body.get(name)
+    assert isinstance(blocks, list) and len(blocks) == 1, f"expected exactly one `{name}` block, found {blocks!r}"
+    return blocks[0]
+
+
+@dataclass
+class TerraformConfig:
+    directory: Path
+    resources: dict[tuple[str, str], dict] = field(default_factory=dict)
+    data: dict[tuple[str, str], dict] = field(default_factory=dict)
+    variables: dict[str, dict] = field(default_factory=dict)
+    locals: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, dict] = field(default_factory=dict)
+    providers: dict[str, dict] = field(default_factory=dict)
+    terraform: list[dict] = field(default_factory=list)
+
+    # -- lookups -----------------------------------------------------------
+
+    def resources_of(self, rtype: str) -> dict[str, dict]:
+        return {name: body for (t, name), body in self.resources.items() if t == rtype}
+
+    def service(self) -> dict:
+        services = self.resources_of(SERVICE_TYPE)
+        assert len(services) == 1, f"expected one {SERVICE_TYPE}, found {sorted(services)}"
+        return next(iter(services.values()))
+
+    def template(self) -> dict:
+        return only_block(self.service(), "template")
+
+    def container(self) -> dict:
+        containers = self.template().get("containers")
+        assert isinstance(containers, list) and len(containers) == 1, "expected exactly one container"
+        return containers[0]
+
+    def variable_default(self, name: str) -> Any:
+        assert name in self.variables, f"variable {name!r} is not declared"
+        assert "default" in self.variables[name], f"variable {name!r} has no default"
+        return self.resolve(self.variables[name]["default"])
+
+    def resolve(self, value: Any, _depth: int = 0) -> Any:
+        """Literal value of `value`, following var.X to its default and local.X to its value."""
+        assert _depth < 10, f"reference loop resolving {value!r}"
+        expr = expression(value)
+        if expr is None:
+            return unquote(value)
+        if m := re.fullmatch(r"var\.([A-Za-z0-9_]+)", expr):
+            return self.variable_default(m.group(1))
+        if m := re.fullmatch(r"local\.([A-Za-z0-9_]+)", expr):
+            assert m.group(1) in self.locals, f"local {m.group(1)!r} is not defined"
+            return self.resolve(self.locals[m.group(1)], _depth + 1)
+        return value
+
+    def walk(self) -> Iterator[tuple[str, Any]]:
+        """(path, value) for every leaf value in resources, data sources, locals and variable defaults."""
+        roots: list[tuple[str, Any]] = [(f"resource.{t}.{n}", b) for (t, n), b in self.resources.items()]
+        roots += [(f"data.{t}.{n}", b) for (t, n), b in self.data.items()]
+        roots += [(f"local.{k}", v) for k, v in self.locals.items()]
+        roots += [(f"var.{k}.default", v["default"]) for k, v in self.variables.items() if "default" in v]
+        stack = list(roots)
+        while stack:
+            path, value = stack.pop()
+            if isinstance(value, dict):
+                stack.extend((f"{path}.{k}", v) for k, v in value.items())
+            elif isinstance(value, list):
+                stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+            else:
+                yield path, value
+
+
+def load(directory: Path = TERRAFORM_DIR) -> TerraformConfig:
+    cfg = TerraformConfig(directory=directory)
+    files = sorted(directory.glob("*.tf"))
+    assert files, f"no .tf files in {directory}"
+    for path in files:
+        with path.open() as fh:
+            doc = strip_markers(hcl2.load(fh))
+        for block in doc.get("resource", []):
+            for rtype, named in block.items():
+                for name, body in named.items():
+                    assert (rtype, name) not in cfg.resources, f"duplicate resource {rtype}.{name}"
+                    cfg.resources[(rtype, name)] = body
+        for block in doc.get("data", []):
+            for dtype, named in block.items():
+                for name, body in named.items():
+                    cfg.data[(dtype, name)] = body
+        for block in doc.get("variable", []):
+            for name, body in block.items():
+                assert name not in cfg.variables, f"duplicate variable {name}"
+                cfg.variables[name] = body
+        for block in doc.get("locals", []):
+            cfg.locals.update(block)
+        for block in doc.get("output", []):
+            cfg.outputs.update(block)
+        for block in doc.get("provider", []):
+            cfg.providers.update(block)
+        cfg.terraform.extend(doc.get("terraform", []))
+    return cfg
+
+
+def validation_conditions(cfg: TerraformConfig, variable: str) -> list[str]:
+    body = cfg.variables.get(variable)
+    assert body is not None, f"variable {variable!r} is not declared"
+    conditions = [expression(v.get("condition")) or "" for v in body.get("validation", [])]
+    assert conditions, f"variable {variable!r} has no validation block"
+    return conditions
+
+
+def validation_regexes(cfg: TerraformConfig, variable: str) -> list[re.Pattern]:
+    """The regex(...) patterns used in a variable's validation conditions."""
+    patterns = []
+    for cond in validation_conditions(cfg, variable):
+        for raw in re.findall(r'regex\(\s*"((?:[^"\\]|\\.)*)"\s*,\s*var\.' + re.escape(variable) + r"\s*\)", cond):
+            patterns.append(re.compile(raw.replace("\\\\", "\\")))
+    return patterns
+
+
+def quantity_gi(value: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Gi|Mi)", str(value))
+    assert m, f"memory {value!r} is not written in Gi or Mi"
+    return float(m.group(1)) / (1024 if m.group(2) == "Mi" else 1)
+
+
+# ---------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------
+
+
+def check_provider_pinned(cfg: TerraformConfig) -> None:
+    found = None
+    for block in cfg.terraform:
+        for providers in block.get("required_providers", []):
+            if "google" in providers:
+                found = providers["google"]
+    assert found is not None, "terraform.required_providers has no google entry"
+    assert unquote(found.get("source")) == "hashicorp/google", f"google provider source is {found.get('source')!r}"
+    version = unquote(found.get("version", ""))
+    assert re.fullmatch(r"(~>\s*\d+\.\d+(\.\d+)?|=?\s*\d+\.\d+\.\d+)", version), (
+        f"google provider must be pinned with ~> MAJOR.MINOR or an exact version, not {version!r}"
+    )
+
+
+def check_concurrency_is_two(cfg: TerraformConfig) -> None:
+    value = cfg.resolve(cfg.template().get("max_instance_request_concurrency"))
+    assert value == 2, f"max_instance_request_concurrency is {value!r}, must be 2"
+
+
+def check_single_region_variable(cfg: TerraformConfig) -> None:
+    region_vars = [name for name in cfg.variables if "region" in name or "location" in name]
+    assert region_vars == ["region"], f"expected exactly one region variable named `region`, found {region_vars}"
+    service = cfg.service()
+    assert expression(service.get("location")) == "var.region", (
+        f"service location is {service.get('location')!r}, must be var.region"
+    )
+    photos = cfg.resources_of("google_storage_bucket").get("photos")
+    assert photos is not None, "google_storage_bucket.photos is missing"
+    assert expression(photos.get("location")) == "var.region", (
+        f"photo bucket location is {photos.get('location')!r}, must be var.region"
+    )
+    # Nothing else may pick a location of its own.
+    allowed = {"var.region", f"{SERVICE_TYPE}.clipfn.location"}
+    for (rtype, name), body in cfg.resources.items():
+        if "location" in body:
+            assert expression(body["location"]) in allowed, (
+                f"{rtype}.{name}.location is {body['location']!r}; every location must come from var.region"
+            )
+    provider = cfg.providers.get("google", {})
+    assert expression(provider.get("region")) == "var.region", "provider google's region must be var.region"
+
+
+def check_region_validation(cfg: TerraformConfig) -> None:
+    conditions = validation_conditions(cfg, "region")
+    listed: set[str] = set()
+    for cond in conditions:
+        m = re.search(r"contains\(\s*\[([^\]]*)\]\s*,\s*var\.region\s*\)", cond)
+        if m:
+            listed |= set(re.findall(r'"([^"]+)"', m.group(1)))
+    assert listed == GPU_REGIONS, f"region validation allows {sorted(listed)}, must be exactly {sorted(GPU_REGIONS)}"
+    default = cfg.variable_default("region")
+    assert default in GPU_REGIONS, f"region default {default!r} is not a Cloud Run GPU region"
+
+
+def check_gpu_l4_one(cfg: TerraformConfig) -> None:
+    selector = only_block(cfg.template(), "node_selector")
+    accelerator = cfg.resolve(selector.get("accelerator"))
+    assert accelerator == "nvidia-l4", f"node_selector.accelerator is {accelerator!r}, must be nvidia-l4"
+    limits = only_block(cfg.container(), "resources").get("limits", {})
+    gpus = cfg.resolve(limits.get("nvidia.com/gpu"))
+    assert str(gpus) == "1", f'limits["nvidia.com/gpu"] is {gpus!r}, must be "1"'
+
+
+def check_min_instances_zero(cfg: TerraformConfig) -> None:
+    scaling = only_block(cfg.template(), "scaling")
+    minimum = cfg.resolve(scaling.get("min_instance_count"))
+    assert minimum == 0, f"min_instance_count is {minimum!r}, must be 0 (scale to zero)"
+    assert expression(scaling.get("max_instance_count")) == "var.max_instances", (
+        "max_instance_count must come from var.max_instances"
+    )
+    assert cfg.variable_default("max_instances") >= 1
+
+
+def check_cpu_memory(cfg: TerraformConfig) -> None:
+    resources = only_block(cfg.container(), "resources")
+    limits = resources.get("limits", {})
+    cpu = cfg.resolve(limits.get("cpu"))
+    memory = cfg.resolve(limits.get("memory"))
+    assert float(cpu) >= 4, f"cpu limit {cpu!r} is below 4"
+    assert quantity_gi(memory) >= 16, f"memory limit {memory!r} is below 16Gi"
+    # When they are variables, their validation must keep them there.
+    if expression(limits.get("cpu")) == "var.cpu":
+        allowed = set()
+        for cond in validation_conditions(cfg, "cpu"):
+            m = re.search(r"contains\(\s*\[([^\]]*)\]\s*,\s*var\.cpu\s*\)", cond)
+            if m:
+                allowed |= set(re.findall(r'"([^"]+)"', m.group(1)))
+        assert allowed, "var.cpu needs a contains([...], var.cpu) validation"
+        assert all(float(c) >= 4 for c in allowed), f"var.cpu validation allows {sorted(allowed)}; all must be >= 4"
+    if expression(limits.get("memory")) == "var.memory":
+        patterns = validation_regexes(cfg, "memory")
+        assert patterns, "var.memory needs a regex validation"
+        for bad in ("512Mi", "8Gi", "15Gi", "1Gi", "16", "16G"):
+            assert not any(p.search(bad) for p in patterns), f"var.memory validation accepts {bad!r}"
+        for good in ("16Gi", "32Gi"):
+            assert all(p.search(good) for p in patterns), f"var.memory validation rejects {good!r}"
+    assert resources.get("cpu_idle") is False, "cpu_idle must be false: GPU services need CPU always allocated"
+    assert resources.get("startup_cpu_boost") is True, "startup_cpu_boost must be true"
+
+
+def check_startup_probe(cfg: TerraformConfig) -> None:
+    container = cfg.container()
+    probe = only_block(container, "startup_probe")
+    http_get = only_block(probe, "http_get")
+    path = cfg.resolve(http_get.get("path"))
+    assert path == "/readyz", f"startup probe path is {path!r}, must be /readyz"
+    port = cfg.resolve(http_get.get("port"))
+    container_port = cfg.resolve(only_block(container, "ports").get("container_port"))
+    assert port == container_port == 8080, f"startup probe port {port!r} / container port {container_port!r}"
+    period = cfg.resolve(probe.get("period_seconds", 10))
+    failures = cfg.resolve(probe.get("failure_threshold", 3))
+    assert period * failures >= 60, "the startup probe must allow at least a minute for model load and warm-up"
+
+
+def check_no_public_members(cfg: TerraformConfig) -> None:
+    for path, value in cfg.walk():
+        if isinstance(value, str):
+            for member in PUBLIC_MEMBERS:
+                assert member not in value, f"{path} grants {member}: {value!r}"
+
+
+def check_invoker_is_backend(cfg: TerraformConfig) -> None:
+    grants = []
+    for (rtype, name), body in cfg.resources.items():
+        role = cfg.resolve(body.get("role")) if "role" in body else None
+        if role == "roles/run.invoker" or (rtype.startswith(f"{SERVICE_TYPE}_iam_") and rtype.endswith("_policy")):
+            grants.append((rtype, name, body))
+    assert len(grants) == 1, f"expected one roles/run.invoker grant, found {[(t, n) for t, n, _ in grants]}"
+    rtype, name, body = grants[0]
+    assert rtype == f"{SERVICE_TYPE}_iam_binding", (
+        f"{rtype}.{name}: use {SERVICE_TYPE}_iam_binding so the backend is the only invoker"
+    )
+    members = body.get("members")
+    assert isinstance(members, list) and [expression(m) for m in members] == ["var.backend_invoker_member"], (
+        f"invoker members are {members!r}, must be [var.backend_invoker_member]"
+    )
+    assert expression(body.get("name")) == f"{SERVICE_TYPE}.clipfn.name", "the invoker binding must target the service"
+    var = cfg.variables.get("backend_invoker_member")
+    assert var is not None and "default" not in var, "backend_invoker_member must be declared without a default"
+    patterns = validation_regexes(cfg, "backend_invoker_member")
+    assert patterns, "backend_invoker_member needs a regex validation"
+    for bad in PUBLIC_MEMBERS + ("", "backend@p.iam.gserviceaccount.com"):
+        assert not all(p.search(bad) for p in patterns), f"backend_invoker_member validation accepts {bad!r}"
+    good = "serviceAccount:backend@p.iam.gserviceaccount.com"
+    assert all(p.search(good) for p in patterns), f"backend_invoker_member validation rejects {good!r}"
+    assert cfg.service().get("invoker_iam_disabled") is not True, "invoker_iam_disabled would let anyone call the service"
+
+
+def check_runtime_identity_read_only(cfg: TerraformConfig) -> None:
+    template = cfg.template()
+    assert expression(template.get("service_account")) == "google_service_account.runtime.email", (
+        "the service must run as google_service_account.runtime"
+    )
+    sa_refs = ("google_service_account.runtime", "local.runtime_sa")
+    grants = []
+    for (rtype, name), body in cfg.resources.items():
+        members = [body.get("member")] + list(body.get("members") or [])
+        if any(isinstance(m, str) and any(ref in m for ref in sa_refs) for m in members):
+            grants.append((rtype, name, body))
+    assert grants, "the runtime service account is granted nothing"
+    for rtype, name, body in grants:
+        assert rtype == "google_storage_bucket_iam_member", f"{rtype}.{name}: the runtime account gets bucket roles only"
+        role = cfg.resolve(body.get("role"))
+        assert role == "roles/storage.objectViewer", f"{rtype}.{name} grants {role!r}, must be read-only objectViewer"
+    buckets = {expression(body.get("bucket")): body for _, _, body in grants}
+    assert set(buckets) == {"google_storage_bucket.photos.name", "google_storage_bucket.models.name"}, (
+        f"runtime account grants are on {sorted(buckets)}"
+    )
+    condition = only_block(buckets["google_storage_bucket.models.name"], "condition")
+    expr = unquote(condition.get("expression"))
+    assert "resource.name ==" in expr and "/objects/${var.model_object}" in expr, (
+        f"the model bucket grant must be limited to the model object, condition is {expr!r}"
+    )
+
+
+def _env(cfg: TerraformConfig) -> dict[str, Any]:
+    return {unquote(e.get("name")): e.get("value") for e in cfg.container().get("env", [])}
+
+
+def check_model_and_store_env(cfg: TerraformConfig) -> None:
+    env = _env(cfg)
+    assert expression(env.get("CLIPFN_MODEL")) == "local.model_uri", "CLIPFN_MODEL must be local.model_uri"
+    model_uri = unquote(cfg.locals.get("model_uri"))
+    assert model_uri == "gs://${google_storage_bucket.models.name}/${var.model_object}", f"model_uri is {model_uri!r}"
+    assert expression(env.get("CLIPFN_STORE")) == "local.photo_uri", "CLIPFN_STORE must be local.photo_uri"
+    assert unquote(cfg.locals.get("photo_uri")) == "gs://${google_storage_bucket.photos.name}"
+    assert "PORT" not in env, "Cloud Run sets PORT itself"
+
+
+def check_gpu_zonal_redundancy_variable(cfg: TerraformConfig) -> None:
+    template = cfg.template()
+    assert expression(template.get("gpu_zonal_redundancy_disabled")) == "var.gpu_zonal_redundancy_disabled", (
+        "gpu_zonal_redundancy_disabled must come from its variable"
+    )
+    var = cfg.variables.get("gpu_zonal_redundancy_disabled")
+    assert var is not None and var.get("type") == "bool", "var.gpu_zonal_redundancy_disabled must be a bool"
+
+
+def check_artifact_registry_output(cfg: TerraformConfig) -> None:
+    repos = cfg.resources_of("google_artifact_registry_repository")
+    assert len(repos) == 1, f"expected one Artifact Registry repository, found {sorted(repos)}"
+    (name, repo), = repos.items()
+    assert unquote(repo.get("format")) == "DOCKER"
+    out = cfg.outputs.get("artifact_registry_url")
+    assert out is not None, "output artifact_registry_url is missing"
+    value = unquote(out.get("value"))
+    assert f"google_artifact_registry_repository.{name}." in value and "-docker.pkg.dev/" in value, (
+        f"artifact_registry_url is {value!r}"
+    )
+
+
+def check_buckets_private(cfg: TerraformConfig) -> None:
+    for name, body in cfg.resources_of("google_storage_bucket").items():
+        assert body.get("uniform_bucket_level_access") is True, f"bucket {name}: uniform_bucket_level_access"
+        assert unquote(body.get("public_access_prevention")) == "enforced", f"bucket {name}: public_access_prevention"
+    for rtype in ("google_storage_object_access_control", "google_storage_default_object_access_control"):
+        assert not cfg.resources_of(rtype), f"{rtype} needs fine-grained ACLs; use bucket IAM"
+
+
+ALL_CHECKS = [
+    check_provider_pinned,
+    check_concurrency_is_two,
+    check_single_region_variable,
+    check_region_validation,
+    check_gpu_l4_one,
+    check_min_instances_zero,
+    check_cpu_memory,
+    check_startup_probe,
+    check_no_public_members,
+    check_invoker_is_backend,
+    check_runtime_identity_read_only,
+    check_model_and_store_env,
+    check_gpu_zonal_redundancy_variable,
+    check_artifact_registry_output,
+    check_buckets_private,
+]

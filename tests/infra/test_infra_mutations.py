@@ -1,0 +1,84 @@
+"""Each Terraform check must be able to fail.
+
+Every case copies terraform/ to a temporary folder, breaks one pin with a text
+substitution, and expects the check that guards that pin to raise. A check
+that passes on the broken copy guards nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+import infra_tf
+
+# (check, file, pattern, replacement): `pattern` is a regex that must match in
+# `file`; its first match is replaced.
+MUTATIONS = [
+    ("provider_pinned", "versions.tf", r'version = "~> 7.0"', 'version = ">= 7.0"'),
+    ("concurrency_is_two", "main.tf", r"max_instance_request_concurrency = 2", "max_instance_request_concurrency = 80"),
+    ("concurrency_is_two", "main.tf", r"max_instance_request_concurrency = 2", "max_instance_request_concurrency = var.max_instances"),
+    ("single_region_variable", "main.tf", r'(resource "google_storage_bucket" "photos" \{\n  name\s+= var.photo_bucket_name\n  location\s+=) var.region', r'\1 "US"'),
+    ("single_region_variable", "main.tf", r'(resource "google_cloud_run_v2_service" "clipfn" \{\n  name\s+= var.service_name\n  location\s+=) var.region', r'\1 "us-central1"'),
+    ("single_region_variable", "main.tf", r'(resource "google_artifact_registry_repository" "images" \{\n  location\s+=) var.region', r'\1 "us"'),
+    ("single_region_variable", "variables.tf", r'variable "service_name" \{', 'variable "bucket_region" {\n  type = string\n}\n\nvariable "service_name" {'),
+    ("region_validation", "variables.tf", r', "asia-southeast1"\]', "]"),
+    ("region_validation", "variables.tf", r'"us-east4", ', '"us-east4", "us-west1", '),
+    ("region_validation", "variables.tf", r'default     = "us-central1"', 'default     = "us-west1"'),
+    ("gpu_l4_one", "main.tf", r'accelerator = "nvidia-l4"', 'accelerator = "nvidia-tesla-t4"'),
+    ("gpu_l4_one", "main.tf", r'"nvidia.com/gpu" = "1"', '"nvidia.com/gpu" = "2"'),
+    ("min_instances_zero", "main.tf", r"min_instance_count = 0", "min_instance_count = 1"),
+    ("cpu_memory", "variables.tf", r'default     = "4"', 'default     = "2"'),
+    ("cpu_memory", "variables.tf", r'default     = "16Gi"', 'default     = "8Gi"'),
+    ("cpu_memory", "variables.tf", r'contains\(\["4", "6", "8"\], var.cpu\)', 'contains(["1", "4", "6", "8"], var.cpu)'),
+    ("cpu_memory", "variables.tf", r'\^\(1\[6-9\]\|\[2-9\]\[0-9\]\)Gi\$', "^[0-9]+Gi$"),
+    ("cpu_memory", "main.tf", r"cpu_idle          = false", "cpu_idle          = true"),
+    ("cpu_memory", "main.tf", r"startup_cpu_boost = true", "startup_cpu_boost = false"),
+    ("startup_probe", "main.tf", r'path = "/readyz"', 'path = "/healthz"'),
+    ("startup_probe", "main.tf", r"(startup_probe \{(?:.|\n)*?port = )local.container_port", r"\g<1>9090"),
+    ("no_public_members", "main.tf", r"members  = \[var.backend_invoker_member\]", 'members  = [var.backend_invoker_member, "allUsers"]'),
+    ("no_public_members", "main.tf", r"member = local.runtime_sa", 'member = "allAuthenticatedUsers"'),
+    ("invoker_is_backend", "main.tf", r"members  = \[var.backend_invoker_member\]", 'members  = ["serviceAccount:someone@p.iam.gserviceaccount.com"]'),
+    ("invoker_is_backend", "main.tf", r"google_cloud_run_v2_service_iam_binding", "google_cloud_run_v2_service_iam_member"),
+    ("invoker_is_backend", "main.tf", r"invoker_iam_disabled = false", "invoker_iam_disabled = true"),
+    ("invoker_is_backend", "main.tf", r"\Z", '\nresource "google_cloud_run_v2_service_iam_member" "extra" {\n  name   = google_cloud_run_v2_service.clipfn.name\n  role   = "roles/run.invoker"\n  member = "user:someone@example.com"\n}\n'),
+    ("invoker_is_backend", "variables.tf", r'\^\(serviceAccount\|user\|group\|principal\|principalSet\):\.\+', ".*"),
+    ("runtime_identity_read_only", "main.tf", r'role   = "roles/storage.objectViewer"', 'role   = "roles/storage.objectAdmin"'),
+    ("runtime_identity_read_only", "main.tf", r'/objects/\$\{var.model_object\}', "/objects/*"),
+    ("runtime_identity_read_only", "main.tf", r"\Z", '\nresource "google_project_iam_member" "extra" {\n  project = var.project_id\n  role    = "roles/editor"\n  member  = local.runtime_sa\n}\n'),
+    ("model_and_store_env", "main.tf", r'name  = "CLIPFN_STORE"\n        value = local.photo_uri', 'name  = "CLIPFN_STORE"\n        value = "file:///photos"'),
+    ("model_and_store_env", "main.tf", r'model_uri  = "gs://', 'model_uri  = "s3://'),
+    ("gpu_zonal_redundancy_variable", "main.tf", r"gpu_zonal_redundancy_disabled    = var.gpu_zonal_redundancy_disabled", "gpu_zonal_redundancy_disabled    = true"),
+    ("artifact_registry_output", "outputs.tf", r'output "artifact_registry_url"', 'output "registry"'),
+    ("buckets_private", "main.tf", r'public_access_prevention    = "enforced"', 'public_access_prevention    = "inherited"'),
+]
+
+
+def _checks():
+    return {c.__name__.removeprefix("check_"): c for c in infra_tf.ALL_CHECKS}
+
+
+def test_every_check_has_a_mutation():
+    covered = {m[0] for m in MUTATIONS}
+    assert set(_checks()) - covered == set(), f"checks never shown to fail: {sorted(set(_checks()) - covered)}"
+
+
+@pytest.mark.parametrize(
+    "check_name,filename,pattern,replacement",
+    MUTATIONS,
+    ids=[f"{m[0]}-{i}" for i, m in enumerate(MUTATIONS)],
+)
+def test_check_fails_on_broken_copy(tmp_path, check_name, filename, pattern, replacement):
+    copy = tmp_path / "terraform"
+    shutil.copytree(infra_tf.TERRAFORM_DIR, copy, ignore=shutil.ignore_patterns(".terraform", "*.tfstate*"))
+    target = copy / filename
+    text = target.read_text()
+    broken, count = re.subn(pattern, replacement, text, count=1)
+    assert count == 1 and broken != text, f"mutation pattern {pattern!r} no longer matches {filename}"
+    target.write_text(broken)
+
+    check = _checks()[check_name]
+    with pytest.raises(AssertionError):
+        check(infra_tf.load(copy))

@@ -1,0 +1,128 @@
+//! Start-up, overload, deadlines and shutdown, driven through the real binary. A named pipe in
+//! the local store stands in for a slow photo: reading it blocks until the test writes to it.
+
+mod common;
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::{Server, ServerConfig, blocking_client, camera_photos, item, setup_var};
+
+/// A local store with one real photo (`good.jpg`) and one named pipe (`slow.jpg`).
+fn store_with_slow_photo() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&camera_photos(1)[0], dir.path().join("good.jpg")).unwrap();
+    let fifo = dir.path().join("slow.jpg");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    (dir, fifo)
+}
+
+/// Lets the slow photo through: the server's pending read gets a real JPEG.
+fn release(fifo: &Path, store: &Path) {
+    let bytes = std::fs::read(store.join("good.jpg")).unwrap();
+    std::fs::OpenOptions::new().write(true).open(fifo).unwrap().write_all(&bytes).unwrap();
+}
+
+fn wait_in_flight(server: &Server, photos: u64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while server.get("/readyz").1["in_flight_images"] != photos {
+        assert!(Instant::now() < until, "never saw {photos} photos in flight");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
+    let (store, fifo) = store_with_slow_photo();
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_MAX_QUEUED_IMAGES", "2")
+        .env("CLIPFN_MAX_IMAGES", "2")
+        .start();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
+        wait_in_flight(&server, 2);
+
+        let refused = blocking_client()
+            .post(format!("{}/v1/embed", server.base))
+            .body(r#"{"images": ["good.jpg"]}"#)
+            .send()
+            .unwrap();
+        assert_eq!(refused.status(), 429);
+        assert_eq!(refused.headers()["retry-after"], "1");
+        let body: serde_json::Value = refused.json().unwrap();
+        assert_eq!(body["error"]["code"], "overloaded");
+
+        release(&fifo, store.path());
+        let (status, body) = first.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(item(&body, 0).unwrap(), item(&body, 1).unwrap());
+    });
+    assert_eq!(server.embed(&["good.jpg"]).0, 200, "places are given back");
+}
+
+#[test]
+fn photos_past_the_deadline_get_item_errors() {
+    let (store, _fifo) = store_with_slow_photo();
+    let server = ServerConfig::local(store.path()).env("CLIPFN_REQUEST_TIMEOUT_MS", "1500").start();
+    let (status, body) = server.embed(&["good.jpg", "slow.jpg", "good.jpg"]);
+    assert_eq!(status, 200, "{body}");
+    assert!(item(&body, 0).is_ok() && item(&body, 2).is_ok(), "{body}");
+    assert_eq!(item(&body, 1), Err("deadline_exceeded".into()));
+}
+
+#[test]
+fn sigterm_drains_the_request_in_flight_then_exits_zero() {
+    let (store, fifo) = store_with_slow_photo();
+    let mut server = ServerConfig::local(store.path()).start();
+    let pid = server.proc.0.id().to_string();
+    std::thread::scope(|s| {
+        let in_flight = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
+        wait_in_flight(&server, 2);
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        std::thread::sleep(Duration::from_millis(300));
+        release(&fifo, store.path());
+        let (status, body) = in_flight.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(item(&body, 0).is_ok(), "{body}");
+    });
+    let until = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = server.proc.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < until, "clipfn did not exit after draining");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
+}
+
+/// Runs `clipfn serve` with a broken setting and returns its stderr; it must exit non-zero.
+fn failed_start(envs: &[(&str, &str)]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_clipfn"))
+        .arg("serve")
+        .env_clear()
+        .env("PORT", common::free_port().to_string())
+        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
+        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{envs:?} should stop start-up");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn bad_settings_stop_start_up_naming_the_variable() {
+    assert!(failed_start(&[("CLIPFN_BATCH_SIZE", "many")]).contains("CLIPFN_BATCH_SIZE"));
+    assert!(failed_start(&[("CLIPFN_PROVIDER", "tpu")]).contains("CLIPFN_PROVIDER"));
+    assert!(failed_start(&[("PORT", "http")]).contains("PORT"));
+    assert!(failed_start(&[("CLIPFN_MODEL", "/nonexistent/model.onnx")]).contains("CLIPFN_MODEL"));
+    assert!(failed_start(&[("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")]).contains("ORT_DYLIB_PATH"));
+    // No GPU here: insisting on CUDA must fail loudly rather than fall back.
+    let cuda = failed_start(&[("CLIPFN_PROVIDER", "cuda")]);
+    assert!(cuda.contains("CUDA"), "{cuda}");
+}
