@@ -1,0 +1,189 @@
+//! The Lambda path: every sample event in events/ replayed through `clipfn replay`, and the real
+//! binary serving invocations from a Lambda Runtime API peer on loopback.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    extract::{Path as UrlPath, State},
+    http::HeaderMap,
+    routing::{get, post},
+};
+use common::{Proc, camera_photos, free_port, setup_var};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// The local store the sample events refer to: sample/photo-{1,2,3}.jpg.
+fn sample_store() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sample")).unwrap();
+    for (i, photo) in camera_photos(3).iter().enumerate() {
+        std::fs::copy(photo, dir.path().join(format!("sample/photo-{}.jpg", i + 1))).unwrap();
+    }
+    dir
+}
+
+fn clipfn(store: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_clipfn"));
+    command
+        .env_clear()
+        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
+        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
+        .env("CLIPFN_STORE", format!("file://{}", store.display()))
+        .env("CLIPFN_BATCH_SIZE", "4")
+        .env("RUST_LOG", "warn");
+    command
+}
+
+/// The codes of an embed response's items: "ok" or the error code.
+fn item_codes(body: &Value) -> Vec<String> {
+    body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| match item.get("error") {
+            None => "ok".to_string(),
+            Some(e) => e["code"].as_str().unwrap().to_string(),
+        })
+        .collect()
+}
+
+/// Checks a gateway response against the expectation kept next to the event.
+fn check(event: &Path, response: &Value) {
+    let expect_path = event.with_extension("expect.json");
+    let expect: Value = serde_json::from_str(&std::fs::read_to_string(&expect_path).unwrap()).unwrap();
+    assert_eq!(response["statusCode"], expect["status"], "{}: {response}", event.display());
+    let body: Value = serde_json::from_str(response["body"].as_str().unwrap_or("null")).unwrap();
+    if let Some(items) = expect.get("items") {
+        let want: Vec<String> = serde_json::from_value(items.clone()).unwrap();
+        assert_eq!(item_codes(&body), want, "{}", event.display());
+    }
+    if expect["status"] != 200 {
+        assert!(body["error"]["message"].is_string(), "{}: errors carry a message: {body}", event.display());
+    }
+}
+
+fn sample_events() -> Vec<PathBuf> {
+    let mut events: Vec<PathBuf> = std::fs::read_dir(common::repo().join("events"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.to_str().unwrap().ends_with(".expect.json"))
+        .collect();
+    events.sort();
+    assert!(events.len() >= 10, "events/ lost its samples");
+    events
+}
+
+#[test]
+fn every_sample_event_replays_with_its_expected_status() {
+    let store = sample_store();
+    let events = sample_events();
+    let output = clipfn(store.path()).arg("replay").args(&events).output().unwrap();
+    assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), events.len());
+    for (event, line) in events.iter().zip(&lines) {
+        assert_eq!(line["file"], event.display().to_string());
+        check(event, &line["response"]);
+    }
+}
+
+/// A minimal Lambda Runtime API: hands out `events` in turn, collects what the function returns.
+#[derive(Clone)]
+struct RuntimeApi {
+    events: Arc<Mutex<Vec<(String, Value)>>>,
+    results: mpsc::UnboundedSender<(String, String, Value)>,
+}
+
+async fn next_invocation(State(api): State<RuntimeApi>) -> (HeaderMap, String) {
+    let next = api.events.lock().unwrap().pop();
+    let Some((id, event)) = next else {
+        // Nothing more to hand out: hold the long poll, as the real service does.
+        std::future::pending::<()>().await;
+        unreachable!()
+    };
+    let deadline_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
+    let mut headers = HeaderMap::new();
+    headers.insert("lambda-runtime-aws-request-id", id.parse().unwrap());
+    headers.insert("lambda-runtime-deadline-ms", deadline_ms.to_string().parse().unwrap());
+    headers.insert(
+        "lambda-runtime-invoked-function-arn",
+        "arn:aws:lambda:us-east-1:123456789012:function:clipfn".parse().unwrap(),
+    );
+    headers.insert("lambda-runtime-trace-id", "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1".parse().unwrap());
+    (headers, event.to_string())
+}
+
+async fn record(api: &RuntimeApi, id: String, kind: &str, body: String) {
+    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    let _ = api.results.send((id, kind.to_string(), value));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_invocations_from_a_lambda_runtime_api_peer() {
+    let store = sample_store();
+    let events_dir = common::repo().join("events");
+    let invocations = ["apigw-v1-embed-good", "apigw-v2-embed-one-bad", "apigw-v1-embed-malformed", "apigw-v2-readyz"];
+    let queue: Vec<(String, Value)> = invocations
+        .iter()
+        .rev()
+        .map(|name| {
+            let text = std::fs::read_to_string(events_dir.join(format!("{name}.json"))).unwrap();
+            (name.to_string(), serde_json::from_str(&text).unwrap())
+        })
+        .collect();
+    let (results, mut received) = mpsc::unbounded_channel();
+    let api = RuntimeApi { events: Arc::new(Mutex::new(queue)), results };
+    let app = Router::new()
+        .route("/2018-06-01/runtime/invocation/next", get(next_invocation))
+        .route(
+            "/2018-06-01/runtime/invocation/{id}/response",
+            post(|State(api): State<RuntimeApi>, UrlPath(id): UrlPath<String>, body: String| async move {
+                record(&api, id, "response", body).await;
+            }),
+        )
+        .route(
+            "/2018-06-01/runtime/invocation/{id}/error",
+            post(|State(api): State<RuntimeApi>, UrlPath(id): UrlPath<String>, body: String| async move {
+                record(&api, id, "error", body).await;
+            }),
+        )
+        .route(
+            "/2018-06-01/runtime/init/error",
+            post(|State(api): State<RuntimeApi>, body: String| async move {
+                record(&api, "init".into(), "error", body).await;
+            }),
+        )
+        .with_state(api);
+    let port = free_port();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let child = clipfn(store.path())
+        .arg("serve")
+        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
+        .env("AWS_LAMBDA_FUNCTION_NAME", "clipfn")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3008")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _function = Proc(child);
+
+    for name in invocations {
+        let (id, kind, response) = tokio::time::timeout(Duration::from_secs(60), received.recv())
+            .await
+            .expect("the function answered within 60 s")
+            .unwrap();
+        assert_eq!((id.as_str(), kind.as_str()), (name, "response"), "{response}");
+        check(&events_dir.join(format!("{name}.json")), &response);
+    }
+}
