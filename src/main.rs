@@ -1,20 +1,9 @@
-//! clipfn: photo references in, CLIP image embeddings out.
+//! The `clipfn` command line: `serve` (HTTP or Lambda) and `replay`.
 
-mod api;
-mod batcher;
-mod config;
-mod decode;
-mod lambda;
-mod model;
-mod pipeline;
-mod preprocess;
-mod serve;
-mod source;
-mod telemetry;
-
-use std::path::PathBuf;
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
+use clipfn::{config, lambda, serve, telemetry};
 
 #[derive(Parser)]
 #[command(version, about = "Photo references in, CLIP image embeddings out")]
@@ -36,10 +25,23 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init();
+    let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, causes included, whatever RUST_BACKTRACE says: start-up errors are read in
+            // a Cloud Run log viewer.
+            tracing::error!("{e:#}");
+            eprintln!("clipfn: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = config::Settings::from_env()?;
     match cli.command {
         Command::Serve if lambda::is_lambda() => lambda::run(settings).await,

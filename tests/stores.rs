@@ -11,7 +11,9 @@ use common::{Proc, ServerConfig, blocking_client, camera_photos, free_port, item
 fn start_fake_gcs(data: &Path) -> (Proc, u16) {
     let port = free_port();
     let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
-    command.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string(), "-backend", "memory", "-data"]);
+    let public_host = format!("127.0.0.1:{port}"); // object_store reads BASE/BUCKET/KEY, served only for the public host
+    command.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string(), "-public-host", &public_host]);
+    command.args(["-backend", "memory", "-data"]);
     command.arg(data);
     (spawn_listening(command, port, "fake-gcs-server"), port)
 }

@@ -1,0 +1,18 @@
+//! clipfn: photo references in, CLIP image embeddings out.
+//!
+//! A request flows one way through the stages, each a module:
+//! `api` (HTTP) -> `source` (bytes) -> `decode` (upright RGB) -> `preprocess` (tensor slot)
+//! -> `batcher` (cross-request queue, one model worker) -> `model` (ONNX Runtime session).
+//! `pipeline` carries one request through them; `serve` and `lambda` host the API.
+
+pub mod api;
+pub mod batcher;
+pub mod config;
+pub mod decode;
+pub mod lambda;
+pub mod model;
+pub mod pipeline;
+pub mod preprocess;
+pub mod serve;
+pub mod source;
+pub mod telemetry;

@@ -1,0 +1,254 @@
+# clipfn on Cloud Run with one NVIDIA L4 per instance. See docs/deploy.md.
+#
+# Everything lives in var.region: the service, the photo bucket it reads, the
+# model bucket and the image repository, so that photos and the model never
+# cross regions on their way to the GPU.
+
+locals {
+  model_uri  = "gs://${google_storage_bucket.models.name}/${var.model_object}"
+  photo_uri  = "gs://${google_storage_bucket.photos.name}"
+  runtime_sa = "serviceAccount:${google_service_account.runtime.email}"
+
+  # Cloud Run serves the container's port through $PORT; clipfn listens there.
+  container_port = 8080
+
+  required_apis = [
+    "artifactregistry.googleapis.com",
+    "iam.googleapis.com",
+    "run.googleapis.com",
+    "storage.googleapis.com",
+  ]
+}
+
+resource "google_project_service" "required" {
+  for_each = toset(local.required_apis)
+
+  project            = var.project_id
+  service            = each.value
+  disable_on_destroy = false
+}
+
+# ---------------------------------------------------------------------------
+# Images
+# ---------------------------------------------------------------------------
+
+resource "google_artifact_registry_repository" "images" {
+  location      = var.region
+  repository_id = var.artifact_repository_id
+  format        = "DOCKER"
+  description   = "clipfn container images (Dockerfile.cuda)"
+  labels        = var.labels
+
+  depends_on = [google_project_service.required]
+}
+
+# ---------------------------------------------------------------------------
+# Storage: photos and the model, both in var.region.
+# ---------------------------------------------------------------------------
+
+# The photos. Created here so that it is certain to share the service's
+# region; an existing bucket in that region can be brought in with
+# `terraform import google_storage_bucket.photos NAME` (docs/deploy.md).
+resource "google_storage_bucket" "photos" {
+  name                        = var.photo_bucket_name
+  location                    = var.region
+  storage_class               = "STANDARD"
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  labels                      = var.labels
+
+  depends_on = [google_project_service.required]
+}
+
+# The model gets a bucket of its own: bucket-level IAM with uniform access is
+# the only supported way to grant on objects (object ACLs are off), and an IAM
+# condition on a dedicated bucket can narrow the grant to the one model object.
+resource "google_storage_bucket" "models" {
+  name                        = var.model_bucket_name
+  location                    = var.region
+  storage_class               = "STANDARD"
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  labels                      = var.labels
+
+  versioning {
+    enabled = true
+  }
+
+  depends_on = [google_project_service.required]
+}
+
+# Optional upload of the model; otherwise `gcloud storage cp` it to
+# local.model_uri before the service starts (docs/deploy.md).
+resource "google_storage_bucket_object" "model" {
+  count = var.model_source_path == "" ? 0 : 1
+
+  bucket       = google_storage_bucket.models.name
+  name         = var.model_object
+  source       = var.model_source_path
+  content_type = "application/octet-stream"
+}
+
+# ---------------------------------------------------------------------------
+# Runtime identity: read-only on the photos and on the model object, nothing
+# else.
+# ---------------------------------------------------------------------------
+
+resource "google_service_account" "runtime" {
+  account_id   = "${var.service_name}-run"
+  display_name = "clipfn Cloud Run runtime"
+  description  = "Reads photos from gs://${var.photo_bucket_name} and one model object; no other roles."
+
+  depends_on = [google_project_service.required]
+}
+
+resource "google_storage_bucket_iam_member" "photos_reader" {
+  bucket = google_storage_bucket.photos.name
+  role   = "roles/storage.objectViewer"
+  member = local.runtime_sa
+}
+
+# objects.get on exactly one object: the condition matches the model object's
+# resource name, so listing the bucket or reading anything else is denied.
+resource "google_storage_bucket_iam_member" "model_reader" {
+  bucket = google_storage_bucket.models.name
+  role   = "roles/storage.objectViewer"
+  member = local.runtime_sa
+
+  condition {
+    title       = "clipfn-model-object-only"
+    description = "Read the ONNX model object and nothing else in the bucket."
+    expression  = "resource.name == \"projects/_/buckets/${google_storage_bucket.models.name}/objects/${var.model_object}\""
+  }
+}
+
+# ---------------------------------------------------------------------------
+# The service
+# ---------------------------------------------------------------------------
+
+resource "google_cloud_run_v2_service" "clipfn" {
+  name                 = var.service_name
+  location             = var.region
+  ingress              = var.ingress
+  invoker_iam_disabled = false
+  deletion_protection  = var.deletion_protection
+  labels               = var.labels
+
+  template {
+    service_account = google_service_account.runtime.email
+    timeout         = var.request_timeout
+
+    # One L4 per instance; two requests at a time keep the GPU busy while the
+    # next batch is fetched and decoded, and leave the rest to autoscaling.
+    max_instance_request_concurrency = 2
+    gpu_zonal_redundancy_disabled    = var.gpu_zonal_redundancy_disabled
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances
+    }
+
+    node_selector {
+      accelerator = "nvidia-l4"
+    }
+
+    containers {
+      image = var.image
+
+      ports {
+        container_port = local.container_port
+      }
+
+      resources {
+        limits = {
+          cpu              = var.cpu
+          memory           = var.memory
+          "nvidia.com/gpu" = "1"
+        }
+        # GPU services need instance-based billing (CPU always allocated).
+        cpu_idle          = false
+        startup_cpu_boost = true
+      }
+
+      env {
+        name  = "CLIPFN_MODEL"
+        value = local.model_uri
+      }
+      env {
+        name  = "CLIPFN_STORE"
+        value = local.photo_uri
+      }
+      env {
+        name  = "CLIPFN_PROVIDER"
+        value = var.clipfn_provider
+      }
+      env {
+        name  = "CLIPFN_BATCH_SIZE"
+        value = tostring(var.batch_size)
+      }
+      env {
+        name  = "CLIPFN_MAX_IMAGES"
+        value = tostring(var.max_images)
+      }
+      env {
+        name  = "CLIPFN_ALLOWED_SOURCES"
+        value = var.allowed_sources
+      }
+      env {
+        name  = "RUST_LOG"
+        value = var.rust_log
+      }
+      dynamic "env" {
+        for_each = var.extra_env
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      # Traffic arrives only once the model is loaded and warmed up on the
+      # GPU: /readyz answers 503 until then. Up to 4 minutes are allowed for
+      # the image pull, the model download and the CUDA warm-up.
+      startup_probe {
+        initial_delay_seconds = 0
+        period_seconds        = 5
+        timeout_seconds       = 3
+        failure_threshold     = 48
+
+        http_get {
+          path = "/readyz"
+          port = local.container_port
+        }
+      }
+
+      liveness_probe {
+        period_seconds    = 30
+        timeout_seconds   = 5
+        failure_threshold = 3
+
+        http_get {
+          path = "/healthz"
+          port = local.container_port
+        }
+      }
+    }
+  }
+
+  depends_on = [
+    google_project_service.required,
+    google_storage_bucket_iam_member.photos_reader,
+    google_storage_bucket_iam_member.model_reader,
+    google_storage_bucket_object.model,
+  ]
+}
+
+# The backend is the only invoker. A binding (not a member) is authoritative
+# for roles/run.invoker on this service: any other invoker added by hand is
+# removed on the next apply.
+resource "google_cloud_run_v2_service_iam_binding" "invoker" {
+  project  = google_cloud_run_v2_service.clipfn.project
+  location = google_cloud_run_v2_service.clipfn.location
+  name     = google_cloud_run_v2_service.clipfn.name
+  role     = "roles/run.invoker"
+  members  = [var.backend_invoker_member]
+}

@@ -1,0 +1,193 @@
+variable "project_id" {
+  description = "Google Cloud project that hosts the service, the buckets and the Artifact Registry repository."
+  type        = string
+}
+
+variable "region" {
+  description = "The one region for the Cloud Run GPU service, the photo bucket, the model bucket and the image repository. Must offer Cloud Run L4 GPUs."
+  type        = string
+  default     = "us-central1"
+
+  validation {
+    condition     = contains(["us-central1", "us-east4", "europe-west1", "europe-west4", "asia-southeast1"], var.region)
+    error_message = "The region must be one with Cloud Run nvidia-l4 GPUs: us-central1, us-east4, europe-west1, europe-west4 or asia-southeast1."
+  }
+}
+
+variable "service_name" {
+  description = "Name of the Cloud Run service; also the prefix of its runtime service account."
+  type        = string
+  default     = "clipfn"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,25}$", var.service_name))
+    error_message = "The service name must be 2-26 characters of lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "image" {
+  description = "Container image built from Dockerfile.cuda, e.g. us-central1-docker.pkg.dev/PROJECT/clipfn/clipfn:TAG (see the artifact_registry_url output)."
+  type        = string
+
+  validation {
+    condition     = length(trimspace(var.image)) > 0
+    error_message = "Set image to the pushed Dockerfile.cuda image."
+  }
+}
+
+variable "artifact_repository_id" {
+  description = "Artifact Registry Docker repository created for the images."
+  type        = string
+  default     = "clipfn"
+}
+
+variable "photo_bucket_name" {
+  description = "Globally unique name of the photo bucket created in var.region; bare keys in requests resolve against it (CLIPFN_STORE)."
+  type        = string
+}
+
+variable "model_bucket_name" {
+  description = "Globally unique name of the bucket created in var.region for the ONNX model. The service may read only the model object in it."
+  type        = string
+}
+
+variable "model_object" {
+  description = "Object name of the ONNX CLIP ViT-B/32 image encoder inside the model bucket."
+  type        = string
+  default     = "clip-vit-b32/model.onnx"
+
+  validation {
+    condition     = length(var.model_object) > 0 && !startswith(var.model_object, "/")
+    error_message = "model_object is an object name without a leading slash, e.g. clip-vit-b32/model.onnx."
+  }
+}
+
+variable "model_source_path" {
+  description = "Optional local path of the ONNX model; when set, Terraform uploads it as model_object. Leave empty to upload it yourself (gcloud storage cp)."
+  type        = string
+  default     = ""
+}
+
+variable "backend_invoker_member" {
+  description = "IAM member of the backend that calls the service, e.g. serviceAccount:backend@PROJECT.iam.gserviceaccount.com. It is the only principal granted roles/run.invoker."
+  type        = string
+
+  validation {
+    condition     = can(regex("^(serviceAccount|user|group|principal|principalSet):.+", var.backend_invoker_member))
+    error_message = "backend_invoker_member must be one identity such as serviceAccount:NAME@PROJECT.iam.gserviceaccount.com; allUsers and allAuthenticatedUsers are not allowed."
+  }
+}
+
+variable "max_instances" {
+  description = "Upper bound of GPU instances; each one holds an L4 and needs GPU quota in the region."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.max_instances >= 1 && var.max_instances <= 100 && floor(var.max_instances) == var.max_instances
+    error_message = "max_instances must be a whole number between 1 and 100."
+  }
+}
+
+variable "gpu_zonal_redundancy_disabled" {
+  description = "true: best-effort failover between zones at the lower GPU price (needs the non-zonal-redundancy GPU quota); false: reserved zonal redundancy."
+  type        = bool
+  default     = true
+}
+
+variable "cpu" {
+  description = "vCPU limit per instance. Cloud Run GPU instances need at least 4; decoding and resizing photos is CPU work, so 8 helps large requests."
+  type        = string
+  default     = "4"
+
+  validation {
+    condition     = contains(["4", "6", "8"], var.cpu)
+    error_message = "cpu must be \"4\", \"6\" or \"8\" (Cloud Run GPU instances need at least 4)."
+  }
+}
+
+variable "memory" {
+  description = "Memory limit per instance, in Gi. Cloud Run GPU instances need at least 16Gi."
+  type        = string
+  default     = "16Gi"
+
+  validation {
+    condition     = can(regex("^(1[6-9]|[2-9][0-9])Gi$", var.memory))
+    error_message = "memory must be between 16Gi and 99Gi, written like 16Gi or 32Gi."
+  }
+}
+
+variable "request_timeout" {
+  description = "Longest time Cloud Run lets one request run."
+  type        = string
+  default     = "300s"
+}
+
+variable "clipfn_provider" {
+  description = "CLIPFN_PROVIDER: cuda fails start-up when the GPU cannot be used instead of silently running on CPU."
+  type        = string
+  default     = "cuda"
+
+  validation {
+    condition     = contains(["auto", "cuda", "cpu"], var.clipfn_provider)
+    error_message = "clipfn_provider must be auto, cuda or cpu."
+  }
+}
+
+variable "batch_size" {
+  description = "CLIPFN_BATCH_SIZE: images per ONNX Runtime run."
+  type        = number
+  default     = 64
+}
+
+variable "max_images" {
+  description = "CLIPFN_MAX_IMAGES: most images accepted in one request."
+  type        = number
+  default     = 100
+}
+
+variable "allowed_sources" {
+  description = "CLIPFN_ALLOWED_SOURCES: comma-separated extra URI prefixes requests may name besides bare keys in the photo bucket. The service account can only read the photo bucket unless you grant more."
+  type        = string
+  default     = ""
+}
+
+variable "rust_log" {
+  description = "RUST_LOG filter for the service's logs."
+  type        = string
+  default     = "info"
+}
+
+variable "extra_env" {
+  description = "Further environment variables for the container, e.g. { CLIPFN_MAX_IMAGE_BYTES = \"20000000\" }."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.extra_env) : !contains(["PORT", "CLIPFN_MODEL", "CLIPFN_STORE", "CLIPFN_PROVIDER", "CLIPFN_BATCH_SIZE", "CLIPFN_MAX_IMAGES", "CLIPFN_ALLOWED_SOURCES", "RUST_LOG"], name)])
+    error_message = "extra_env must not set variables that this module manages (PORT, CLIPFN_MODEL, CLIPFN_STORE, CLIPFN_PROVIDER, CLIPFN_BATCH_SIZE, CLIPFN_MAX_IMAGES, CLIPFN_ALLOWED_SOURCES, RUST_LOG)."
+  }
+}
+
+variable "ingress" {
+  description = "Who may reach the URL at the network level; IAM (roles/run.invoker) still authenticates every request."
+  type        = string
+  default     = "INGRESS_TRAFFIC_ALL"
+
+  validation {
+    condition     = contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], var.ingress)
+    error_message = "ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  }
+}
+
+variable "deletion_protection" {
+  description = "Protect the Cloud Run service from terraform destroy; set false before destroying."
+  type        = bool
+  default     = true
+}
+
+variable "labels" {
+  description = "Labels put on the service, the buckets and the repository."
+  type        = map(string)
+  default     = {}
+}

