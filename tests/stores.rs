@@ -6,17 +6,10 @@ mod common;
 
 use std::{path::Path, process::Command};
 
-use common::{Proc, ServerConfig, blocking_client, camera_photos, free_port, item, setup_var, spawn_listening};
-
-fn start_fake_gcs(data: &Path) -> (Proc, u16) {
-    let port = free_port();
-    let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
-    let public_host = format!("127.0.0.1:{port}"); // object_store reads BASE/BUCKET/KEY, served only for the public host
-    command.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string(), "-public-host", &public_host]);
-    command.args(["-backend", "memory", "-data"]);
-    command.arg(data);
-    (spawn_listening(command, port, "fake-gcs-server"), port)
-}
+use common::{
+    Proc, ServerConfig, blocking_client, camera_photos, fake_gcs_credentials, free_port, item, setup_var, spawn_listening,
+    start_fake_gcs,
+};
 
 fn start_moto() -> (Proc, u16) {
     let port = free_port();
@@ -43,18 +36,11 @@ fn gcs_keys_uris_allowlist_and_model_from_the_emulator() {
     put(&data.path().join("models"), "clip-test.onnx", &std::fs::read(setup_var("CLIPFN_TEST_MODEL")).unwrap());
     let (_gcs, port) = start_fake_gcs(data.path());
 
-    let credentials = serde_json::json!({
-        "gcs_base_url": format!("http://127.0.0.1:{port}"),
-        "disable_oauth": true,
-        "client_email": "",
-        "private_key": "",
-        "private_key_id": "",
-    });
     let server = ServerConfig::local(Path::new("/"))
         .env("CLIPFN_STORE", "gs://photos/user")
         .env("CLIPFN_ALLOWED_SOURCES", "gs://shared")
         .env("CLIPFN_MODEL", "gs://models/clip-test.onnx")
-        .env("GOOGLE_SERVICE_ACCOUNT_KEY", &credentials.to_string())
+        .env("GOOGLE_SERVICE_ACCOUNT_KEY", &fake_gcs_credentials(port))
         .start();
 
     let images = [

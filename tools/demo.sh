@@ -10,7 +10,7 @@ source .cache/clipfn.env
 cargo build --locked
 
 port=${PORT:-8080}
-photos=${CLIPFN_DEMO_PHOTOS:-$CLIPFN_PHOTOS_DIR}
+photos=${CLIPFN_DEMO_PHOTOS:-$CLIPFN_PHOTOS_DIR/wallpapers}
 log=$(mktemp)
 env ORT_DYLIB_PATH="$ORT_DYLIB_PATH" PORT="$port" \
   CLIPFN_MODEL="${CLIPFN_DEMO_MODEL:-$CLIPFN_TEST_MODEL}" CLIPFN_STORE="file://$photos" \

@@ -183,7 +183,7 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 /// Real camera photos fetched by setup (Debian wallpaper packages), sorted, at most `n`.
 pub fn camera_photos(n: usize) -> Vec<PathBuf> {
-    let dir = PathBuf::from(setup_var("CLIPFN_PHOTOS_DIR"));
+    let dir = PathBuf::from(setup_var("CLIPFN_PHOTOS_DIR")).join("wallpapers");
     let mut photos: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -221,4 +221,28 @@ pub fn spawn_listening(mut command: Command, port: u16, what: &str) -> Proc {
     let mut proc = Proc(child);
     wait_for_port(port, &mut proc.0, what);
     proc
+}
+
+/// fake-gcs-server on loopback serving `data` (one folder per bucket).
+pub fn start_fake_gcs(data: &Path) -> (Proc, u16) {
+    let port = free_port();
+    let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
+    // object_store reads BASE/BUCKET/KEY, which the emulator serves only for its public host.
+    let public_host = format!("127.0.0.1:{port}");
+    command.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string(), "-public-host", &public_host]);
+    command.args(["-backend", "memory", "-data"]).arg(data);
+    (spawn_listening(command, port, "fake-gcs-server"), port)
+}
+
+/// Service-account JSON (GOOGLE_SERVICE_ACCOUNT_KEY) pointing object_store at the emulator with
+/// OAuth off, so it never asks a metadata server for a token.
+pub fn fake_gcs_credentials(port: u16) -> String {
+    serde_json::json!({
+        "gcs_base_url": format!("http://127.0.0.1:{port}"),
+        "disable_oauth": true,
+        "client_email": "",
+        "private_key": "",
+        "private_key_id": "",
+    })
+    .to_string()
 }

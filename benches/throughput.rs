@@ -1,0 +1,322 @@
+//! The throughput benchmark: `cargo bench --bench throughput` (after `tools/setup.sh --bench`).
+//!
+//! In one run, on the ViT-B/32-architecture model and the real camera photos, it measures
+//! 1. raw inference: images/s of the ONNX Runtime session alone at batch 1, 16, 32, 64 (the limit);
+//! 2. preprocessing: photos/s on one core for decode + resize + normalise, beside Pillow's CLIP
+//!    preprocessing on the same photos;
+//! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
+//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2.
+//!
+//! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
+//! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clipfn::{config::Settings, decode::decode, model::Model, preprocess::preprocess_into};
+use common::{ServerConfig, camera_photos, setup_var};
+use plotters::prelude::*;
+use serde_json::Value;
+
+const BATCHES: [usize; 4] = [1, 16, 32, 64];
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct RawPoint {
+    batch: usize,
+    images_per_s: f64,
+    ms_per_batch: f64,
+}
+
+fn raw_inference(model_path: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
+    let settings = Settings::from_iter([
+        ("CLIPFN_MODEL".to_string(), model_path.to_string()),
+        ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
+        ("CLIPFN_PROVIDER".to_string(), "cpu".to_string()),
+    ])?;
+    let bytes = std::fs::read(model_path)?;
+    let mut model = Model::load(&settings, &bytes, "bench".into())?;
+    let slot = model.info.slot_len();
+    BATCHES
+        .iter()
+        .map(|&batch| {
+            let pixels = vec![0.1f32; slot * batch];
+            model.run(&pixels, batch)?; // first run at a new shape allocates; keep it out
+            let times: Vec<f64> = (0..runs)
+                .map(|_| {
+                    let t = Instant::now();
+                    model.run(&pixels, batch).map(|_| t.elapsed().as_secs_f64())
+                })
+                .collect::<Result<_, _>>()?;
+            let secs = median(times);
+            eprintln!("raw inference: batch {batch}: {:.1} img/s", batch as f64 / secs);
+            Ok(RawPoint { batch, images_per_s: batch as f64 / secs, ms_per_batch: secs * 1e3 })
+        })
+        .collect()
+}
+
+/// Photos/s of decode + resize + normalise on one thread, median of `runs` passes.
+fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
+    let data: Vec<Vec<u8>> = photos.iter().map(std::fs::read).collect::<Result<_, _>>()?;
+    let mut slot = vec![0.0f32; 3 * 224 * 224];
+    let mut rates = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        for bytes in &data {
+            let rgb = decode(bytes, u64::MAX)?;
+            preprocess_into(&rgb, 224, &mut slot)?;
+        }
+        rates.push(data.len() as f64 / t.elapsed().as_secs_f64());
+    }
+    Ok(median(rates))
+}
+
+/// Pillow's CLIP preprocessing on the same photos (tools/reference.py --bench): (exact, draft).
+fn pillow_baseline(photos: &[PathBuf]) -> anyhow::Result<(f64, f64)> {
+    let output = std::process::Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/reference.py"))
+        .arg("--bench")
+        .args(photos)
+        .output()?;
+    anyhow::ensure!(output.status.success(), "reference.py --bench: {}", String::from_utf8_lossy(&output.stderr));
+    let json: Value = serde_json::from_slice(&output.stdout)?;
+    let rate = |k: &str| json[k]["photos_per_s"].as_f64().unwrap_or(f64::NAN);
+    Ok((rate("exact"), rate("jpeg_draft")))
+}
+
+#[derive(Default)]
+struct LoadResult {
+    requests: usize,
+    images: usize,
+    errors: usize,
+    seconds: f64,
+    latencies_s: Vec<f64>,
+}
+
+impl LoadResult {
+    fn row(&self, name: &str) -> String {
+        let mut l = self.latencies_s.clone();
+        l.sort_by(f64::total_cmp);
+        let p = |q| if l.is_empty() { f64::NAN } else { percentile(&l, q) };
+        format!(
+            "| {name} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            self.requests,
+            self.images,
+            self.images as f64 / self.seconds,
+            p(0.50),
+            p(0.95),
+            p(0.99),
+            self.errors
+        )
+    }
+}
+
+/// `clients` loops, each sending `min..=max` random photos then thinking `think` seconds, for `secs`.
+async fn load(
+    base: &str,
+    keys: &[String],
+    clients: usize,
+    photos: (usize, usize),
+    think: (f64, f64),
+    secs: f64,
+) -> LoadResult {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(300)).no_proxy().build().unwrap();
+    let keys = Arc::new(keys.to_vec());
+    let start = Instant::now();
+    let until = start + Duration::from_secs_f64(secs);
+    let tasks: Vec<_> = (0..clients)
+        .map(|vu| {
+            let (client, keys, url) = (client.clone(), Arc::clone(&keys), format!("{base}/v1/embed"));
+            tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed(vu as u64 + 1);
+                let mut result = LoadResult::default();
+                while Instant::now() < until {
+                    let n = rng.usize(photos.0..=photos.1);
+                    let images: Vec<&String> = (0..n).map(|_| &keys[rng.usize(..keys.len())]).collect();
+                    let t = Instant::now();
+                    let response = client.post(&url).json(&serde_json::json!({ "images": images })).send().await;
+                    let ok = match response {
+                        Ok(r) if r.status() == 200 => r.json::<Value>().await.ok(),
+                        _ => None,
+                    };
+                    result.latencies_s.push(t.elapsed().as_secs_f64());
+                    result.requests += 1;
+                    match ok {
+                        Some(body) => {
+                            let items = body["data"].as_array().cloned().unwrap_or_default();
+                            let failed = items.iter().filter(|i| i.get("error").is_some()).count();
+                            result.images += items.len() - failed;
+                            result.errors += failed;
+                        }
+                        None => result.errors += n,
+                    }
+                    let pause = think.0 + rng.f64() * (think.1 - think.0);
+                    tokio::time::sleep(Duration::from_secs_f64(pause)).await;
+                }
+                result
+            })
+        })
+        .collect();
+    let mut total = LoadResult::default();
+    for task in tasks {
+        let r = task.await.unwrap();
+        total.requests += r.requests;
+        total.images += r.images;
+        total.errors += r.errors;
+        total.latencies_s.extend(r.latencies_s);
+    }
+    total.seconds = start.elapsed().as_secs_f64();
+    total
+}
+
+/// Batch sizes the server ran, from its Prometheus histogram: (upper bound, count in bucket).
+fn batch_fill(base: &str) -> Vec<(String, u64)> {
+    let text = common::blocking_client().get(format!("{base}/metrics")).send().and_then(|r| r.text()).unwrap_or_default();
+    let mut previous = 0;
+    text.lines()
+        .filter(|l| l.starts_with("clipfn_batch_size_bucket"))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?.to_string();
+            let cumulative: u64 = l.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
+            let in_bucket = cumulative - previous;
+            previous = cumulative;
+            Some((le, in_bucket))
+        })
+        .collect()
+}
+
+fn seed_gcs(photos: &[PathBuf], data: &Path) -> Vec<String> {
+    let bucket = data.join("photos");
+    std::fs::create_dir_all(&bucket).unwrap();
+    photos
+        .iter()
+        .map(|p| {
+            let key = p.file_name().unwrap().to_string_lossy().into_owned();
+            std::fs::copy(p, bucket.join(&key)).unwrap();
+            key
+        })
+        .collect()
+}
+
+fn chart(points: &[RawPoint], path: &Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(450);
+    let max_rate = points.iter().map(|p| p.images_per_s).fold(0.0, f64::max) * 1.2;
+    let max_ms = points.iter().map(|p| p.ms_per_batch).fold(0.0, f64::max) * 1.2;
+    for (area, title, max, value, label) in [
+        (&left, "Throughput by batch size", max_rate, 0usize, "images/s"),
+        (&right, "Latency of one batch", max_ms, 1, "ms per batch"),
+    ] {
+        let mut c = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..70f64, 0f64..max)?;
+        c.configure_mesh().x_desc("batch size").y_desc(label).draw()?;
+        let series: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (p.batch as f64, if value == 0 { p.images_per_s } else { p.ms_per_batch }))
+            .collect();
+        c.draw_series(LineSeries::new(series.clone(), &BLUE))?;
+        c.draw_series(series.iter().map(|&(x, y)| Circle::new((x, y), 4, BLUE.filled())))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let runs: usize = env_or("CLIPFN_BENCH_RUNS", 3);
+    let vus: usize = env_or("CLIPFN_BENCH_VUS", 2);
+    let secs: f64 = env_or("CLIPFN_BENCH_SECONDS", 60.0);
+    let out = PathBuf::from(std::env::var("CLIPFN_BENCH_OUT").unwrap_or_else(|_| "target/bench-report".into()));
+    std::fs::create_dir_all(&out)?;
+    let model = setup_var("CLIPFN_BENCH_MODEL");
+    anyhow::ensure!(Path::new(&model).is_file(), "{model} missing: run tools/setup.sh --bench");
+    let photos = camera_photos(usize::MAX);
+
+    let raw = raw_inference(&model, runs)?;
+    let ours = preprocessing(&photos, runs)?;
+    eprintln!("preprocessing: {ours:.1} photos/s on one core");
+    let (pillow, pillow_draft) = pillow_baseline(&photos)?;
+
+    let data = tempfile::tempdir()?;
+    let keys = seed_gcs(&photos, data.path());
+    let (_gcs, gcs_port) = common::start_fake_gcs(data.path());
+    let server = ServerConfig::local(Path::new("/"))
+        .env("CLIPFN_STORE", "gs://photos")
+        .env("CLIPFN_MODEL", &model)
+        .env("CLIPFN_BATCH_SIZE", "64")
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
+        .env("GOOGLE_SERVICE_ACCOUNT_KEY", &common::fake_gcs_credentials(gcs_port))
+        .start();
+    let runtime = tokio::runtime::Runtime::new()?;
+    eprintln!("end to end: seed load shape, {vus} VUs for {secs} s");
+    let seed = runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
+    eprintln!("end to end: closed loop at concurrency 2 for {secs} s");
+    let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
+    let fill = batch_fill(&server.base);
+
+    let raw64 = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.images_per_s);
+    let e2e = closed.images as f64 / closed.seconds;
+    let mean_mp = photos
+        .iter()
+        .filter_map(|p| image::image_dimensions(p).ok())
+        .map(|(w, h)| f64::from(w) * f64::from(h) / 1e6)
+        .sum::<f64>()
+        / photos.len() as f64;
+
+    let mut md = String::new();
+    writeln!(md, "# clipfn benchmark\n")?;
+    writeln!(md, "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), CPU execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n", std::thread::available_parallelism()?.get(), cpu_name(), photos.len())?;
+    writeln!(md, "## 1. Raw inference (ONNX Runtime session alone)\n\n| batch | images/s | ms per batch |\n|---|---|---|")?;
+    for p in &raw {
+        writeln!(md, "| {} | {:.1} | {:.0} |", p.batch, p.images_per_s, p.ms_per_batch)?;
+    }
+    writeln!(md, "\n## 2. Preprocessing, one core (decode + resize + normalise, no fetch)\n\n| implementation | photos/s |\n|---|---|")?;
+    writeln!(md, "| clipfn | {ours:.1} |\n| Pillow, CLIP preprocessing (full decode) | {pillow:.1} |\n| Pillow with JPEG draft (DCT-scaled decode) | {pillow_draft:.1} |")?;
+    writeln!(md, "\n## 3. End to end (release server, loopback, photos from fake-gcs-server)\n")?;
+    writeln!(md, "| load | requests | images embedded | images/s | p50 s | p95 s | p99 s | errors |\n|---|---|---|---|---|---|---|---|")?;
+    writeln!(md, "{}", seed.row(&format!("seed shape: {vus} VUs, 30-50 photos, 3-5 s think, {secs} s")))?;
+    writeln!(md, "{}", closed.row(&format!("closed loop, concurrency 2, 30-50 photos, {secs} s")))?;
+    writeln!(md, "\nBatch fill over both runs (batches by size bucket, from /metrics):\n\n| batch size <= | batches |\n|---|---|")?;
+    for (le, n) in &fill {
+        writeln!(md, "| {le} | {n} |")?;
+    }
+    writeln!(md, "\n## Ratios (same run)\n")?;
+    writeln!(md, "- end-to-end images/s (closed loop) / raw batch-64 images/s = {e2e:.1} / {raw64:.1} = **{:.2}** (target >= 0.90)", e2e / raw64)?;
+    writeln!(md, "- clipfn preprocessing / Pillow (full decode) per core = {ours:.1} / {pillow:.1} = **{:.2}** (target >= 3)", ours / pillow)?;
+    writeln!(md, "- clipfn preprocessing / Pillow with draft per core = **{:.2}**", ours / pillow_draft)?;
+    writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
+    std::fs::write(out.join("report.md"), &md)?;
+    chart(&raw, &out.join("throughput.svg"))?;
+    println!("{md}");
+    eprintln!("wrote {}", out.join("report.md").display());
+    Ok(())
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into())
+}

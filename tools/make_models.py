@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Generate CLIP-shaped ONNX image encoders with seeded random weights.
+
+No model hub is reachable from our machines, so the service is tested against
+models built here from scratch with the `onnx` helpers (no torch):
+
+  --kind test     tiny model (~0.8M params, a few ms/image on CPU) whose output
+                  depends on *where* each colour is: a 16x16/stride-16 patch conv
+                  (3->8 ch) + tanh, flattened (no global pooling) and projected
+                  to 512. A wrong EXIF rotation, crop offset or RGB/BGR swap
+                  therefore changes the embedding clearly.
+  --kind vit-b32  exactly the CLIP ViT-B/32 image tower (87.8M params) for
+                  realistic benchmark timings; its outputs are meaningless.
+
+Both: input "pixel_values" float32 [N,3,224,224] (dynamic N), output
+"image_embeds" float32 [N,512] (NOT L2-normalised, like CLIP's projection
+output), opset 17, metadata_props "clipfn.model_id". Same seed -> same bytes.
+
+Usage: make_models.py --kind test|vit-b32 [--out PATH] [--seed N] [--check]
+"""
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = {
+    "test": os.path.join(REPO, ".cache/models/clip-test.onnx"),
+    "vit-b32": os.path.join(REPO, ".cache/models/vit-b32-random.onnx"),
+}
+MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1"}
+
+
+class Graph:
+    """Tiny builder: collects nodes/initializers and hands out unique names."""
+
+    def __init__(self, rng):
+        self.rng, self.nodes, self.inits, self.n = rng, [], [], 0
+
+    def name(self, p):
+        self.n += 1
+        return f"{p}_{self.n}"
+
+    def const(self, name, arr):
+        self.inits.append(numpy_helper.from_array(np.array(arr, order="C"), name))  # keeps 0-d
+        return name
+
+    def randn(self, name, shape, std):
+        return self.const(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
+
+    def op(self, op_type, inputs, **attrs):
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    # CLIP building blocks -------------------------------------------------
+    def linear(self, x, prefix, d_in, d_out, std=0.02):
+        w = self.randn(f"{prefix}.weight", (d_in, d_out), std)  # stored as W^T for MatMul
+        b = self.const(f"{prefix}.bias", np.zeros(d_out, np.float32))
+        return self.op("Add", [self.op("MatMul", [x, w]), b])
+
+    def layernorm(self, x, prefix, d):
+        g = self.const(f"{prefix}.weight", np.ones(d, np.float32))
+        b = self.const(f"{prefix}.bias", np.zeros(d, np.float32))
+        return self.op("LayerNormalization", [x, g, b], axis=-1, epsilon=1e-5)
+
+
+def build_test(g):
+    """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*14*14, linear -> 512."""
+    # Weight scales: each conv output sums 768 normalised pixels, so std 1/sqrt(768)
+    # keeps tanh mostly in its linear range; likewise 1/sqrt(1568) for the projection.
+    w = g.randn("patch.weight", (8, 3, 16, 16), 1.0 / np.sqrt(3 * 16 * 16))
+    b = g.randn("patch.bias", (8,), 0.1)
+    x = g.op("Conv", ["pixel_values", w, b], kernel_shape=[16, 16], strides=[16, 16])
+    x = g.op("Tanh", [x])
+    x = g.op("Flatten", [x], axis=1)  # [N, 1568]: keeps position information
+    w2 = g.randn("proj.weight", (8 * 14 * 14, 512), 1.0 / np.sqrt(8 * 14 * 14))
+    b2 = g.randn("proj.bias", (512,), 0.1)
+    return g.op("Add", [g.op("MatMul", [x, w2]), b2])
+
+
+def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
+    """CLIP ViT-B/32 visual tower (openai/CLIP model.py VisionTransformer)."""
+    grid = 224 // patch
+    hd = width // heads
+    w = g.randn("conv1.weight", (width, 3, patch, patch), 0.02)
+    x = g.op("Conv", ["pixel_values", w], kernel_shape=[patch, patch], strides=[patch, patch])
+    x = g.op("Reshape", [x, g.const("shape_nc_hw", np.array([0, width, -1], np.int64))])
+    x = g.op("Transpose", [x], perm=[0, 2, 1])  # [N, 49, 768]
+    # class token, broadcast to [N, 1, 768] with the runtime batch size
+    n = g.op("Slice", [g.op("Shape", [x]), g.const("i0", np.array([0], np.int64)),
+                       g.const("i1", np.array([1], np.int64))])
+    cls_shape = g.op("Concat", [n, g.const("one_width", np.array([1, width], np.int64))], axis=0)
+    cls = g.op("Expand", [g.randn("class_embedding", (1, 1, width), 0.02), cls_shape])
+    x = g.op("Concat", [cls, x], axis=1)  # [N, 50, 768]
+    x = g.op("Add", [x, g.randn("positional_embedding", (grid * grid + 1, width), 0.02)])
+    x = g.layernorm(x, "ln_pre", width)
+
+    split = g.const("qkv_split", np.array([width] * 3, np.int64))
+    heads_shape = g.const("heads_shape", np.array([0, 0, heads, hd], np.int64))
+    merge_shape = g.const("merge_shape", np.array([0, 0, width], np.int64))
+    scale = g.const("attn_scale", np.array(1.0 / np.sqrt(hd), np.float32))
+    gelu_k = g.const("quickgelu_k", np.array(1.702, np.float32))
+    for i in range(layers):
+        p = f"transformer.resblocks.{i}"
+        h = g.layernorm(x, f"{p}.ln_1", width)
+        qkv = g.linear(h, f"{p}.attn.in_proj", width, 3 * width)
+        q, k, v = (g.name("qkv") for _ in range(3))
+        g.nodes.append(helper.make_node("Split", [qkv, split], [q, k, v], axis=-1))
+        q = g.op("Transpose", [g.op("Reshape", [q, heads_shape])], perm=[0, 2, 1, 3])  # N,H,L,D
+        k = g.op("Transpose", [g.op("Reshape", [k, heads_shape])], perm=[0, 2, 3, 1])  # N,H,D,L
+        v = g.op("Transpose", [g.op("Reshape", [v, heads_shape])], perm=[0, 2, 1, 3])
+        att = g.op("Softmax", [g.op("Mul", [g.op("MatMul", [q, k]), scale])], axis=-1)
+        o = g.op("Transpose", [g.op("MatMul", [att, v])], perm=[0, 2, 1, 3])
+        o = g.linear(g.op("Reshape", [o, merge_shape]), f"{p}.attn.out_proj", width, width)
+        x = g.op("Add", [x, o])
+        h = g.layernorm(x, f"{p}.ln_2", width)
+        h = g.linear(h, f"{p}.mlp.c_fc", width, 4 * width)
+        h = g.op("Mul", [h, g.op("Sigmoid", [g.op("Mul", [h, gelu_k])])])  # QuickGELU
+        h = g.linear(h, f"{p}.mlp.c_proj", 4 * width, width)
+        x = g.op("Add", [x, h])
+
+    cls = g.op("Gather", [x, g.const("cls_index", np.array(0, np.int64))], axis=1)  # [N, 768]
+    cls = g.layernorm(cls, "ln_post", width)
+    return g.op("MatMul", [cls, g.randn("proj", (width, out_dim), width ** -0.5)])
+
+
+def build(kind, seed):
+    g = Graph(np.random.default_rng(seed))
+    out = build_test(g) if kind == "test" else build_vit_b32(g)
+    g.nodes.append(helper.make_node("Identity", [out], ["image_embeds"], name="image_embeds"))
+    graph = helper.make_graph(
+        g.nodes, f"clipfn_{kind}",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["N", 3, 224, 224])],
+        [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["N", 512])],
+        initializer=g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="clipfn-tools-make_models", producer_version="1")
+    model.ir_version = 8  # readable by every ONNX Runtime >= 1.10
+    meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
+            "clipfn.input_size": "224", "clipfn.embedding_dim": "512",
+            "clipfn.mean": "0.48145466,0.4578275,0.40821073",
+            "clipfn.std": "0.26862954,0.26130258,0.27577711"}
+    helper.set_model_props(model, meta)
+    # learned tensors only: skip 0-d float constants (attention scale, QuickGELU 1.702)
+    params = sum(int(np.prod(t.dims)) for t in g.inits if t.data_type == TensorProto.FLOAT and t.dims)
+    return model, params
+
+
+def check(path):
+    """Run a batch of 2 through ONNX Runtime; returns the output and the time."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    sess.run(None, {"pixel_values": x})  # warm-up
+    t = time.perf_counter()
+    (y,) = sess.run(None, {"pixel_values": x})
+    dt = time.perf_counter() - t
+    assert y.shape == (2, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    return y, dt
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kind", choices=["test", "vit-b32"], required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--seed", type=int, default=20240601)
+    ap.add_argument("--check", action="store_true", help="run a batch of 2 with onnxruntime")
+    a = ap.parse_args()
+    out = os.path.abspath(a.out or DEFAULT_OUT[a.kind])
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+
+    t0 = time.perf_counter()
+    model, params = build(a.kind, a.seed)
+    onnx.checker.check_model(model, full_check=True)  # also infers shapes
+    tmp = out + ".tmp"
+    onnx.save_model(model, tmp)  # < 2 GB, so no external data needed
+    os.replace(tmp, out)  # atomic: a crash never leaves a half-written model
+    t_build = time.perf_counter() - t0
+    sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+    print(f"{a.kind}: {out}\n  params={params:,} size={os.path.getsize(out)/1e6:.1f} MB "
+          f"sha256={sha[:16]} built in {t_build:.1f}s")
+    if a.check:
+        y, dt = check(out)
+        cos = float(y[0] @ y[1] / np.linalg.norm(y[0]) / np.linalg.norm(y[1]))
+        print(f"  onnxruntime: out {y.shape}, batch of 2 in {dt*1000:.1f} ms (1 thread), "
+              f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y1)={cos:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
