@@ -262,12 +262,11 @@ fn main() -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
     let keys = seed_gcs(&photos, data.path());
     let (_gcs, gcs_port) = common::start_fake_gcs(data.path());
-    let server = ServerConfig::local(Path::new("/"))
+    let server = common::gcs_env(ServerConfig::local(Path::new("/")), gcs_port)
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_MODEL", &model)
         .env("CLIPFN_BATCH_SIZE", "64")
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
-        .env("GOOGLE_SERVICE_ACCOUNT_KEY", &common::fake_gcs_credentials(gcs_port))
         .start();
     let runtime = tokio::runtime::Runtime::new()?;
     eprintln!("end to end: seed load shape, {vus} VUs for {secs} s");

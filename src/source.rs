@@ -11,8 +11,11 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::{
-    ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, aws::AmazonS3Builder, gcp::GoogleCloudStorageBuilder,
-    local::LocalFileSystem, path::Path as ObjectPath,
+    ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig,
+    aws::{AmazonS3Builder, AmazonS3ConfigKey},
+    gcp::{GoogleCloudStorageBuilder, GoogleConfigKey},
+    local::LocalFileSystem,
+    path::Path as ObjectPath,
 };
 use tokio::sync::Semaphore;
 
@@ -203,25 +206,24 @@ fn config_error(e: impl std::fmt::Display) -> SourceError {
 
 fn build_store(uri: &Uri<'_>, client: ClientSettings) -> Result<Arc<dyn ObjectStore>, SourceError> {
     let retry = RetryConfig { max_retries: client.retries, ..RetryConfig::default() };
-    let options = ClientOptions::new().with_timeout(client.timeout).with_connect_timeout(Duration::from_secs(5));
+    // Set as config keys, not as a new ClientOptions, so that client options from the environment
+    // (GOOGLE_ALLOW_HTTP, AWS_ALLOW_HTTP, proxies) survive.
+    let timeouts = [
+        (ClientConfigKey::Timeout, format!("{}ms", client.timeout.as_millis())),
+        (ClientConfigKey::ConnectTimeout, "5s".to_string()),
+    ];
     // from_env picks up the standard GOOGLE_* / AWS_* variables (credentials, endpoints, allow_http).
     let store: Arc<dyn ObjectStore> = match uri.scheme {
-        "gs" => Arc::new(
-            GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name(uri.bucket)
-                .with_retry(retry)
-                .with_client_options(options)
-                .build()
-                .map_err(config_error)?,
-        ),
-        "s3" => Arc::new(
-            AmazonS3Builder::from_env()
-                .with_bucket_name(uri.bucket)
-                .with_retry(retry)
-                .with_client_options(options)
-                .build()
-                .map_err(config_error)?,
-        ),
+        "gs" => {
+            let builder = GoogleCloudStorageBuilder::from_env().with_bucket_name(uri.bucket).with_retry(retry);
+            let builder = timeouts.into_iter().fold(builder, |b, (k, v)| b.with_config(GoogleConfigKey::Client(k), v));
+            Arc::new(builder.build().map_err(config_error)?)
+        }
+        "s3" => {
+            let builder = AmazonS3Builder::from_env().with_bucket_name(uri.bucket).with_retry(retry);
+            let builder = timeouts.into_iter().fold(builder, |b, (k, v)| b.with_config(AmazonS3ConfigKey::Client(k), v));
+            Arc::new(builder.build().map_err(config_error)?)
+        }
         other => return Err(SourceError::Config(format!("unsupported scheme '{other}://' (use gs, s3 or file)"))),
     };
     Ok(store)

@@ -1,30 +1,27 @@
-//! Start-up, overload, deadlines and shutdown, driven through the real binary. A named pipe in
-//! the local store stands in for a slow photo: reading it blocks until the test writes to it.
+//! Start-up, overload, deadlines and shutdown, driven through the real binary. A GCS stand-in
+//! holds back photos named `slow*` until the test releases them, so a request stays in flight for
+//! exactly as long as a test needs.
 
 mod common;
 
 use std::{
-    io::Write,
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
 
-use common::{Server, ServerConfig, blocking_client, camera_photos, item, setup_var};
+use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, gcs_env, item, setup_var};
 
-/// A local store with one real photo (`good.jpg`) and one named pipe (`slow.jpg`).
-fn store_with_slow_photo() -> (tempfile::TempDir, PathBuf) {
+/// A store with one real photo, `good.jpg`, and any number of held ones, `slow*.jpg`.
+fn held_store() -> (tempfile::TempDir, HeldStore) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&camera_photos(1)[0], dir.path().join("good.jpg")).unwrap();
-    let fifo = dir.path().join("slow.jpg");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    (dir, fifo)
+    let store = HeldStore::start(dir.path());
+    (dir, store)
 }
 
-/// Lets the slow photo through: the server's pending read gets a real JPEG.
-fn release(fifo: &Path, store: &Path) {
-    let bytes = std::fs::read(store.join("good.jpg")).unwrap();
-    std::fs::OpenOptions::new().write(true).open(fifo).unwrap().write_all(&bytes).unwrap();
+fn server_on(store: &HeldStore) -> ServerConfig {
+    gcs_env(ServerConfig::local(Path::new("/")), store.port).env("CLIPFN_STORE", "gs://photos")
 }
 
 fn wait_in_flight(server: &Server, photos: u64) {
@@ -37,8 +34,8 @@ fn wait_in_flight(server: &Server, photos: u64) {
 
 #[test]
 fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
-    let (store, fifo) = store_with_slow_photo();
-    let server = ServerConfig::local(store.path())
+    let (_dir, store) = held_store();
+    let server = server_on(&store)
         .env("CLIPFN_MAX_QUEUED_IMAGES", "2")
         .env("CLIPFN_MAX_IMAGES", "2")
         .start();
@@ -56,7 +53,7 @@ fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
         let body: serde_json::Value = refused.json().unwrap();
         assert_eq!(body["error"]["code"], "overloaded");
 
-        release(&fifo, store.path());
+        store.release();
         let (status, body) = first.join().unwrap();
         assert_eq!(status, 200, "{body}");
         assert_eq!(item(&body, 0).unwrap(), item(&body, 1).unwrap());
@@ -66,8 +63,8 @@ fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
 
 #[test]
 fn photos_past_the_deadline_get_item_errors() {
-    let (store, _fifo) = store_with_slow_photo();
-    let server = ServerConfig::local(store.path()).env("CLIPFN_REQUEST_TIMEOUT_MS", "1500").start();
+    let (_dir, store) = held_store();
+    let server = server_on(&store).env("CLIPFN_REQUEST_TIMEOUT_MS", "1500").start();
     let (status, body) = server.embed(&["good.jpg", "slow.jpg", "good.jpg"]);
     assert_eq!(status, 200, "{body}");
     assert!(item(&body, 0).is_ok() && item(&body, 2).is_ok(), "{body}");
@@ -76,15 +73,15 @@ fn photos_past_the_deadline_get_item_errors() {
 
 #[test]
 fn sigterm_drains_the_request_in_flight_then_exits_zero() {
-    let (store, fifo) = store_with_slow_photo();
-    let mut server = ServerConfig::local(store.path()).start();
+    let (_dir, store) = held_store();
+    let mut server = server_on(&store).start();
     let pid = server.proc.0.id().to_string();
     std::thread::scope(|s| {
         let in_flight = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
         wait_in_flight(&server, 2);
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         std::thread::sleep(Duration::from_millis(300));
-        release(&fifo, store.path());
+        store.release();
         let (status, body) = in_flight.join().unwrap();
         assert_eq!(status, 200, "{body}");
         assert!(item(&body, 0).is_ok(), "{body}");

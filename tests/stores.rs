@@ -7,7 +7,7 @@ mod common;
 use std::{path::Path, process::Command};
 
 use common::{
-    Proc, ServerConfig, blocking_client, camera_photos, fake_gcs_credentials, free_port, item, setup_var, spawn_listening,
+    Proc, ServerConfig, blocking_client, camera_photos, free_port, gcs_env, item, setup_var, spawn_listening,
     start_fake_gcs,
 };
 
@@ -36,11 +36,10 @@ fn gcs_keys_uris_allowlist_and_model_from_the_emulator() {
     put(&data.path().join("models"), "clip-test.onnx", &std::fs::read(setup_var("CLIPFN_TEST_MODEL")).unwrap());
     let (_gcs, port) = start_fake_gcs(data.path());
 
-    let server = ServerConfig::local(Path::new("/"))
+    let server = gcs_env(ServerConfig::local(Path::new("/")), port)
         .env("CLIPFN_STORE", "gs://photos/user")
         .env("CLIPFN_ALLOWED_SOURCES", "gs://shared")
         .env("CLIPFN_MODEL", "gs://models/clip-test.onnx")
-        .env("GOOGLE_SERVICE_ACCOUNT_KEY", &fake_gcs_credentials(port))
         .start();
 
     let images = [

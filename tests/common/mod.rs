@@ -246,3 +246,54 @@ pub fn fake_gcs_credentials(port: u16) -> String {
     })
     .to_string()
 }
+
+/// Settings that point clipfn's GCS client at a loopback emulator on `port`.
+pub fn gcs_env(config: ServerConfig, port: u16) -> ServerConfig {
+    config.env("GOOGLE_SERVICE_ACCOUNT_KEY", &fake_gcs_credentials(port)).env("GOOGLE_ALLOW_HTTP", "true")
+}
+
+/// A GCS stand-in whose objects named `slow*` are held back until `release()`: the one thing a
+/// real emulator cannot do is answer late on cue, and overload, deadline and drain tests need a
+/// photo that is in flight for as long as the test wants. Other keys are served from `dir`.
+pub struct HeldStore {
+    pub port: u16,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl HeldStore {
+    pub fn start(dir: &Path) -> HeldStore {
+        use axum::{extract::Path as UrlPath, http::StatusCode, response::IntoResponse};
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (dir, held) = (dir.to_path_buf(), std::sync::Arc::clone(&gate));
+        let app = axum::Router::new().route(
+            "/{bucket}/{*key}",
+            axum::routing::get(move |UrlPath((_bucket, key)): UrlPath<(String, String)>| async move {
+                let file = if key.starts_with("slow") {
+                    held.acquire().await.unwrap().forget();
+                    dir.join("good.jpg")
+                } else {
+                    dir.join(&key)
+                };
+                match std::fs::read(file) {
+                    Ok(bytes) => (
+                        [("etag", "\"1\""), ("last-modified", "Mon, 30 Nov 2026 00:00:00 GMT")],
+                        bytes,
+                    )
+                        .into_response(),
+                    Err(_) => StatusCode::NOT_FOUND.into_response(),
+                }
+            }),
+        );
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        HeldStore { port, gate, _runtime: runtime }
+    }
+
+    /// Lets every held request (and any later one) through.
+    pub fn release(&self) {
+        self.gate.add_permits(1 << 20);
+    }
+}
