@@ -260,6 +260,7 @@ start_clipfn() {
     CLIPFN_STORE="gs://$BUCKET" \
     CLIPFN_PROVIDER="${CLIPFN_PROVIDER:-cpu}" \
     GOOGLE_SERVICE_ACCOUNT_KEY="$(cat "$CREDENTIALS")" \
+    GOOGLE_ALLOW_HTTP=true \
     RUST_LOG="${RUST_LOG:-info}" \
     "$bin" serve >"$STACK_DIR/clipfn.log" 2>&1 </dev/null &
   echo "$! $bin" >"$STACK_DIR/clipfn.pid"

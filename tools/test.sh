@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 
 tools/setup.sh
 cargo test --locked
-if [ -x tools/check-infra.sh ]; then
-  tools/check-infra.sh
-fi
+# The infrastructure checks: hadolint, terraform formatting and pins, scripts.
+tools/check-infra.sh
+# The seed team's k6 script against the local stack (GCS emulator + the binary cargo test built).
+CLIPFN_BIN="${CARGO_TARGET_DIR:-target}/debug/clipfn" infra/k6/smoke.sh
