@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use clipfn::{config::Settings, decode::decode, model::Model, preprocess::preprocess_into};
+use clipfn::{config::Settings, decode::decode, model::Model, preprocess::{Layout, Pixels, preprocess}};
 use common::{ServerConfig, camera_photos, setup_var};
 use plotters::prelude::*;
 use serde_json::Value;
@@ -58,7 +58,7 @@ fn raw_inference(model_path: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>>
     BATCHES
         .iter()
         .map(|&batch| {
-            let pixels = vec![0.1f32; slot * batch];
+            let pixels = Pixels::NormalizedNchw(vec![0.1f32; slot * batch]);
             model.run(&pixels, batch)?; // first run at a new shape allocates; keep it out
             let times: Vec<f64> = (0..runs)
                 .map(|_| {
@@ -76,13 +76,12 @@ fn raw_inference(model_path: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>>
 /// Photos/s of decode + resize + normalise on one thread, median of `runs` passes.
 fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
     let data: Vec<Vec<u8>> = photos.iter().map(std::fs::read).collect::<Result<_, _>>()?;
-    let mut slot = vec![0.0f32; 3 * 224 * 224];
     let mut rates = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
         for bytes in &data {
             let rgb = decode(bytes, u64::MAX)?;
-            preprocess_into(&rgb, 224, &mut slot)?;
+            std::hint::black_box(preprocess(&rgb, 224, Layout::NormalizedNchw)?);
         }
         rates.push(data.len() as f64 / t.elapsed().as_secs_f64());
     }

@@ -17,7 +17,10 @@ use std::{
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use crate::model::{Model, ModelError, ModelInfo};
+use crate::{
+    model::{Model, ModelError, ModelInfo},
+    preprocess::Pixels,
+};
 
 /// One photo's result from the worker.
 #[derive(Debug)]
@@ -46,7 +49,7 @@ pub struct Overloaded {
 }
 
 struct Job {
-    pixels: Vec<f32>,
+    pixels: Pixels,
     reply: oneshot::Sender<Result<Embedded, BatchError>>,
 }
 
@@ -88,8 +91,7 @@ impl Batcher {
 
     /// Queues one preprocessed photo and waits for its embedding. Dropping the future withdraws
     /// the photo: the worker skips jobs nobody waits for.
-    pub async fn embed(&self, pixels: Vec<f32>) -> Result<Embedded, BatchError> {
-        debug_assert_eq!(pixels.len(), self.info.slot_len());
+    pub async fn embed(&self, pixels: Pixels) -> Result<Embedded, BatchError> {
         let (reply, result) = oneshot::channel();
         self.queue.send(Job { pixels, reply }).map_err(|_| BatchError::Stopped)?;
         result.await.map_err(|_| BatchError::Stopped)?
@@ -98,8 +100,7 @@ impl Batcher {
 
 fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration) {
     let max = model.info.batch_size;
-    let slot = model.info.slot_len();
-    let mut input = Vec::with_capacity(max * slot);
+    let mut input = Pixels::empty(model.info.input_layout, max * model.info.slot_len());
     // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
@@ -116,7 +117,7 @@ fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration)
         }
         input.clear();
         for job in &batch {
-            input.extend_from_slice(&job.pixels);
+            input.extend(&job.pixels);
         }
         let started = Instant::now();
         let result = model.run(&input, batch.len());

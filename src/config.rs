@@ -17,6 +17,17 @@ pub enum Provider {
     Cpu,
 }
 
+/// Where CLIP's normalisation (scale, mean, std, NCHW) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Normalize {
+    /// `model` on CUDA, `cpu` on CPU.
+    Auto,
+    /// On the host, into float32 NCHW: exactly CLIP's input contract.
+    Cpu,
+    /// As ONNX ops on the execution provider: uint8 NHWC goes in (a quarter of the bytes).
+    Model,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
     /// Path or object URI of the ONNX CLIP image encoder.
@@ -29,6 +40,8 @@ pub struct Settings {
     pub allowed_sources: Vec<String>,
     #[serde(default = "defaults::provider", deserialize_with = "provider")]
     pub provider: Provider,
+    #[serde(default = "defaults::normalize", deserialize_with = "normalize")]
+    pub normalize: Normalize,
     #[serde(default = "defaults::batch_size")]
     pub batch_size: usize,
     /// How long the batcher waits for a batch to fill once it holds one photo.
@@ -77,6 +90,9 @@ mod defaults {
     use super::*;
     pub fn provider() -> Provider {
         Provider::Auto
+    }
+    pub fn normalize() -> Normalize {
+        Normalize::Auto
     }
     pub fn batch_size() -> usize {
         64
@@ -127,6 +143,15 @@ fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
         "cuda" => Ok(Provider::Cuda),
         "cpu" => Ok(Provider::Cpu),
         other => Err(D::Error::custom(format!("CLIPFN_PROVIDER must be auto, cuda or cpu, not '{other}'"))),
+    }
+}
+
+fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
+    match String::deserialize(d)?.to_ascii_lowercase().as_str() {
+        "auto" => Ok(Normalize::Auto),
+        "cpu" => Ok(Normalize::Cpu),
+        "model" => Ok(Normalize::Model),
+        other => Err(D::Error::custom(format!("CLIPFN_NORMALIZE must be auto, cpu or model, not '{other}'"))),
     }
 }
 

@@ -17,7 +17,7 @@ use crate::{
     config::Settings,
     decode::{DecodeError, decode},
     model::{Model, ModelInfo},
-    preprocess::{PreprocessError, preprocess_into},
+    preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
 };
 
@@ -146,14 +146,12 @@ impl Pipeline {
 
         let slot = self.cpu_slots.acquire().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
-        let (max_pixels, size, slot_len) = (self.max_pixels, self.model().image_size, self.model().slot_len());
+        let (max_pixels, size, layout) = (self.max_pixels, self.model().image_size, self.model().input_layout);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
         // turns it into this photo's error and the process and the other photos carry on.
-        let pixels = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, ItemError> {
+        let pixels = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
             let rgb = decode(&bytes, max_pixels)?;
-            let mut pixels = vec![0.0; slot_len];
-            preprocess_into(&rgb, size, &mut pixels)?;
-            Ok(pixels)
+            Ok(preprocess(&rgb, size, layout)?)
         })
         .await;
         drop(slot);

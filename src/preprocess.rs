@@ -13,11 +13,64 @@ pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
 #[error("resize failed: {0}")]
 pub struct PreprocessError(String);
 
-/// Writes the preprocessed photo into `slot` (length `3 * size * size`, NCHW order).
-pub fn preprocess_into(image: &RgbImage, size: u32, slot: &mut [f32]) -> Result<(), PreprocessError> {
+/// Which tensor layout the model takes (see `CLIPFN_NORMALIZE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// float32 `[3, S, S]`, normalised here.
+    NormalizedNchw,
+    /// uint8 `[S, S, 3]` straight from the resizer; the model normalises.
+    RawNhwc,
+}
+
+/// Photos ready for the model: one photo, or a batch of them laid end to end.
+#[derive(Debug)]
+pub enum Pixels {
+    NormalizedNchw(Vec<f32>),
+    RawNhwc(Vec<u8>),
+}
+
+impl Pixels {
+    pub fn empty(layout: Layout, capacity: usize) -> Self {
+        match layout {
+            Layout::NormalizedNchw => Pixels::NormalizedNchw(Vec::with_capacity(capacity)),
+            Layout::RawNhwc => Pixels::RawNhwc(Vec::with_capacity(capacity)),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        match self {
+            Pixels::NormalizedNchw(v) => v.clear(),
+            Pixels::RawNhwc(v) => v.clear(),
+        }
+    }
+
+    /// Appends `other`, which must have the same layout (one batcher, one layout).
+    pub fn extend(&mut self, other: &Pixels) {
+        match (self, other) {
+            (Pixels::NormalizedNchw(a), Pixels::NormalizedNchw(b)) => a.extend_from_slice(b),
+            (Pixels::RawNhwc(a), Pixels::RawNhwc(b)) => a.extend_from_slice(b),
+            _ => unreachable!("photos preprocessed for another layout"),
+        }
+    }
+}
+
+/// Resizes and crops `image` and lays it out for the model.
+pub fn preprocess(image: &RgbImage, size: u32, layout: Layout) -> Result<Pixels, PreprocessError> {
     let square = resize_and_crop(image, size)?;
-    let plane = (size * size) as usize;
-    debug_assert_eq!(slot.len(), 3 * plane);
+    Ok(match layout {
+        Layout::RawNhwc => Pixels::RawNhwc(square.into_raw()),
+        Layout::NormalizedNchw => {
+            let mut slot = vec![0.0; 3 * (size * size) as usize];
+            normalize_into(&square, &mut slot);
+            Pixels::NormalizedNchw(slot)
+        }
+    })
+}
+
+/// Writes CLIP-normalised planes (NCHW) of a square RGB image into `slot`.
+fn normalize_into(square: &RgbImage, slot: &mut [f32]) {
+    let plane = (square.width() * square.height()) as usize;
     let (r, rest) = slot.split_at_mut(plane);
     let (g, b) = rest.split_at_mut(plane);
     // Folding /255, -mean and /std into one multiply-add per value.
@@ -28,7 +81,6 @@ pub fn preprocess_into(image: &RgbImage, size: u32, slot: &mut [f32]) -> Result<
         g[i] = f32::from(px[1]).mul_add(scale[1], offset[1]);
         b[i] = f32::from(px[2]).mul_add(scale[2], offset[2]);
     }
-    Ok(())
 }
 
 /// Resize-short-side-then-center-crop, done as one resize of the matching source box: the filter
@@ -69,13 +121,20 @@ mod tests {
     #[test]
     fn normalises_with_clip_statistics() {
         let white = RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255]));
-        let mut slot = vec![0.0; 3 * 224 * 224];
-        preprocess_into(&white, 224, &mut slot).unwrap();
+        let Pixels::NormalizedNchw(slot) = preprocess(&white, 224, Layout::NormalizedNchw).unwrap() else { panic!() };
         for c in 0..3 {
             let expected = (1.0 - CLIP_MEAN[c]) / CLIP_STD[c];
             let plane = &slot[c * 224 * 224..(c + 1) * 224 * 224];
             assert!(plane.iter().all(|v| (v - expected).abs() < 1e-4), "channel {c}");
         }
+    }
+
+    #[test]
+    fn raw_layout_is_the_resized_square() {
+        let image = RgbImage::from_pixel(448, 448, image::Rgb([10, 20, 30]));
+        let Pixels::RawNhwc(raw) = preprocess(&image, 224, Layout::RawNhwc).unwrap() else { panic!() };
+        assert_eq!(raw.len(), 224 * 224 * 3);
+        assert_eq!(&raw[..6], &[10, 20, 30, 10, 20, 30]);
     }
 
     #[test]

@@ -146,3 +146,24 @@ fn malformed_requests_get_4xx_with_a_message() {
     assert_eq!(ready["model"]["batch_size"], 8);
     assert_eq!(ready["model"]["id"], "clip-test");
 }
+
+#[test]
+fn normalising_in_the_model_gives_the_same_embeddings() {
+    let photos = camera_photos(4);
+    let store = store_with(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let embed = |normalize: &str| {
+        let server = ServerConfig::local(store.path()).env("CLIPFN_NORMALIZE", normalize).start();
+        let layout = server.get("/readyz").1["model"]["input_layout"].clone();
+        let (status, body) = server.embed(&keys);
+        assert_eq!(status, 200, "{body}");
+        (layout, (0..keys.len()).map(|i| item(&body, i).unwrap()).collect::<Vec<_>>())
+    };
+    let (host_layout, on_host) = embed("cpu");
+    let (model_layout, in_model) = embed("model");
+    assert_eq!((host_layout, model_layout), (json!("normalized_nchw"), json!("raw_nhwc")));
+    for (i, (a, b)) in on_host.iter().zip(&in_model).enumerate() {
+        let similarity = cosine(a, b);
+        assert!(similarity > 0.9999, "{}: cosine {similarity}", keys[i]);
+    }
+}

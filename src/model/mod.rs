@@ -5,16 +5,25 @@
 //! provider is chosen once: with `auto`, a CUDA registration failure falls back to CPU and the
 //! reason is kept for the log and /readyz.
 
+mod normalizer;
+
 use std::path::Path;
 
 use ort::{
     environment::Environment,
     ep,
-    session::{Session, builder::GraphOptimizationLevel},
+    session::{
+        Session,
+        builder::{GraphOptimizationLevel, SessionBuilder},
+    },
     value::TensorRef,
 };
 
-use crate::config::{Provider, Settings};
+use self::normalizer::Normalizer;
+use crate::{
+    config::{Normalize, Provider, Settings},
+    preprocess::{Layout, Pixels},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -41,13 +50,15 @@ pub struct ModelInfo {
     pub output_name: String,
     /// Side of the square input image.
     pub image_size: u32,
+    /// What the batcher hands the model: normalised floats, or raw bytes normalised in the model.
+    pub input_layout: Layout,
     /// Length of one embedding.
     pub dim: usize,
     pub batch_size: usize,
 }
 
 impl ModelInfo {
-    /// Floats in one preprocessed photo.
+    /// Values in one preprocessed photo.
     pub fn slot_len(&self) -> usize {
         3 * (self.image_size as usize).pow(2)
     }
@@ -55,6 +66,8 @@ impl ModelInfo {
 
 pub struct Model {
     session: Session,
+    /// Present when the model normalises (`input_layout` is raw).
+    normalizer: Option<Normalizer>,
     pub info: ModelInfo,
     // The session borrows the process-wide environment; keep it alive as long as the session.
     _environment: Environment,
@@ -66,6 +79,7 @@ impl Model {
     pub fn load(settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
         let environment = init_runtime()?;
         let (session, provider, fallback_reason) = build_session(&environment, settings, bytes)?;
+        let on_cuda = provider == "cuda";
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
         let image_size = match settings.image_size {
@@ -79,11 +93,26 @@ impl Model {
             input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
             output_name: settings.output_name.clone().unwrap_or_else(|| output.name().to_string()),
             image_size,
+            input_layout: match (settings.normalize, on_cuda) {
+                (Normalize::Model, _) | (Normalize::Auto, true) => Layout::RawNhwc,
+                (Normalize::Cpu, _) | (Normalize::Auto, false) => Layout::NormalizedNchw,
+            },
             dim: 0,
             batch_size: settings.batch_size,
         };
-        let mut model = Model { session, info, _environment: environment };
-        let zeros = vec![0.0; model.info.slot_len() * settings.batch_size];
+        let normalizer = match info.input_layout {
+            Layout::RawNhwc => Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, image_size, on_cuda)?),
+            Layout::NormalizedNchw => None,
+        };
+        let mut model = Model { session, normalizer, info, _environment: environment };
+        let mut zeros = Pixels::empty(model.info.input_layout, 0);
+        let one = match model.info.input_layout {
+            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; model.info.slot_len()]),
+            Layout::RawNhwc => Pixels::RawNhwc(vec![0; model.info.slot_len()]),
+        };
+        for _ in 0..settings.batch_size {
+            zeros.extend(&one);
+        }
         let embeddings = model.run(&zeros, settings.batch_size)?;
         model.info.dim = embeddings.first().map_or(0, Vec::len);
         if model.info.dim == 0 {
@@ -93,11 +122,22 @@ impl Model {
     }
 
     /// Runs one batch of `n` preprocessed photos laid end to end in `pixels`; returns one raw
-    /// (unnormalised) embedding per photo.
-    pub fn run(&mut self, pixels: &[f32], n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+    /// (not yet L2-normalised) embedding per photo.
+    pub fn run(&mut self, pixels: &Pixels, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
         let side = i64::from(self.info.image_size);
-        let input = TensorRef::from_array_view(([n as i64, 3, side, side], pixels)).map_err(inference)?;
-        let outputs = self.session.run(ort::inputs![self.info.input_name.as_str() => input]).map_err(inference)?;
+        let name = self.info.input_name.as_str();
+        let outputs = match (pixels, &mut self.normalizer) {
+            (Pixels::NormalizedNchw(floats), None) => {
+                let input = TensorRef::from_array_view(([n as i64, 3, side, side], &floats[..])).map_err(inference)?;
+                self.session.run(ort::inputs![name => input])
+            }
+            (Pixels::RawNhwc(bytes), Some(normalizer)) => {
+                let input = normalizer.run(bytes, n)?;
+                self.session.run(ort::inputs![name => input])
+            }
+            _ => return Err(ModelError::Inference("photos were preprocessed for another layout".into())),
+        }
+        .map_err(inference)?;
         let output = outputs
             .get(self.info.output_name.as_str())
             .ok_or_else(|| ModelError::Inference(format!("no output named '{}'", self.info.output_name)))?;
@@ -126,30 +166,38 @@ fn init_runtime() -> Result<Environment, ModelError> {
 
 type Built = (Session, &'static str, Option<String>);
 
+/// Builds the CLIP session on CUDA when asked and possible, else on CPU.
 fn build_session(environment: &Environment, settings: &Settings, bytes: &[u8]) -> Result<Built, ModelError> {
-    let builder = || -> Result<_, ModelError> {
-        let mut builder = Session::builder(environment)
-            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::Level3)?))
-            .map_err(load)?;
-        if settings.intra_threads > 0 {
-            builder = builder.with_intra_threads(settings.intra_threads).map_err(load)?;
-        }
-        Ok(builder)
-    };
     if settings.provider != Provider::Cpu {
-        let cuda = builder()?.with_execution_providers([ep::CUDA::default().build().error_on_failure()]);
-        let attempt = cuda.map_err(|e| e.to_string()).and_then(|mut b| b.commit_from_memory(bytes).map_err(|e| e.to_string()));
+        let attempt = session_builder(environment, settings, true)
+            .and_then(|mut b| b.commit_from_memory(bytes).map_err(load))
+            .map_err(|e| e.to_string());
         match (attempt, settings.provider) {
             (Ok(session), _) => return Ok((session, "cuda", None)),
             (Err(reason), Provider::Cuda) => return Err(ModelError::CudaUnavailable(reason)),
             (Err(reason), _) => {
                 tracing::warn!(%reason, "CUDA execution provider unavailable; running on CPU");
-                let session = builder()?.commit_from_memory(bytes).map_err(load)?;
+                let session = session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load)?;
                 return Ok((session, "cpu", Some(reason)));
             }
         }
     }
-    Ok((builder()?.commit_from_memory(bytes).map_err(load)?, "cpu", None))
+    Ok((session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load)?, "cpu", None))
+}
+
+/// Session options shared by the CLIP session and the normaliser; with `cuda`, registering the
+/// CUDA provider must succeed.
+fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -> Result<SessionBuilder, ModelError> {
+    let mut builder = Session::builder(environment)
+        .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::Level3)?))
+        .map_err(load)?;
+    if settings.intra_threads > 0 {
+        builder = builder.with_intra_threads(settings.intra_threads).map_err(load)?;
+    }
+    if cuda {
+        builder = builder.with_execution_providers([ep::CUDA::default().build().error_on_failure()]).map_err(load)?;
+    }
+    Ok(builder)
 }
 
 /// The input must be `[N, 3, S, S]`; S is read from the graph unless CLIPFN_IMAGE_SIZE overrides it.
