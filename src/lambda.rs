@@ -29,15 +29,22 @@ pub fn is_lambda() -> bool {
 }
 
 /// Loads the model during the init phase (before the first invocation is taken), then serves
-/// invocations until the runtime stops us.
+/// invocations until the runtime stops us. Each invocation flushes spans and metrics before its
+/// response goes back: Lambda may freeze the sandbox as soon as it has the response.
 pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()> {
     if let Some(missing) = RUNTIME_VARIABLES.iter().find(|v| std::env::var_os(v).is_none()) {
         anyhow::bail!("{missing} is not set; the Lambda runtime sets it, set it by hand to emulate one");
     }
     let router = ready_router(settings, telemetry).await?;
-    lambda_http::run(LambdaLayer::default().trim_stage().layer(router))
-        .await
-        .map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
+    let flusher = telemetry.flusher();
+    let service = LambdaLayer::default().trim_stage().layer(router).then(move |result| {
+        let flusher = flusher.clone();
+        async move {
+            flusher.flush().await;
+            result
+        }
+    });
+    lambda_http::run(service).await.map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
 }
 
 /// Replays each file through the router as Lambda would, printing one JSON line per file:

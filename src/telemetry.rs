@@ -146,6 +146,12 @@ impl Telemetry {
         Scrape(self.registry.clone())
     }
 
+    /// A handle that sends every finished span and the current metrics on demand: a Lambda
+    /// invocation flushes before it returns, since the sandbox may be frozen right after.
+    pub fn flusher(&self) -> Flusher {
+        Flusher { traces: self.tracer_provider.clone(), meters: self.meter_provider.clone() }
+    }
+
     /// Flushes and stops the exporters. Call outside the async runtime, at exit.
     pub fn shutdown(self) {
         flush_providers(&self.tracer_provider, &self.meter_provider);
@@ -160,6 +166,21 @@ fn flush_providers(traces: &SdkTracerProvider, meters: &SdkMeterProvider) {
     }
     if let Err(e) = meters.force_flush() {
         tracing::warn!(error = %e, "flushing metrics failed");
+    }
+}
+
+#[derive(Clone)]
+pub struct Flusher {
+    traces: SdkTracerProvider,
+    meters: SdkMeterProvider,
+}
+
+impl Flusher {
+    /// Exports what is buffered and waits for it (bounded by the exporters' timeouts).
+    pub async fn flush(&self) {
+        let (traces, meters) = (self.traces.clone(), self.meters.clone());
+        // The SDK's flush blocks on its export threads; keep that off the async workers.
+        let _ = tokio::task::spawn_blocking(move || flush_providers(&traces, &meters)).await;
     }
 }
 
