@@ -139,13 +139,13 @@ fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration,
         }
         batch_id += 1;
         let span = batch_span(&mut batch, batch_id);
-        let _entered = span.enter();
         input.clear();
         for job in &batch {
             input.extend_from_slice(&job.pixels);
         }
         let started = Instant::now();
-        let result = model.run(&input, batch.len());
+        // The span ends with the run, before any reply, so it never outlives the requests it serves.
+        let result = span.in_scope(|| model.run(&input, batch.len()));
         let finished = Instant::now();
         metrics.batch(batch.len());
         metrics.stage(Stage::Inference, finished - started);
@@ -158,7 +158,7 @@ fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration,
             }
             Err(e) => {
                 span.record("otel.status_code", "ERROR");
-                tracing::error!(error = %e, size = batch.len(), "batch failed");
+                span.in_scope(|| tracing::error!(error = %e, size = batch.len(), "batch failed"));
                 let message = e.to_string();
                 for job in batch {
                     let _ = job.reply.send(Err(BatchError::Model(ModelError::Inference(message.clone()))));
