@@ -69,7 +69,9 @@ impl Metrics {
                 .build(),
             errors: meter
                 .u64_counter("clipfn_errors_total")
-                .with_description("Errors by code: whole-request codes (level=request) and per-photo codes (level=photo)")
+                .with_description(
+                    "Errors by code: whole-request codes (level=request) and per-photo codes (level=photo)",
+                )
                 .with_unit("{error}")
                 .build(),
             request_duration: meter

@@ -100,7 +100,9 @@ impl Pipeline {
             let id = model_id(&settings.model);
             let settings = settings.clone();
             let span = tracing::Span::current();
-            anyhow::Ok(tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, &bytes, id))).await??)
+            anyhow::Ok(
+                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, &bytes, id))).await??,
+            )
         }
         .instrument(span.clone())
         .await?;
@@ -155,7 +157,12 @@ impl Pipeline {
     async fn embed_one(&self, index: usize, image: &str, stamps: &mut Stamps) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
-        let span = info_span!("fetch", clipfn.photo.index = index as i64, clipfn.photo.bytes = Empty, otel.status_code = Empty);
+        let span = info_span!(
+            "fetch",
+            clipfn.photo.index = index as i64,
+            clipfn.photo.bytes = Empty,
+            otel.status_code = Empty
+        );
         let start = Instant::now();
         let bytes = self.source.fetch(image).instrument(span.clone()).await;
         stamps.fetch = Some((start, Instant::now()));

@@ -242,7 +242,9 @@ fn export_from_env(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Expor
     if is("OTEL_SDK_DISABLED", "true") {
         return Ok(Export::default());
     }
-    for name in ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"] {
+    for name in
+        ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"]
+    {
         if let Some(protocol) = var(name).filter(|v| !v.trim().is_empty())
             && !protocol.trim().eq_ignore_ascii_case("http/protobuf")
         {
@@ -259,9 +261,10 @@ fn export_from_env(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Expor
 /// The OTLP endpoint for the start-up line: scheme, host and port only, so that credentials in
 /// the URL never reach a log.
 fn endpoint_for_log() -> Option<String> {
-    let raw = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
-        .iter()
-        .find_map(|name| env::var(name).ok().filter(|v| !v.trim().is_empty()))?;
+    let raw =
+        ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
+            .iter()
+            .find_map(|name| env::var(name).ok().filter(|v| !v.trim().is_empty()))?;
     let url = url::Url::parse(raw.trim()).ok()?;
     Some(format!("{}://{}{}", url.scheme(), url.host_str()?, url.port().map(|p| format!(":{p}")).unwrap_or_default()))
 }

@@ -128,7 +128,11 @@ async fn metrics(State(state): State<Shared>, body: Bytes) -> Result<impl axum::
 }
 
 fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
-    attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v: &AnyValue| v.value.as_ref())
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v: &AnyValue| v.value.as_ref())
 }
 
 fn string_attr(attributes: &[KeyValue], key: &str) -> Option<String> {
@@ -190,7 +194,10 @@ fn render(spans: &[Span], remote_parent: &str) -> String {
     }
     let t0 = spans.iter().map(|s| s.start_time_unix_nano).min().unwrap_or(0);
     let mut out = format!("trace {}\n  (remote parent {remote_parent})\n", hex(&spans[0].trace_id));
-    let parent: Vec<u8> = (0..remote_parent.len()).step_by(2).map(|i| u8::from_str_radix(&remote_parent[i..i + 2], 16).unwrap()).collect();
+    let parent: Vec<u8> = (0..remote_parent.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&remote_parent[i..i + 2], 16).unwrap())
+        .collect();
     walk(spans, &parent, 1, t0, &mut out);
     out
 }
@@ -252,14 +259,21 @@ fn spans_metrics_and_json_logs_arrive_with_their_links() {
 
     // --- spans: one request span under the caller's span, stage spans under it ---
     let spans = receiver.wait_for("the request's spans", |r| {
-        let ours: Vec<Span> = r.spans.iter().filter(|(_, s)| hex(&s.trace_id) == TRACE).map(|(_, s)| s.clone()).collect();
+        let ours: Vec<Span> =
+            r.spans.iter().filter(|(_, s)| hex(&s.trace_id) == TRACE).map(|(_, s)| s.clone()).collect();
         let count = |name: &str| ours.iter().filter(|s| s.name == name).count();
-        let batched: i64 = ours.iter().filter(|s| s.name == "inference").filter_map(|s| int_attr(s, "clipfn.batch.size")).sum();
-        (count("POST /v1/embed") == 1 && count("fetch") == 3 && count("decode") == 2 && count("queue") == 2 && batched == 2)
+        let batched: i64 =
+            ours.iter().filter(|s| s.name == "inference").filter_map(|s| int_attr(s, "clipfn.batch.size")).sum();
+        (count("POST /v1/embed") == 1
+            && count("fetch") == 3
+            && count("decode") == 2
+            && count("queue") == 2
+            && batched == 2)
             .then_some(ours)
     });
     println!("{}", render(&spans, REMOTE_PARENT));
-    let service = receiver.received.lock().unwrap().spans.iter().find(|(_, s)| hex(&s.trace_id) == TRACE).unwrap().0.clone();
+    let service =
+        receiver.received.lock().unwrap().spans.iter().find(|(_, s)| hex(&s.trace_id) == TRACE).unwrap().0.clone();
     assert_eq!(service, "clipfn");
 
     let request = spans.iter().find(|s| s.name == "POST /v1/embed").unwrap();
@@ -274,7 +288,8 @@ fn spans_metrics_and_json_logs_arrive_with_their_links() {
     for span in spans.iter().filter(|s| s.name != request.name) {
         assert_eq!(span.parent_span_id, request.span_id, "{} is not a child of the request span", span.name);
         assert!(
-            span.start_time_unix_nano >= request.start_time_unix_nano && span.end_time_unix_nano <= request.end_time_unix_nano,
+            span.start_time_unix_nano >= request.start_time_unix_nano
+                && span.end_time_unix_nano <= request.end_time_unix_nano,
             "{} lies outside its request",
             span.name
         );
@@ -301,7 +316,10 @@ fn spans_metrics_and_json_logs_arrive_with_their_links() {
     }
     let inference_ids: Vec<i64> =
         spans.iter().filter(|s| s.name == "inference").map(|s| int_attr(s, "clipfn.batch.id").unwrap()).collect();
-    assert!(batch_ids.iter().all(|id| inference_ids.contains(id)), "queue spans {batch_ids:?} vs batches {inference_ids:?}");
+    assert!(
+        batch_ids.iter().all(|id| inference_ids.contains(id)),
+        "queue spans {batch_ids:?} vs batches {inference_ids:?}"
+    );
 
     // --- a batch shared by two requests: child of one, linked to the other ---
     let (trace_a, trace_b) = ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
@@ -319,7 +337,8 @@ fn spans_metrics_and_json_logs_arrive_with_their_links() {
             .filter(|(_, s)| s.name == "POST /v1/embed" && [trace_a, trace_b].contains(&hex(&s.trace_id).as_str()))
             .map(|(_, s)| (hex(&s.trace_id), s.clone()))
             .collect();
-        let shared = r.spans.iter().find(|(_, s)| s.name == "inference" && int_attr(s, "clipfn.batch.requests") == Some(2));
+        let shared =
+            r.spans.iter().find(|(_, s)| s.name == "inference" && int_attr(s, "clipfn.batch.requests") == Some(2));
         (requests.len() == 2).then_some(())?;
         Some((shared?.1.clone(), requests))
     });
@@ -415,7 +434,9 @@ fn metrics_counters_move_and_text_logs_without_an_otlp_endpoint() {
     let server = ServerConfig::local(store.path()).env("CLIPFN_LOG_FORMAT", "text").stderr_to(&log).start();
 
     let before = scrape(&server);
-    assert!(series(&before, "clipfn_model_load_duration_seconds", &[("model", "clip-test"), ("provider", "cpu")]) > 0.0);
+    assert!(
+        series(&before, "clipfn_model_load_duration_seconds", &[("model", "clip-test"), ("provider", "cpu")]) > 0.0
+    );
     let (status, body) = server.embed(&KEYS);
     assert_eq!(status, 200, "{body}");
     let (status, _) = server.post_raw("/v1/embed", b"{not json".to_vec());
@@ -461,12 +482,16 @@ fn lambda_runtime_api(event: Value) -> (String, std::sync::mpsc::Receiver<Value>
                 std::future::pending::<()>().await; // hold the long poll, as the real service does
                 unreachable!()
             };
-            let deadline = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
+            let deadline =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
             (
                 [
                     ("lambda-runtime-aws-request-id", "invocation-1".to_string()),
                     ("lambda-runtime-deadline-ms", deadline.to_string()),
-                    ("lambda-runtime-invoked-function-arn", "arn:aws:lambda:us-east-1:123456789012:function:clipfn".into()),
+                    (
+                        "lambda-runtime-invoked-function-arn",
+                        "arn:aws:lambda:us-east-1:123456789012:function:clipfn".into(),
+                    ),
                 ],
                 event.to_string(),
             )
@@ -521,9 +546,11 @@ fn lambda_invocations_flush_spans_and_metrics_before_answering() {
     assert_eq!(int_attr(&request, "http.response.status_code"), Some(400));
     receiver.wait_for("clipfn_requests_total{code=bad_request}", |r| {
         r.metrics.iter().filter(|m| m.name == "clipfn_requests_total").find_map(|m| match &m.data {
-            Some(metric::Data::Sum(sum)) => {
-                sum.data_points.iter().find(|p| string_attr(&p.attributes, "code").as_deref() == Some("bad_request")).map(|_| ())
-            }
+            Some(metric::Data::Sum(sum)) => sum
+                .data_points
+                .iter()
+                .find(|p| string_attr(&p.attributes, "code").as_deref() == Some("bad_request"))
+                .map(|_| ()),
             _ => None,
         })
     });
