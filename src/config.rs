@@ -7,6 +7,16 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 
 const MIB: u64 = 1024 * 1024;
 
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line with the fields Cloud Logging reads (`severity`, `message`,
+    /// `logging.googleapis.com/trace`).
+    Json,
+    /// Human-readable lines for a terminal.
+    Text,
+}
+
 /// Which ONNX Runtime execution provider runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
@@ -84,6 +94,9 @@ pub struct Settings {
     /// Seconds a draining server waits for accepted requests on SIGTERM.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
+    /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
+    #[serde(default, deserialize_with = "log_format")]
+    pub log_format: Option<LogFormat>,
 }
 
 mod defaults {
@@ -155,6 +168,14 @@ fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
     }
 }
 
+fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LogFormat>, D::Error> {
+    match String::deserialize(d)?.to_ascii_lowercase().as_str() {
+        "json" => Ok(Some(LogFormat::Json)),
+        "text" => Ok(Some(LogFormat::Text)),
+        other => Err(D::Error::custom(format!("CLIPFN_LOG_FORMAT must be json or text, not '{other}'"))),
+    }
+}
+
 /// A start-up configuration problem, worded to name the variable to fix.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {0}")]
@@ -209,6 +230,13 @@ impl Settings {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
     }
+
+    /// The log format in effect: as set, else text for a terminal and JSON for everything else
+    /// (Cloud Run, Lambda, a pipe).
+    pub fn log_format(&self) -> LogFormat {
+        use std::io::IsTerminal;
+        self.log_format.unwrap_or(if std::io::stderr().is_terminal() { LogFormat::Text } else { LogFormat::Json })
+    }
 }
 
 /// envy names fields, not variables; say the variable a user has to fix.
@@ -220,6 +248,13 @@ fn explain(e: envy::Error) -> String {
             None => msg,
         },
     }
+}
+
+/// The Google Cloud project that JSON log lines name in `logging.googleapis.com/trace`
+/// (`projects/P/traces/T`, the form Cloud Logging links to Cloud Trace). `GOOGLE_CLOUD_PROJECT` is
+/// the variable Google's own libraries read; Cloud Run does not set it by itself.
+pub fn gcp_project() -> Option<String> {
+    std::env::var("GOOGLE_CLOUD_PROJECT").ok().map(|p| p.trim().to_string()).filter(|p| !p.is_empty())
 }
 
 /// `PORT` is Cloud Run's contract, so it stays unprefixed.
@@ -264,5 +299,16 @@ mod tests {
         assert!(bad_provider.contains("CLIPFN_PROVIDER") && bad_provider.contains("gpu"), "{bad_provider}");
         let zero = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+        let bad_format =
+            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
+        assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");
+    }
+
+    #[test]
+    fn log_format_is_read_in_either_case() {
+        let json = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "JSON")])).unwrap();
+        assert_eq!(json.log_format(), LogFormat::Json);
+        let text = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "text")])).unwrap();
+        assert_eq!(text.log_format(), LogFormat::Text);
     }
 }

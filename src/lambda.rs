@@ -14,7 +14,7 @@ use lambda_http::{
 };
 use serde_json::{Value, json};
 
-use crate::{api, config::Settings, pipeline::Pipeline};
+use crate::{api, config::Settings, pipeline::Pipeline, telemetry::Telemetry};
 
 /// lambda_runtime panics when these are missing; say so plainly instead.
 const RUNTIME_VARIABLES: [&str; 4] = [
@@ -29,21 +29,28 @@ pub fn is_lambda() -> bool {
 }
 
 /// Loads the model during the init phase (before the first invocation is taken), then serves
-/// invocations until the runtime stops us.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+/// invocations until the runtime stops us. Each invocation flushes spans and metrics before its
+/// response goes back: Lambda may freeze the sandbox as soon as it has the response.
+pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()> {
     if let Some(missing) = RUNTIME_VARIABLES.iter().find(|v| std::env::var_os(v).is_none()) {
         anyhow::bail!("{missing} is not set; the Lambda runtime sets it, set it by hand to emulate one");
     }
-    let router = ready_router(settings).await?;
-    lambda_http::run(LambdaLayer::default().trim_stage().layer(router))
-        .await
-        .map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
+    let router = ready_router(settings, telemetry).await?;
+    let flusher = telemetry.flusher();
+    let service = LambdaLayer::default().trim_stage().layer(router).then(move |result| {
+        let flusher = flusher.clone();
+        async move {
+            flusher.flush().await;
+            result
+        }
+    });
+    lambda_http::run(service).await.map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
 }
 
 /// Replays each file through the router as Lambda would, printing one JSON line per file:
 /// `{"file", "response"}` with the gateway response (statusCode, headers, body).
-pub async fn replay(settings: Settings, files: &[impl AsRef<Path>]) -> anyhow::Result<()> {
-    let router = ready_router(settings).await?;
+pub async fn replay(settings: Settings, files: &[impl AsRef<Path>], telemetry: &Telemetry) -> anyhow::Result<()> {
+    let router = ready_router(settings, telemetry).await?;
     for file in files {
         let file = file.as_ref();
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -56,10 +63,10 @@ pub async fn replay(settings: Settings, files: &[impl AsRef<Path>]) -> anyhow::R
     Ok(())
 }
 
-async fn ready_router(settings: Settings) -> anyhow::Result<Router> {
+async fn ready_router(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<Router> {
     let settings = Arc::new(settings);
-    let pipeline = Pipeline::load(&settings).await?;
-    let state = api::AppState::new(settings);
+    let pipeline = Pipeline::load(&settings, telemetry.metrics()).await?;
+    let state = api::AppState::new(settings, telemetry.metrics(), telemetry.scrape());
     state.set_ready(Arc::new(pipeline));
     Ok(api::router(state))
 }

@@ -10,6 +10,7 @@ pub mod batcher;
 pub mod config;
 pub mod decode;
 pub mod lambda;
+pub mod metrics;
 pub mod model;
 pub mod pipeline;
 pub mod preprocess;

@@ -27,9 +27,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init();
+    // The log format is a setting, so settings are read before logging starts; an error in them
+    // is printed plainly.
+    let (settings, telemetry) = match config::Settings::from_env().map_err(anyhow::Error::from).and_then(|settings| {
+        let telemetry = telemetry::Telemetry::init(settings.log_format(), config::gcp_project())?;
+        Ok((settings, telemetry))
+    }) {
+        Ok(ready) => ready,
+        Err(e) => {
+            eprintln!("clipfn: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli, settings, &telemetry));
+    // Exporters flush with blocking calls; do that once the runtime is gone. A blocking task stuck
+    // on a read must not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line, causes included, whatever RUST_BACKTRACE says: start-up errors are read in
@@ -38,14 +53,15 @@ fn main() -> ExitCode {
             eprintln!("clipfn: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    telemetry.shutdown();
+    code
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    let settings = config::Settings::from_env()?;
+async fn run(cli: Cli, settings: config::Settings, telemetry: &telemetry::Telemetry) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve if lambda::is_lambda() => lambda::run(settings).await,
-        Command::Serve => serve::run(settings, config::port()?).await,
-        Command::Replay { events } => lambda::replay(settings, &events).await,
+        Command::Serve if lambda::is_lambda() => lambda::run(settings, telemetry).await,
+        Command::Serve => serve::run(settings, config::port()?, telemetry).await,
+        Command::Replay { events } => lambda::replay(settings, &events, telemetry).await,
     }
 }

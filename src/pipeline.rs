@@ -3,6 +3,9 @@
 //! Every photo moves on its own, so one slow or broken photo never holds up or fails the others,
 //! and fetching/decoding of later photos overlaps inference of earlier ones. CPU work (decode,
 //! resize, normalise) runs on the blocking pool, at most `decode_threads` photos at a time.
+//!
+//! Each photo's stages are `fetch`, `decode` and `queue` spans under the request's span (with
+//! `clipfn.photo.index`), and their durations go to `clipfn_stage_duration_seconds`.
 
 use std::{
     sync::Arc,
@@ -11,11 +14,13 @@ use std::{
 
 use anyhow::Context;
 use tokio::sync::Semaphore;
+use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     batcher::{BatchError, Batcher, Overloaded},
     config::Settings,
     decode::{DecodeError, decode},
+    metrics::{Metrics, Stage},
     model::{Model, ModelInfo},
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
@@ -71,36 +76,47 @@ pub struct Pipeline {
     batcher: Batcher,
     cpu_slots: Semaphore,
     max_pixels: u64,
+    metrics: Arc<Metrics>,
 }
 
 impl Pipeline {
-    pub fn new(settings: &Settings, source: Source, batcher: Batcher) -> Self {
+    pub fn new(settings: &Settings, source: Source, batcher: Batcher, metrics: Arc<Metrics>) -> Self {
         Pipeline {
             source,
             batcher,
             cpu_slots: Semaphore::new(settings.decode_threads()),
             max_pixels: settings.max_image_pixels,
+            metrics,
         }
     }
 
     /// Reads the model named by CLIPFN_MODEL, loads and warms it up, and starts its batcher.
-    pub async fn load(settings: &Settings) -> anyhow::Result<Self> {
+    pub async fn load(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         let source = Source::new(settings)?;
         let started = Instant::now();
-        let bytes = source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?;
-        let id = model_id(&settings.model);
-        let model = {
+        let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
+        let model = async {
+            let bytes = source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?;
+            let id = model_id(&settings.model);
             let settings = settings.clone();
-            tokio::task::spawn_blocking(move || Model::load(&settings, &bytes, id)).await??
-        };
+            let span = tracing::Span::current();
+            anyhow::Ok(
+                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, &bytes, id))).await??,
+            )
+        }
+        .instrument(span.clone())
+        .await?;
         let info = &model.info;
+        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider);
+        metrics.model_loaded(started.elapsed(), &info.id, info.provider);
         tracing::info!(
             model = %info.id, provider = info.provider, fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
-        let batcher = Batcher::start(model, Duration::from_millis(settings.batch_wait_ms), settings.max_queued_images);
-        Ok(Pipeline::new(settings, source, batcher))
+        let batch_wait = Duration::from_millis(settings.batch_wait_ms);
+        let batcher = Batcher::start(model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
+        Ok(Pipeline::new(settings, source, batcher, metrics))
     }
 
     pub fn model(&self) -> &ModelInfo {
@@ -120,9 +136,9 @@ impl Pipeline {
     ) -> Result<(Vec<ItemResult>, Timings), Overloaded> {
         let _places = self.batcher.admit(images.len())?;
         let mut timings = Timings::default();
-        let photos = images.iter().map(|image| async {
+        let photos = images.iter().enumerate().map(|(index, image)| async move {
             let mut stamps = Stamps::default();
-            let result = tokio::time::timeout_at(deadline, self.embed_one(image, &mut stamps))
+            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut stamps))
                 .await
                 .unwrap_or(Err(ItemError::DeadlineExceeded));
             (result, stamps)
@@ -138,18 +154,31 @@ impl Pipeline {
         Ok((results, timings))
     }
 
-    async fn embed_one(&self, image: &str, stamps: &mut Stamps) -> ItemResult {
+    async fn embed_one(&self, index: usize, image: &str, stamps: &mut Stamps) -> ItemResult {
+        // Spans name the photo by its index in the request, never by its key. Numbers go in as
+        // i64: tracing-opentelemetry turns u64 fields into strings.
+        let span = info_span!(
+            "fetch",
+            clipfn.photo.index = index as i64,
+            clipfn.photo.bytes = Empty,
+            otel.status_code = Empty
+        );
         let start = Instant::now();
-        let bytes = self.source.fetch(image).await;
+        let bytes = self.source.fetch(image).instrument(span.clone()).await;
         stamps.fetch = Some((start, Instant::now()));
-        let bytes = bytes?;
+        self.metrics.stage(Stage::Fetch, start.elapsed());
+        let bytes = bytes.inspect_err(|_| failed(&span))?;
+        span.record("clipfn.photo.bytes", bytes.len() as i64);
 
         let slot = self.cpu_slots.acquire().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
+        let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         let (max_pixels, size, layout) = (self.max_pixels, self.model().image_size, self.model().input_layout);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
         // turns it into this photo's error and the process and the other photos carry on.
+        let in_task = span.clone();
         let pixels = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
+            let _entered = in_task.enter();
             let rgb = decode(&bytes, max_pixels)?;
             Ok(preprocess(&rgb, size, layout)?)
         })
@@ -157,13 +186,25 @@ impl Pipeline {
         drop(slot);
         let queued = Instant::now();
         stamps.decode = Some((decode_start, queued));
-        let pixels = pixels.map_err(|_| ItemError::DecoderPanic)??;
+        self.metrics.stage(Stage::Decode, queued - decode_start);
+        let pixels = match pixels {
+            Ok(result) => result,
+            Err(_) => Err(ItemError::DecoderPanic),
+        };
+        let pixels = pixels.inspect_err(|_| failed(&span))?;
 
-        let embedded = self.batcher.embed(pixels).await?;
+        let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
+        let embedded = self.batcher.embed(pixels, span).await?;
         stamps.queue = Some((queued, embedded.started));
         stamps.inference = Some((embedded.started, embedded.finished));
+        self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
         Ok(embedded.embedding)
     }
+}
+
+/// Marks a stage span as the one where its photo failed.
+fn failed(span: &tracing::Span) {
+    span.record("otel.status_code", "ERROR");
 }
 
 /// The model's name as clients see it: the file name without `.onnx`.

@@ -7,17 +7,18 @@ use std::{net::Ipv4Addr, sync::Arc, time::Duration};
 use anyhow::Context;
 use tokio::{net::TcpListener, sync::oneshot};
 
-use crate::{api, config::Settings, pipeline::Pipeline};
+use crate::{api, config::Settings, pipeline::Pipeline, telemetry::Telemetry};
 
-pub async fn run(settings: Settings, port: u16) -> anyhow::Result<()> {
+pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow::Result<()> {
     let settings = Arc::new(settings);
-    let state = api::AppState::new(Arc::clone(&settings));
+    let metrics = telemetry.metrics();
+    let state = api::AppState::new(Arc::clone(&settings), Arc::clone(&metrics), telemetry.scrape());
     let listener =
         TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await.with_context(|| format!("binding port {port}"))?;
     tracing::info!(port, "listening");
 
     let load = async {
-        let pipeline = Pipeline::load(&settings).await?;
+        let pipeline = Pipeline::load(&settings, metrics).await?;
         state.set_ready(Arc::new(pipeline));
         tracing::info!("ready");
         anyhow::Ok(())

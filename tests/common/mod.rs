@@ -74,18 +74,26 @@ pub struct Server {
 pub struct ServerConfig {
     pub envs: Vec<(String, String)>,
     pub wait_ready: bool,
+    /// Where the server's stderr (its log) goes; by default nowhere (see `server_log`).
+    pub stderr: Option<PathBuf>,
 }
 
 impl ServerConfig {
     /// The test model, a file store at `store`, small fetch retries.
     pub fn local(store: &Path) -> Self {
-        ServerConfig { envs: Vec::new(), wait_ready: true }
+        ServerConfig { envs: Vec::new(), wait_ready: true, stderr: None }
             .env("CLIPFN_STORE", &format!("file://{}", store.display()))
             .env("CLIPFN_BATCH_SIZE", "8")
     }
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.envs.push((key.into(), value.into()));
+        self
+    }
+
+    /// Writes the server's log to `path`, for tests that read it.
+    pub fn stderr_to(mut self, path: &Path) -> Self {
+        self.stderr = Some(path.to_path_buf());
         self
     }
 
@@ -103,7 +111,10 @@ impl ServerConfig {
             .env("CLIPFN_FETCH_RETRIES", "0")
             .envs(self.envs)
             .stdout(Stdio::null())
-            .stderr(server_log());
+            .stderr(match &self.stderr {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("creating the server log file")),
+                None => server_log(),
+            });
         let child = command.spawn().expect("starting clipfn");
         let mut server = Server { proc: Proc(child), base: format!("http://127.0.0.1:{port}") };
         wait_for_port(port, &mut server.proc.0, "clipfn");

@@ -1,0 +1,161 @@
+//! The service's metric instruments, created once at start-up and handed to the stages that move
+//! them (api, pipeline, batcher). Where the numbers go (OTLP, Prometheus text on /metrics) is
+//! decided in `telemetry`; this module only knows the instruments.
+//!
+//! Names carry the `clipfn_` prefix and their unit, and are the same over OTLP and on /metrics
+//! (the Prometheus exporter is told not to add suffixes of its own). docs/observability.md says
+//! what each one means.
+
+use std::time::Duration;
+
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Gauge, Histogram, Meter, ObservableGauge, UpDownCounter},
+};
+
+/// Seconds, from 1 ms to 1 min: a photo fetch, a decode and a batch all land well inside.
+const SECONDS_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// Photos per batch: powers of two up to past the largest sensible CLIPFN_BATCH_SIZE.
+pub const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// A pipeline stage, as the `stage` attribute of `clipfn_stage_duration_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Fetch,
+    Decode,
+    Queue,
+    Inference,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Fetch => "fetch",
+            Stage::Decode => "decode",
+            Stage::Queue => "queue",
+            Stage::Inference => "inference",
+        }
+    }
+}
+
+pub struct Metrics {
+    meter: Meter,
+    requests: Counter<u64>,
+    photos: Counter<u64>,
+    errors: Counter<u64>,
+    request_duration: Histogram<f64>,
+    stage_duration: Histogram<f64>,
+    queue_depth: UpDownCounter<i64>,
+    batch_size: Histogram<u64>,
+    model_load: Gauge<f64>,
+    /// Observable instruments stay registered while their handle lives.
+    watched: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
+}
+
+impl Metrics {
+    pub fn new(meter: Meter) -> Self {
+        Metrics {
+            requests: meter
+                .u64_counter("clipfn_requests_total")
+                .with_description("Embed requests answered, by outcome code (ok or the whole-request error code)")
+                .with_unit("{request}")
+                .build(),
+            photos: meter
+                .u64_counter("clipfn_photos_total")
+                .with_description("Photos answered in admitted embed requests, by outcome (embedded or failed)")
+                .with_unit("{photo}")
+                .build(),
+            errors: meter
+                .u64_counter("clipfn_errors_total")
+                .with_description(
+                    "Errors by code: whole-request codes (level=request) and per-photo codes (level=photo)",
+                )
+                .with_unit("{error}")
+                .build(),
+            request_duration: meter
+                .f64_histogram("clipfn_request_duration_seconds")
+                .with_description("Embed request time from body received to response ready")
+                .with_unit("s")
+                .with_boundaries(SECONDS_BUCKETS.to_vec())
+                .build(),
+            stage_duration: meter
+                .f64_histogram("clipfn_stage_duration_seconds")
+                .with_description("Time in a stage: per photo for fetch, decode and queue; per batch for inference")
+                .with_unit("s")
+                .with_boundaries(SECONDS_BUCKETS.to_vec())
+                .build(),
+            queue_depth: meter
+                .i64_up_down_counter("clipfn_queue_depth_photos")
+                .with_description("Preprocessed photos waiting for the model worker")
+                .with_unit("{photo}")
+                .build(),
+            batch_size: meter
+                .u64_histogram("clipfn_batch_size_photos")
+                .with_description("Photos per inference batch")
+                .with_unit("{photo}")
+                .with_boundaries(BATCH_SIZE_BUCKETS.to_vec())
+                .build(),
+            model_load: meter
+                .f64_gauge("clipfn_model_load_duration_seconds")
+                .with_description("Time to read, load and warm up the model at start-up")
+                .with_unit("s")
+                .build(),
+            watched: Default::default(),
+            meter,
+        }
+    }
+
+    /// One embed request answered with `code`: `ok` or its whole-request error code.
+    pub fn request(&self, code: &'static str, duration: Duration) {
+        self.requests.add(1, &[KeyValue::new("code", code)]);
+        self.request_duration.record(duration.as_secs_f64(), &[]);
+        if code != "ok" {
+            self.errors.add(1, &[KeyValue::new("code", code), KeyValue::new("level", "request")]);
+        }
+    }
+
+    /// One photo answered: `None` when embedded, else its per-photo error code.
+    pub fn photo(&self, error: Option<&'static str>) {
+        match error {
+            None => self.photos.add(1, &[KeyValue::new("outcome", "embedded")]),
+            Some(code) => {
+                self.photos.add(1, &[KeyValue::new("outcome", "failed")]);
+                self.errors.add(1, &[KeyValue::new("code", code), KeyValue::new("level", "photo")]);
+            }
+        }
+    }
+
+    pub fn stage(&self, stage: Stage, duration: Duration) {
+        self.stage_duration.record(duration.as_secs_f64(), &[KeyValue::new("stage", stage.as_str())]);
+    }
+
+    /// `delta` photos entered (positive) or left (negative) the model worker's queue.
+    pub fn queued(&self, delta: i64) {
+        self.queue_depth.add(delta, &[]);
+    }
+
+    pub fn batch(&self, size: usize) {
+        self.batch_size.record(size as u64, &[]);
+    }
+
+    pub fn model_loaded(&self, duration: Duration, model: &str, provider: &'static str) {
+        self.model_load.record(
+            duration.as_secs_f64(),
+            &[KeyValue::new("model", model.to_string()), KeyValue::new("provider", provider)],
+        );
+    }
+
+    /// Reports `read()` as `clipfn_admitted_photos` whenever metrics are collected.
+    pub fn watch_admitted(&self, read: impl Fn() -> u64 + Send + Sync + 'static) {
+        let gauge = self
+            .meter
+            .u64_observable_gauge("clipfn_admitted_photos")
+            .with_description("Photos holding an admission place (fetching, decoding, queued or running)")
+            .with_unit("{photo}")
+            .with_callback(move |observer| observer.observe(read(), &[]))
+            .build();
+        self.watched.lock().unwrap_or_else(|e| e.into_inner()).push(gauge);
+    }
+}
