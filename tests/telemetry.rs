@@ -13,7 +13,7 @@ use std::{
 };
 
 use axum::{Router, body::Bytes, extract::State, http::StatusCode, routing::post};
-use common::{Server, ServerConfig, blocking_client, camera_photos, item};
+use common::{Server, ServerConfig, blocking_client, camera_photos, item, scrape, series};
 use opentelemetry_proto::tonic::{
     collector::{
         metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse},
@@ -406,26 +406,6 @@ fn spans_metrics_and_json_logs_arrive_with_their_links() {
 }
 
 // ---- Prometheus text --------------------------------------------------------------------
-
-/// The value of the series `name{labels...}` in Prometheus text, 0 when absent.
-fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (series_name, rest) = series.split_once('{').unwrap_or((series, ""));
-            series_name == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .map_or(0.0, |(_, value)| value.parse().unwrap())
-}
-
-fn scrape(server: &Server) -> String {
-    let response = blocking_client().get(format!("{}/metrics", server.base)).send().unwrap();
-    assert_eq!(response.status(), 200);
-    let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(content_type.starts_with("text/plain"), "{content_type}");
-    response.text().unwrap()
-}
 
 #[test]
 fn metrics_counters_move_and_text_logs_without_an_otlp_endpoint() {

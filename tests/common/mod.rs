@@ -308,3 +308,23 @@ impl HeldStore {
         self.gate.add_permits(1 << 20);
     }
 }
+
+/// The value of the series `name{labels...}` in Prometheus text, 0 when absent.
+pub fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(series, _)| {
+            let (series_name, rest) = series.split_once('{').unwrap_or((series, ""));
+            series_name == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map_or(0.0, |(_, value)| value.parse().unwrap())
+}
+
+pub fn scrape(server: &Server) -> String {
+    let response = blocking_client().get(format!("{}/metrics", server.base)).send().unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    response.text().unwrap()
+}
