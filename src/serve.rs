@@ -36,8 +36,12 @@ pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow
             }
         }
     };
-    // A model that cannot load ends the process with its error: such a container can never be ready.
-    tokio::try_join!(load, serve)?;
+    // A model that cannot load ends the process with its error: such a container can never be
+    // ready. A shutdown while the model still loads ends the process too, without waiting for it.
+    tokio::select! {
+        result = serve => result?,
+        Err(e) = load => return Err(e),
+    }
     tracing::info!("drained; exiting");
     Ok(())
 }

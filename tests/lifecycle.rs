@@ -15,7 +15,9 @@ use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, gc
 /// A store with one real photo, `good.jpg`, and any number of held ones, `slow*.jpg`.
 fn held_store() -> (tempfile::TempDir, HeldStore) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(&camera_photos(1)[0], dir.path().join("good.jpg")).unwrap();
+    // The smallest real photo, so that decoding it is never what runs out the clock.
+    let smallest = camera_photos(usize::MAX).into_iter().min_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
+    std::fs::copy(smallest, dir.path().join("good.jpg")).unwrap();
     let store = HeldStore::start(dir.path());
     (dir, store)
 }
@@ -64,7 +66,7 @@ fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
 #[test]
 fn photos_past_the_deadline_get_item_errors() {
     let (_dir, store) = held_store();
-    let server = server_on(&store).env("CLIPFN_REQUEST_TIMEOUT_MS", "1500").start();
+    let server = server_on(&store).env("CLIPFN_REQUEST_TIMEOUT_MS", "3000").start();
     let (status, body) = server.embed(&["good.jpg", "slow.jpg", "good.jpg"]);
     assert_eq!(status, 200, "{body}");
     assert!(item(&body, 0).is_ok() && item(&body, 2).is_ok(), "{body}");
@@ -86,15 +88,43 @@ fn sigterm_drains_the_request_in_flight_then_exits_zero() {
         assert_eq!(status, 200, "{body}");
         assert!(item(&body, 0).is_ok(), "{body}");
     });
-    let until = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = server.proc.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < until, "clipfn did not exit after draining");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_exit(&mut server);
     assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn not_ready_while_the_model_loads_and_sigterm_still_exits() {
+    let (_dir, store) = held_store();
+    // The model comes from the held store and never arrives.
+    let mut config = server_on(&store).env("CLIPFN_MODEL", "gs://models/slow-model.onnx");
+    config.wait_ready = false;
+    let mut server = config.start();
+    assert_eq!(server.get("/healthz").0, 200);
+    let (status, body) = server.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    let refused = blocking_client()
+        .post(format!("{}/v1/embed", server.base))
+        .body(r#"{"images": ["good.jpg"]}"#)
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+
+    let pid = server.proc.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = wait_exit(&mut server);
+    assert!(status.success(), "exit status {status}");
+}
+
+fn wait_exit(server: &mut Server) -> std::process::ExitStatus {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = server.proc.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < until, "clipfn did not exit within 15 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Runs `clipfn serve` with a broken setting and returns its stderr; it must exit non-zero.
