@@ -20,7 +20,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use clipfn::{config::Settings, decode::decode, model::Model, preprocess::{Layout, Pixels, preprocess}};
+use clipfn::{
+    config::Settings,
+    decode::decode,
+    model::Model,
+    preprocess::{Layout, Pixels, preprocess},
+};
 use common::{ServerConfig, camera_photos, setup_var};
 use plotters::prelude::*;
 use serde_json::Value;
@@ -188,7 +193,8 @@ async fn load(
 
 /// Batch sizes the server ran, from its Prometheus histogram: (upper bound, count in bucket).
 fn batch_fill(base: &str) -> Vec<(String, u64)> {
-    let text = common::blocking_client().get(format!("{base}/metrics")).send().and_then(|r| r.text()).unwrap_or_default();
+    let text =
+        common::blocking_client().get(format!("{base}/metrics")).send().and_then(|r| r.text()).unwrap_or_default();
     let mut previous = 0;
     text.lines()
         .filter(|l| l.starts_with("clipfn_batch_size_bucket"))
@@ -232,10 +238,8 @@ fn chart(points: &[RawPoint], path: &Path) -> anyhow::Result<()> {
             .y_label_area_size(56)
             .build_cartesian_2d(0f64..70f64, 0f64..max)?;
         c.configure_mesh().x_desc("batch size").y_desc(label).draw()?;
-        let series: Vec<(f64, f64)> = points
-            .iter()
-            .map(|p| (p.batch as f64, if value == 0 { p.images_per_s } else { p.ms_per_batch }))
-            .collect();
+        let series: Vec<(f64, f64)> =
+            points.iter().map(|p| (p.batch as f64, if value == 0 { p.images_per_s } else { p.ms_per_batch })).collect();
         c.draw_series(LineSeries::new(series.clone(), &BLUE))?;
         c.draw_series(series.iter().map(|&(x, y)| Circle::new((x, y), 4, BLUE.filled())))?;
     }
@@ -285,24 +289,53 @@ fn main() -> anyhow::Result<()> {
 
     let mut md = String::new();
     writeln!(md, "# clipfn benchmark\n")?;
-    writeln!(md, "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), CPU execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n", std::thread::available_parallelism()?.get(), cpu_name(), photos.len())?;
-    writeln!(md, "## 1. Raw inference (ONNX Runtime session alone)\n\n| batch | images/s | ms per batch |\n|---|---|---|")?;
+    writeln!(
+        md,
+        "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), CPU execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
+        std::thread::available_parallelism()?.get(),
+        cpu_name(),
+        photos.len()
+    )?;
+    writeln!(
+        md,
+        "## 1. Raw inference (ONNX Runtime session alone)\n\n| batch | images/s | ms per batch |\n|---|---|---|"
+    )?;
     for p in &raw {
         writeln!(md, "| {} | {:.1} | {:.0} |", p.batch, p.images_per_s, p.ms_per_batch)?;
     }
-    writeln!(md, "\n## 2. Preprocessing, one core (decode + resize + normalise, no fetch)\n\n| implementation | photos/s |\n|---|---|")?;
-    writeln!(md, "| clipfn | {ours:.1} |\n| Pillow, CLIP preprocessing (full decode) | {pillow:.1} |\n| Pillow with JPEG draft (DCT-scaled decode) | {pillow_draft:.1} |")?;
+    writeln!(
+        md,
+        "\n## 2. Preprocessing, one core (decode + resize + normalise, no fetch)\n\n| implementation | photos/s |\n|---|---|"
+    )?;
+    writeln!(
+        md,
+        "| clipfn | {ours:.1} |\n| Pillow, CLIP preprocessing (full decode) | {pillow:.1} |\n| Pillow with JPEG draft (DCT-scaled decode) | {pillow_draft:.1} |"
+    )?;
     writeln!(md, "\n## 3. End to end (release server, loopback, photos from fake-gcs-server)\n")?;
-    writeln!(md, "| load | requests | images embedded | images/s | p50 s | p95 s | p99 s | errors |\n|---|---|---|---|---|---|---|---|")?;
+    writeln!(
+        md,
+        "| load | requests | images embedded | images/s | p50 s | p95 s | p99 s | errors |\n|---|---|---|---|---|---|---|---|"
+    )?;
     writeln!(md, "{}", seed.row(&format!("seed shape: {vus} VUs, 30-50 photos, 3-5 s think, {secs} s")))?;
     writeln!(md, "{}", closed.row(&format!("closed loop, concurrency 2, 30-50 photos, {secs} s")))?;
-    writeln!(md, "\nBatch fill over both runs (batches by size bucket, from /metrics):\n\n| batch size <= | batches |\n|---|---|")?;
+    writeln!(
+        md,
+        "\nBatch fill over both runs (batches by size bucket, from /metrics):\n\n| batch size <= | batches |\n|---|---|"
+    )?;
     for (le, n) in &fill {
         writeln!(md, "| {le} | {n} |")?;
     }
     writeln!(md, "\n## Ratios (same run)\n")?;
-    writeln!(md, "- end-to-end images/s (closed loop) / raw batch-64 images/s = {e2e:.1} / {raw64:.1} = **{:.2}** (target >= 0.90)", e2e / raw64)?;
-    writeln!(md, "- clipfn preprocessing / Pillow (full decode) per core = {ours:.1} / {pillow:.1} = **{:.2}** (target >= 3)", ours / pillow)?;
+    writeln!(
+        md,
+        "- end-to-end images/s (closed loop) / raw batch-64 images/s = {e2e:.1} / {raw64:.1} = **{:.2}** (target >= 0.90)",
+        e2e / raw64
+    )?;
+    writeln!(
+        md,
+        "- clipfn preprocessing / Pillow (full decode) per core = {ours:.1} / {pillow:.1} = **{:.2}** (target >= 3)",
+        ours / pillow
+    )?;
     writeln!(md, "- clipfn preprocessing / Pillow with draft per core = **{:.2}**", ours / pillow_draft)?;
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
@@ -315,6 +348,10 @@ fn main() -> anyhow::Result<()> {
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }

@@ -275,11 +275,9 @@ mod tests {
 
     #[test]
     fn defaults_apply_and_lists_split() {
-        let s = Settings::from_iter(vars(&[
-            ("CLIPFN_MODEL", "/m.onnx"),
-            ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,"),
-        ]))
-        .unwrap();
+        let s =
+            Settings::from_iter(vars(&[("CLIPFN_MODEL", "/m.onnx"), ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,")]))
+                .unwrap();
         assert_eq!(s.batch_size, 64);
         assert_eq!(s.max_images, 100);
         assert_eq!(s.max_image_bytes, 25 * MIB);
@@ -297,7 +295,8 @@ mod tests {
         let bad_provider =
             Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PROVIDER", "gpu")])).unwrap_err().to_string();
         assert!(bad_provider.contains("CLIPFN_PROVIDER") && bad_provider.contains("gpu"), "{bad_provider}");
-        let zero = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
+        let zero =
+            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
         let bad_format =
             Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();

@@ -24,7 +24,8 @@ pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Unsupported(" (empty object)".into()));
     }
-    let reader = ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| DecodeError::Failed(e.to_string()))?;
+    let reader =
+        ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| DecodeError::Failed(e.to_string()))?;
     let Some(format) = reader.format() else {
         return Err(DecodeError::Unsupported(String::new()));
     };

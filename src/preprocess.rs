@@ -93,9 +93,12 @@ pub fn resize_and_crop(image: &RgbImage, size: u32) -> Result<RgbImage, Preproce
     let left = ((resized_w - size) as f64 / 2.0).round_ties_even();
     let top = ((resized_h - size) as f64 / 2.0).round_ties_even();
     let (sx, sy) = (width as f64 / resized_w as f64, height as f64 / resized_h as f64);
-    let options = ResizeOptions::new()
-        .resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom))
-        .crop(left * sx, top * sy, size as f64 * sx, size as f64 * sy);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom)).crop(
+        left * sx,
+        top * sy,
+        size as f64 * sx,
+        size as f64 * sy,
+    );
     let mut square = RgbImage::new(size, size);
     Resizer::new().resize(image, &mut square, &options).map_err(|e| PreprocessError(e.to_string()))?;
     Ok(square)

@@ -162,7 +162,8 @@ impl Root {
         if uri.scheme != self.scheme || uri.bucket != self.bucket {
             return None;
         }
-        let key = if self.prefix.is_empty() { uri.path } else { uri.path.strip_prefix(&self.prefix)?.strip_prefix('/')? };
+        let key =
+            if self.prefix.is_empty() { uri.path } else { uri.path.strip_prefix(&self.prefix)?.strip_prefix('/')? };
         Some((self, key))
     }
 }
@@ -221,7 +222,8 @@ fn build_store(uri: &Uri<'_>, client: ClientSettings) -> Result<Arc<dyn ObjectSt
         }
         "s3" => {
             let builder = AmazonS3Builder::from_env().with_bucket_name(uri.bucket).with_retry(retry);
-            let builder = timeouts.into_iter().fold(builder, |b, (k, v)| b.with_config(AmazonS3ConfigKey::Client(k), v));
+            let builder =
+                timeouts.into_iter().fold(builder, |b, (k, v)| b.with_config(AmazonS3ConfigKey::Client(k), v));
             Arc::new(builder.build().map_err(config_error)?)
         }
         other => return Err(SourceError::Config(format!("unsupported scheme '{other}://' (use gs, s3 or file)"))),

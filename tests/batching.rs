@@ -20,10 +20,8 @@ fn two_concurrent_requests_share_one_batch_and_get_their_own_results() {
         .collect();
     // A batch runs when 6 photos are queued; the long wait makes sure neither request alone can
     // start one, so only a shared batch lets both finish quickly.
-    let server = ServerConfig::local(store.path())
-        .env("CLIPFN_BATCH_SIZE", "6")
-        .env("CLIPFN_BATCH_WAIT_MS", "30000")
-        .start();
+    let server =
+        ServerConfig::local(store.path()).env("CLIPFN_BATCH_SIZE", "6").env("CLIPFN_BATCH_WAIT_MS", "30000").start();
     let (a, b) = (&keys[..3], &keys[3..]);
     let server = &server;
     let (body_a, body_b) = std::thread::scope(|s| {

@@ -121,7 +121,8 @@ fn bad_photos_get_their_own_errors_and_the_rest_are_embedded() {
 #[test]
 fn malformed_requests_get_4xx_with_a_message() {
     let store = tempfile::tempdir().unwrap();
-    let server = ServerConfig::local(store.path()).env("CLIPFN_MAX_IMAGES", "3").env("CLIPFN_MAX_BODY_BYTES", "1000").start();
+    let server =
+        ServerConfig::local(store.path()).env("CLIPFN_MAX_IMAGES", "3").env("CLIPFN_MAX_BODY_BYTES", "1000").start();
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (b"{not json".to_vec(), 400, "bad_request"),
         (br#"{"images": []}"#.to_vec(), 400, "bad_request"),

@@ -37,10 +37,7 @@ fn wait_in_flight(server: &Server, photos: u64) {
 #[test]
 fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
     let (_dir, store) = held_store();
-    let server = server_on(&store)
-        .env("CLIPFN_MAX_QUEUED_IMAGES", "2")
-        .env("CLIPFN_MAX_IMAGES", "2")
-        .start();
+    let server = server_on(&store).env("CLIPFN_MAX_QUEUED_IMAGES", "2").env("CLIPFN_MAX_IMAGES", "2").start();
     std::thread::scope(|s| {
         let first = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
         wait_in_flight(&server, 2);
@@ -102,11 +99,8 @@ fn not_ready_while_the_model_loads_and_sigterm_still_exits() {
     assert_eq!(server.get("/healthz").0, 200);
     let (status, body) = server.get("/readyz");
     assert_eq!(status, 503, "{body}");
-    let refused = blocking_client()
-        .post(format!("{}/v1/embed", server.base))
-        .body(r#"{"images": ["good.jpg"]}"#)
-        .send()
-        .unwrap();
+    let refused =
+        blocking_client().post(format!("{}/v1/embed", server.base)).body(r#"{"images": ["good.jpg"]}"#).send().unwrap();
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "1");
 

@@ -52,7 +52,8 @@ impl IntoResponse for ApiError {
             error: ErrorBody,
         }
         let (status, code) = self.status_and_code();
-        let mut response = (status, Json(Envelope { error: ErrorBody { code, message: self.to_string() } })).into_response();
+        let mut response =
+            (status, Json(Envelope { error: ErrorBody { code, message: self.to_string() } })).into_response();
         if matches!(status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -70,7 +71,9 @@ pub fn item_error(e: &ItemError) -> ErrorBody {
         ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => "fetch_failed",
         ItemError::Decode(DecodeError::Unsupported(_)) => "unsupported_format",
         ItemError::Decode(DecodeError::TooManyPixels { .. }) => "too_large",
-        ItemError::Decode(DecodeError::Failed(_)) | ItemError::DecoderPanic | ItemError::Preprocess(_) => "decode_failed",
+        ItemError::Decode(DecodeError::Failed(_)) | ItemError::DecoderPanic | ItemError::Preprocess(_) => {
+            "decode_failed"
+        }
         ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => "inference_failed",
         ItemError::DeadlineExceeded => "deadline_exceeded",
     };

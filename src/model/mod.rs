@@ -101,7 +101,9 @@ impl Model {
             batch_size: settings.batch_size,
         };
         let normalizer = match info.input_layout {
-            Layout::RawNhwc => Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, image_size, on_cuda)?),
+            Layout::RawNhwc => {
+                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, image_size, on_cuda)?)
+            }
             Layout::NormalizedNchw => None,
         };
         let mut model = Model { session, normalizer, info, _environment: environment };
@@ -152,7 +154,9 @@ impl Model {
 /// Loads the library named by ORT_DYLIB_PATH (once per process) and creates the environment.
 fn init_runtime() -> Result<Environment, ModelError> {
     let path = std::env::var("ORT_DYLIB_PATH").map_err(|_| {
-        ModelError::Runtime("ORT_DYLIB_PATH is not set: point it at libonnxruntime.so (tools/setup.sh installs one)".into())
+        ModelError::Runtime(
+            "ORT_DYLIB_PATH is not set: point it at libonnxruntime.so (tools/setup.sh installs one)".into(),
+        )
     })?;
     if !Path::new(&path).is_file() {
         return Err(ModelError::Runtime(format!("ORT_DYLIB_PATH={path} is not a file")));

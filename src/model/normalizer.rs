@@ -33,17 +33,26 @@ impl Normalizer {
         let side = i64::from(side);
         let mut graph = Graph::new().map_err(load)?;
         graph.set_inputs([Outlet::new(INPUT, tensor(TensorElementType::Uint8, [-1, side, side, 3]))]).map_err(load)?;
-        graph.set_outputs([Outlet::new(OUTPUT, tensor(TensorElementType::Float32, [-1, 3, side, side]))]).map_err(load)?;
+        graph
+            .set_outputs([Outlet::new(OUTPUT, tensor(TensorElementType::Float32, [-1, 3, side, side]))])
+            .map_err(load)?;
         // x * (1 / (255 std)) - mean / std, per channel on the last (NHWC) axis.
         graph.add_initializer("clip_scale", constant(CLIP_STD.map(|s| 1.0 / (255.0 * s)))?, false).map_err(load)?;
-        graph.add_initializer("clip_shift", constant(std::array::from_fn(|c| -CLIP_MEAN[c] / CLIP_STD[c]))?, false).map_err(load)?;
+        graph
+            .add_initializer("clip_shift", constant(std::array::from_fn(|c| -CLIP_MEAN[c] / CLIP_STD[c]))?, false)
+            .map_err(load)?;
         let nodes = [
             Node::new("Cast", "", "to_float", [INPUT], ["as_float"], [Attribute::new("to", 1_i64).map_err(load)?]),
             Node::new("Mul", "", "scale", ["as_float", "clip_scale"], ["scaled"], []),
             Node::new("Add", "", "shift", ["scaled", "clip_shift"], ["normalized_nhwc"], []),
-            Node::new("Transpose", "", "to_nchw", ["normalized_nhwc"], [OUTPUT], [
-                Attribute::new("perm", vec![0_i64, 3, 1, 2]).map_err(load)?,
-            ]),
+            Node::new(
+                "Transpose",
+                "",
+                "to_nchw",
+                ["normalized_nhwc"],
+                [OUTPUT],
+                [Attribute::new("perm", vec![0_i64, 3, 1, 2]).map_err(load)?],
+            ),
         ];
         for node in nodes {
             graph.add_node(node.map_err(load)?).map_err(load)?;

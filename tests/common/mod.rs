@@ -37,7 +37,10 @@ pub fn setup_env() -> &'static HashMap<String, String> {
 }
 
 pub fn setup_var(name: &str) -> String {
-    setup_env().get(name).cloned().unwrap_or_else(|| panic!("{name} missing from .cache/clipfn.env; rerun tools/setup.sh"))
+    setup_env()
+        .get(name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} missing from .cache/clipfn.env; rerun tools/setup.sh"))
 }
 
 pub fn free_port() -> u16 {
@@ -290,11 +293,9 @@ impl HeldStore {
                     dir.join(&key)
                 };
                 match std::fs::read(file) {
-                    Ok(bytes) => (
-                        [("etag", "\"1\""), ("last-modified", "Mon, 30 Nov 2026 00:00:00 GMT")],
-                        bytes,
-                    )
-                        .into_response(),
+                    Ok(bytes) => {
+                        ([("etag", "\"1\""), ("last-modified", "Mon, 30 Nov 2026 00:00:00 GMT")], bytes).into_response()
+                    }
                     Err(_) => StatusCode::NOT_FOUND.into_response(),
                 }
             }),
