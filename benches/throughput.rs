@@ -52,7 +52,7 @@ struct RawPoint {
 }
 
 fn raw_inference(model_path: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
-    let settings = Settings::from_iter([
+    let settings = Settings::from_vars([
         ("CLIPFN_MODEL".to_string(), model_path.to_string()),
         ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
         ("CLIPFN_PROVIDER".to_string(), "cpu".to_string()),

@@ -183,11 +183,11 @@ pub struct ConfigError(String);
 
 impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_iter(std::env::vars())
+        Self::from_vars(std::env::vars())
     }
 
     /// Reads settings from any set of variables (tests pass their own).
-    pub fn from_iter(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let settings: Settings = envy::prefixed("CLIPFN_").from_iter(vars).map_err(|e| ConfigError(explain(e)))?;
         settings.validate()?;
         Ok(settings)
@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn defaults_apply_and_lists_split() {
         let s =
-            Settings::from_iter(vars(&[("CLIPFN_MODEL", "/m.onnx"), ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,")]))
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "/m.onnx"), ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,")]))
                 .unwrap();
         assert_eq!(s.batch_size, 64);
         assert_eq!(s.max_images, 100);
@@ -287,27 +287,27 @@ mod tests {
 
     #[test]
     fn errors_name_the_variable() {
-        let missing = Settings::from_iter(vars(&[])).unwrap_err().to_string();
+        let missing = Settings::from_vars(vars(&[])).unwrap_err().to_string();
         assert!(missing.contains("CLIPFN_MODEL"), "{missing}");
         let bad_number =
-            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "lots")])).unwrap_err().to_string();
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "lots")])).unwrap_err().to_string();
         assert!(bad_number.contains("CLIPFN_BATCH_SIZE"), "{bad_number}");
         let bad_provider =
-            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PROVIDER", "gpu")])).unwrap_err().to_string();
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PROVIDER", "gpu")])).unwrap_err().to_string();
         assert!(bad_provider.contains("CLIPFN_PROVIDER") && bad_provider.contains("gpu"), "{bad_provider}");
         let zero =
-            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
         let bad_format =
-            Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
         assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");
     }
 
     #[test]
     fn log_format_is_read_in_either_case() {
-        let json = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "JSON")])).unwrap();
+        let json = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "JSON")])).unwrap();
         assert_eq!(json.log_format(), LogFormat::Json);
-        let text = Settings::from_iter(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "text")])).unwrap();
+        let text = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "text")])).unwrap();
         assert_eq!(text.log_format(), LogFormat::Text);
     }
 }

@@ -35,7 +35,7 @@ fn two_concurrent_requests_share_one_batch_and_get_their_own_results() {
         let second = s.spawn(move || embed(b));
         (first.join().unwrap(), second.join().unwrap())
     });
-    let metrics = scrape(&server);
+    let metrics = scrape(server);
     assert_eq!(series(&metrics, "clipfn_batch_size_photos_count", &[]), 1.0, "one batch for both requests");
     assert_eq!(series(&metrics, "clipfn_batch_size_photos_sum", &[]), 6.0);
 
