@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, as one short script for a machine with an NVIDIA GPU and a CUDA
+# build of ONNX Runtime (the Dockerfile.cuda image has both; CI and the dev machines have neither).
+#
+#   ORT_GPU_DYLIB=/opt/onnxruntime/lib/libonnxruntime.so.1.26.0 \
+#   ORT_CPU_DYLIB=.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 \
+#   CLIPFN_MODEL=.cache/models/clip-test.onnx PHOTOS=.cache/photos/wallpapers tools/gpu-check.sh
+#
+# It replays one request of up to 64 photos through `clipfn replay` four ways (CPU, CUDA with host
+# normalisation, CUDA with in-model normalisation, and CUDA at batch 64 twice for timing) and
+# fails unless CUDA was used, every photo embedded, and CUDA's embeddings match CPU's (cosine
+# >= 0.999 per photo). Prints the per-stage timings of each run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${CLIPFN_BIN:-target/release/clipfn}
+photos=${PHOTOS:?set PHOTOS to a folder of JPEGs}
+: "${ORT_GPU_DYLIB:?set ORT_GPU_DYLIB to a CUDA build of libonnxruntime.so}"
+: "${ORT_CPU_DYLIB:=$ORT_GPU_DYLIB}"
+: "${CLIPFN_MODEL:?set CLIPFN_MODEL}"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$photos" >"$work/request.json" <<'PY'
+import json, os, sys
+names = sorted(f for f in os.listdir(sys.argv[1]) if f.lower().endswith((".jpg", ".jpeg")))[:64]
+print(json.dumps({"images": names}))
+PY
+
+run() {  # run NAME PROVIDER NORMALIZE DYLIB
+  env -i PATH="$PATH" ORT_DYLIB_PATH="$4" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$photos")" \
+    CLIPFN_PROVIDER="$2" CLIPFN_NORMALIZE="$3" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
+    "$bin" replay "$work/request.json" "$work/request.json" >"$work/$1.jsonl"
+}
+run cpu cpu cpu "$ORT_CPU_DYLIB"
+run cuda-host cuda cpu "$ORT_GPU_DYLIB"
+run cuda-model cuda model "$ORT_GPU_DYLIB"
+
+python3 - "$work" <<'PY'
+import json, math, sys
+def load(name):
+    lines = [json.loads(l) for l in open(f"{sys.argv[1]}/{name}.jsonl")]
+    bodies = [json.loads(l["response"]["body"]) for l in lines]
+    assert all(l["response"]["statusCode"] == 200 for l in lines), name
+    return bodies
+def cos(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+cpu = load("cpu")
+failed = False
+for name in ("cpu", "cuda-host", "cuda-model"):
+    bodies = load(name)
+    for run, body in enumerate(bodies):
+        print(f"{name:11s} run {run}: {len(body['data'])} photos, timings_ms {body['timings_ms']}")
+    items = bodies[-1]["data"]
+    missing = [i["image"] for i in items if "embedding" not in i]
+    worst = min(cos(i["embedding"], c["embedding"]) for i, c in zip(items, cpu[-1]["data"]) if "embedding" in i)
+    print(f"{name:11s} worst cosine to CPU {worst:.6f}, photos without embedding: {missing}")
+    failed |= bool(missing) or worst < 0.999
+sys.exit(1 if failed else 0)
+PY
+echo "gpu-check: CUDA embeddings match CPU in both normalisation modes"
