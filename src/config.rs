@@ -150,30 +150,25 @@ fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> 
     Ok(raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
 }
 
+/// One of a fixed set of words, any case; an error names the variable and the choices.
+fn one_of<'de, D: Deserializer<'de>, T: Copy>(d: D, variable: &str, choices: &[(&str, T)]) -> Result<T, D::Error> {
+    let raw = String::deserialize(d)?;
+    choices.iter().find(|(word, _)| word.eq_ignore_ascii_case(&raw)).map(|(_, value)| *value).ok_or_else(|| {
+        let words: Vec<&str> = choices.iter().map(|(word, _)| *word).collect();
+        D::Error::custom(format!("{variable} must be one of {}, not '{raw}'", words.join(", ")))
+    })
+}
+
 fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
-    match String::deserialize(d)?.to_ascii_lowercase().as_str() {
-        "auto" => Ok(Provider::Auto),
-        "cuda" => Ok(Provider::Cuda),
-        "cpu" => Ok(Provider::Cpu),
-        other => Err(D::Error::custom(format!("CLIPFN_PROVIDER must be auto, cuda or cpu, not '{other}'"))),
-    }
+    one_of(d, "CLIPFN_PROVIDER", &[("auto", Provider::Auto), ("cuda", Provider::Cuda), ("cpu", Provider::Cpu)])
 }
 
 fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
-    match String::deserialize(d)?.to_ascii_lowercase().as_str() {
-        "auto" => Ok(Normalize::Auto),
-        "cpu" => Ok(Normalize::Cpu),
-        "model" => Ok(Normalize::Model),
-        other => Err(D::Error::custom(format!("CLIPFN_NORMALIZE must be auto, cpu or model, not '{other}'"))),
-    }
+    one_of(d, "CLIPFN_NORMALIZE", &[("auto", Normalize::Auto), ("cpu", Normalize::Cpu), ("model", Normalize::Model)])
 }
 
 fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LogFormat>, D::Error> {
-    match String::deserialize(d)?.to_ascii_lowercase().as_str() {
-        "json" => Ok(Some(LogFormat::Json)),
-        "text" => Ok(Some(LogFormat::Text)),
-        other => Err(D::Error::custom(format!("CLIPFN_LOG_FORMAT must be json or text, not '{other}'"))),
-    }
+    one_of(d, "CLIPFN_LOG_FORMAT", &[("json", LogFormat::Json), ("text", LogFormat::Text)]).map(Some)
 }
 
 /// A start-up configuration problem, worded to name the variable to fix.
