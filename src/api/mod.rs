@@ -20,7 +20,10 @@ use axum::{
     routing::{get, post},
 };
 use serde_json::json;
-use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    trace::{DefaultOnFailure, TraceLayer},
+};
 use tracing::{Span, field::Empty};
 
 use self::{
@@ -72,7 +75,13 @@ pub fn router(state: AppState) -> Router {
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::new())
-        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(record_status))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(record_status)
+                // 503s while loading or draining are expected; they are not errors in the log.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
+        )
         .with_state(state)
 }
 
