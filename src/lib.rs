@@ -9,6 +9,7 @@ pub mod api;
 pub mod batcher;
 pub mod config;
 pub mod decode;
+pub mod gpu;
 pub mod lambda;
 pub mod metrics;
 pub mod model;

@@ -146,6 +146,7 @@ fn malformed_requests_get_4xx_with_a_message() {
     assert_eq!(ready["model"]["image_size"], 224);
     assert_eq!(ready["model"]["batch_size"], 8);
     assert_eq!(ready["model"]["id"], "clip-test");
+    assert!(ready.get("gpu").is_none(), "no GPU section on CPU: {ready}");
 }
 
 #[test]

@@ -31,6 +31,14 @@ run() {  # run NAME PROVIDER NORMALIZE DYLIB
     CLIPFN_PROVIDER="$2" CLIPFN_NORMALIZE="$3" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
     "$bin" replay "$work/request.json" "$work/request.json" >"$work/$1.jsonl"
 }
+# /readyz on CUDA names the device and its memory in use (NVML).
+env -i PATH="$PATH" ORT_DYLIB_PATH="$ORT_GPU_DYLIB" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_PROVIDER=cuda PORT=18080 \
+  CLIPFN_LOG_FORMAT=text RUST_LOG=warn "$bin" serve &
+server=$!
+for _ in $(seq 600); do curl -sf localhost:18080/readyz >"$work/readyz.json" && break; sleep 0.1; done
+kill "$server"; wait "$server" || true
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("readyz gpu:", r["gpu"]); assert "name" in r["gpu"], r' "$work/readyz.json"
+
 run cpu cpu cpu "$ORT_CPU_DYLIB"
 run cuda-host cuda cpu "$ORT_GPU_DYLIB"
 run cuda-model cuda model "$ORT_GPU_DYLIB"

@@ -30,7 +30,7 @@ use self::{
     error::{ApiError, item_error},
     types::{EmbedRequest, EmbedResponse, Item, TimingsMs},
 };
-use crate::{config::Settings, metrics::Metrics, pipeline::Pipeline, telemetry};
+use crate::{config::Settings, gpu, metrics::Metrics, pipeline::Pipeline, telemetry};
 
 /// What every handler shares. The pipeline appears once the model is loaded and warmed up.
 #[derive(Clone)]
@@ -126,8 +126,16 @@ async fn healthz() -> impl IntoResponse {
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.ready_pipeline() {
         Ok(pipeline) => {
-            Json(json!({"status": "ready", "model": pipeline.model(), "in_flight_images": pipeline.in_flight()}))
-                .into_response()
+            let model = pipeline.model();
+            let mut body = json!({"status": "ready", "model": model, "in_flight_images": pipeline.in_flight()});
+            if model.provider == "cuda" {
+                // CUDA device 0 is the one the session uses (ort's default device id).
+                body["gpu"] = match gpu::status(0) {
+                    Ok(status) => json!(status),
+                    Err(reason) => json!({ "error": reason }),
+                };
+            }
+            Json(body).into_response()
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": e.to_string()}))).into_response(),
     }
