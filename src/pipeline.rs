@@ -74,7 +74,7 @@ pub type ItemResult = Result<Vec<f32>, ItemError>;
 pub struct Pipeline {
     source: Source,
     batcher: Batcher,
-    cpu_slots: Semaphore,
+    cpu_slots: Arc<Semaphore>,
     max_pixels: u64,
     metrics: Arc<Metrics>,
 }
@@ -84,7 +84,7 @@ impl Pipeline {
         Pipeline {
             source,
             batcher,
-            cpu_slots: Semaphore::new(settings.decode_threads()),
+            cpu_slots: Arc::new(Semaphore::new(settings.decode_threads())),
             max_pixels: settings.max_image_pixels,
             metrics,
         }
@@ -170,7 +170,9 @@ impl Pipeline {
         let bytes = bytes.inspect_err(|_| failed(&span))?;
         span.record("clipfn.photo.bytes", bytes.len() as i64);
 
-        let slot = self.cpu_slots.acquire().await.expect("semaphore is never closed");
+        // The slot moves into the blocking task: a photo that times out stops waiting, but its
+        // decode keeps the core until it really ends, so the pool never runs over its size.
+        let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         let (max_pixels, size, layout) = (self.max_pixels, self.model().image_size, self.model().input_layout);
@@ -178,12 +180,12 @@ impl Pipeline {
         // turns it into this photo's error and the process and the other photos carry on.
         let in_task = span.clone();
         let pixels = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
+            let _slot = slot;
             let _entered = in_task.enter();
             let rgb = decode(&bytes, max_pixels)?;
             Ok(preprocess(&rgb, size, layout)?)
         })
         .await;
-        drop(slot);
         let queued = Instant::now();
         stamps.decode = Some((decode_start, queued));
         self.metrics.stage(Stage::Decode, queued - decode_start);
