@@ -197,7 +197,7 @@ fn batch_fill(base: &str) -> Vec<(String, u64)> {
         common::blocking_client().get(format!("{base}/metrics")).send().and_then(|r| r.text()).unwrap_or_default();
     let mut previous = 0;
     text.lines()
-        .filter(|l| l.starts_with("clipfn_batch_size_bucket"))
+        .filter(|l| l.starts_with("clipfn_batch_size_photos_bucket"))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?.to_string();
             let cumulative: u64 = l.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
@@ -248,6 +248,10 @@ fn chart(points: &[RawPoint], path: &Path) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+        // SAFETY: first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH")) };
+    }
     let runs: usize = env_or("CLIPFN_BENCH_RUNS", 3);
     let vus: usize = env_or("CLIPFN_BENCH_VUS", 2);
     let secs: f64 = env_or("CLIPFN_BENCH_SECONDS", 60.0);
