@@ -64,6 +64,9 @@ pub struct Settings {
     /// Decoded pixels allowed per photo, checked from the header before decoding (bombs).
     #[serde(default = "defaults::max_image_pixels")]
     pub max_image_pixels: u64,
+    /// Time budget for decoding and resizing one photo; past it the photo gets `decode_failed`.
+    #[serde(default = "defaults::decode_timeout_ms")]
+    pub decode_timeout_ms: u64,
     /// Photos admitted at once across all requests; past this a request gets 503 + Retry-After.
     #[serde(default = "defaults::max_queued_images")]
     pub max_queued_images: usize,
@@ -121,6 +124,9 @@ mod defaults {
     }
     pub fn max_image_pixels() -> u64 {
         100_000_000
+    }
+    pub fn decode_timeout_ms() -> u64 {
+        10_000
     }
     pub fn max_queued_images() -> usize {
         512
@@ -194,6 +200,7 @@ impl Settings {
             ("CLIPFN_MAX_IMAGES", self.max_images as u64),
             ("CLIPFN_MAX_IMAGE_BYTES", self.max_image_bytes),
             ("CLIPFN_MAX_IMAGE_PIXELS", self.max_image_pixels),
+            ("CLIPFN_DECODE_TIMEOUT_MS", self.decode_timeout_ms),
             ("CLIPFN_MAX_QUEUED_IMAGES", self.max_queued_images as u64),
             ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
@@ -220,6 +227,10 @@ impl Settings {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         }
+    }
+
+    pub fn decode_timeout(&self) -> Duration {
+        Duration::from_millis(self.decode_timeout_ms)
     }
 
     pub fn request_timeout(&self) -> Duration {

@@ -19,7 +19,7 @@ use tracing::{Instrument, field::Empty, info_span};
 use crate::{
     batcher::{BatchError, Batcher, Overloaded},
     config::Settings,
-    decode::{DecodeError, decode},
+    decode::{DecodeError, DecodeOptions, decode},
     metrics::{Metrics, Stage},
     model::{Model, ModelInfo},
     preprocess::{Pixels, PreprocessError, preprocess},
@@ -77,6 +77,7 @@ pub struct Pipeline {
     cpu_slots: Arc<Semaphore>,
     max_pixels: u64,
     metrics: Arc<Metrics>,
+    decode_timeout: Duration,
 }
 
 impl Pipeline {
@@ -87,6 +88,7 @@ impl Pipeline {
             cpu_slots: Arc::new(Semaphore::new(settings.decode_threads())),
             max_pixels: settings.max_image_pixels,
             metrics,
+            decode_timeout: settings.decode_timeout(),
         }
     }
 
@@ -175,23 +177,27 @@ impl Pipeline {
         let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        let (max_pixels, size, layout) = (self.max_pixels, self.model().image_size, self.model().input_layout);
+        let (size, layout) = (self.model().image_size, self.model().input_layout);
+        // JPEGs decode at the smallest DCT scale that still covers the model input.
+        let options = DecodeOptions::for_input(size, self.max_pixels);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
         // turns it into this photo's error and the process and the other photos carry on.
         let in_task = span.clone();
-        let pixels = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
+        let work = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
             let _slot = slot;
             let _entered = in_task.enter();
-            let rgb = decode(&bytes, max_pixels)?;
-            Ok(preprocess(&rgb, size, layout)?)
-        })
-        .await;
+            let decoded = decode(&bytes, &options)?;
+            Ok(preprocess(&decoded, size, layout)?)
+        });
+        // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
+        let pixels = tokio::time::timeout(self.decode_timeout, work).await;
         let queued = Instant::now();
         stamps.decode = Some((decode_start, queued));
         self.metrics.stage(Stage::Decode, queued - decode_start);
         let pixels = match pixels {
-            Ok(result) => result,
-            Err(_) => Err(ItemError::DecoderPanic),
+            Ok(Ok(result)) => result,
+            Ok(Err(_join_error)) => Err(ItemError::DecoderPanic),
+            Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
         };
         let pixels = pixels.inspect_err(|_| failed(&span))?;
 

@@ -5,6 +5,8 @@
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::RgbImage;
 
+use crate::decode::Decoded;
+
 /// CLIP's per-channel statistics (OpenAI CLIP, `_transform`).
 pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
 #[allow(clippy::excessive_precision)] // the digits CLIP publishes, kept recognisable
@@ -56,9 +58,9 @@ impl Pixels {
     }
 }
 
-/// Resizes and crops `image` and lays it out for the model.
-pub fn preprocess(image: &RgbImage, size: u32, layout: Layout) -> Result<Pixels, PreprocessError> {
-    let square = resize_and_crop(image, size)?;
+/// Resizes and crops a decoded photo and lays it out for the model.
+pub fn preprocess(decoded: &Decoded, size: u32, layout: Layout) -> Result<Pixels, PreprocessError> {
+    let square = resize_and_crop_scaled(&decoded.image, decoded.full_size, decoded.scale_denom, size)?;
     Ok(match layout {
         Layout::RawNhwc => Pixels::RawNhwc(square.into_raw()),
         Layout::NormalizedNchw => {
@@ -88,18 +90,34 @@ fn normalize_into(square: &RgbImage, slot: &mut [f32]) {
 /// still reads pixels outside the box (as Pillow does), so the result is the same as resizing the
 /// whole image first, for a fraction of the work.
 pub fn resize_and_crop(image: &RgbImage, size: u32) -> Result<RgbImage, PreprocessError> {
-    let (width, height) = image.dimensions();
+    resize_and_crop_scaled(image, image.dimensions(), 1, size)
+}
+
+/// [`resize_and_crop`] for an image decoded at 1/`scale_denom` of a `full_size` photo (JPEG DCT
+/// scaling). The output size and crop offsets come from the full-size geometry, as the reference
+/// computes them; the source box is then placed on the decoded grid, where one pixel is exactly
+/// `scale_denom` full-size pixels. The decoded image's last row and column may be partial (its
+/// size is rounded up), so mapping by its own pixel count would shift the crop by up to half a
+/// decoded pixel, which high-frequency detail turns into a visible difference.
+pub fn resize_and_crop_scaled(
+    image: &RgbImage,
+    full_size: (u32, u32),
+    scale_denom: u32,
+    size: u32,
+) -> Result<RgbImage, PreprocessError> {
+    let (width, height) = full_size;
     let (resized_w, resized_h) = resized_dims(width, height, size);
     // torchvision's CenterCrop: offset = int(round((resized - size) / 2)).
     let left = ((resized_w - size) as f64 / 2.0).round_ties_even();
     let top = ((resized_h - size) as f64 / 2.0).round_ties_even();
-    let (sx, sy) = (width as f64 / resized_w as f64, height as f64 / resized_h as f64);
-    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom)).crop(
-        left * sx,
-        top * sy,
-        size as f64 * sx,
-        size as f64 * sy,
-    );
+    let denom = f64::from(scale_denom.max(1));
+    // Decoded pixels per output pixel.
+    let (sx, sy) = (width as f64 / denom / resized_w as f64, height as f64 / denom / resized_h as f64);
+    let (x, y) = (left * sx, top * sy);
+    // The box lies inside the image; the clamp only absorbs floating-point excess (29 / 224 * 224
+    // can be 29.000000000000004), which the resizer would refuse.
+    let (w, h) = ((size as f64 * sx).min(image.width() as f64 - x), (size as f64 * sy).min(image.height() as f64 - y));
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom)).crop(x, y, w, h);
     let mut square = RgbImage::new(size, size);
     Resizer::new().resize(image, &mut square, &options).map_err(|e| PreprocessError(e.to_string()))?;
     Ok(square)
@@ -115,6 +133,11 @@ fn resized_dims(width: u32, height: u32, size: u32) -> (u32, u32) {
 mod tests {
     use super::*;
 
+    /// A photo decoded at full size.
+    fn full_size(image: RgbImage) -> Decoded {
+        Decoded { full_size: image.dimensions(), image, format: crate::decode::Format::Png, scale_denom: 1 }
+    }
+
     #[test]
     fn short_side_becomes_size() {
         assert_eq!(resized_dims(4000, 3000, 224), (298, 224));
@@ -124,7 +147,7 @@ mod tests {
 
     #[test]
     fn normalises_with_clip_statistics() {
-        let white = RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255]));
+        let white = full_size(RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255])));
         let Pixels::NormalizedNchw(slot) = preprocess(&white, 224, Layout::NormalizedNchw).unwrap() else { panic!() };
         for c in 0..3 {
             let expected = (1.0 - CLIP_MEAN[c]) / CLIP_STD[c];
@@ -135,10 +158,31 @@ mod tests {
 
     #[test]
     fn raw_layout_is_the_resized_square() {
-        let image = RgbImage::from_pixel(448, 448, image::Rgb([10, 20, 30]));
+        let image = full_size(RgbImage::from_pixel(448, 448, image::Rgb([10, 20, 30])));
         let Pixels::RawNhwc(raw) = preprocess(&image, 224, Layout::RawNhwc).unwrap() else { panic!() };
         assert_eq!(raw.len(), 224 * 224 * 3);
         assert_eq!(&raw[..6], &[10, 20, 30, 10, 20, 30]);
+    }
+
+    #[test]
+    fn thin_images_resize_without_rounding_errors() {
+        for (w, h) in [(29, 100), (100, 29), (1, 1), (1, 5000), (7, 3)] {
+            assert_eq!(resize_and_crop(&RgbImage::new(w, h), 224).unwrap().dimensions(), (224, 224), "{w}x{h}");
+        }
+    }
+
+    #[test]
+    fn scaled_decodes_map_onto_the_full_size_geometry() {
+        // A 2293x1433 photo decoded at 1/4 is 574x359, its last column and row partial. A vertical
+        // edge at full-size x = 1148 (decoded 287) must land where the full-size resize puts it.
+        let edge_at = |edge: u32| move |x: u32, _| image::Rgb([if x < edge { 0 } else { 255 }; 3]);
+        let full = RgbImage::from_fn(2293, 1433, edge_at(1148));
+        let scaled = RgbImage::from_fn(574, 359, edge_at(287));
+        let a = resize_and_crop(&full, 224).unwrap();
+        let b = resize_and_crop_scaled(&scaled, (2293, 1433), 4, 224).unwrap();
+        let row = |img: &RgbImage| (0..224).map(|x| i32::from(img.get_pixel(x, 100).0[0])).collect::<Vec<_>>();
+        let diff = row(&a).iter().zip(row(&b)).map(|(p, q)| (p - q).abs()).max().unwrap();
+        assert!(diff <= 8, "edge moved: max difference {diff}\n{:?}\n{:?}", row(&a), row(&b));
     }
 
     #[test]

@@ -71,9 +71,9 @@ pub fn item_error(e: &ItemError) -> ErrorBody {
         ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => "fetch_failed",
         ItemError::Decode(DecodeError::Unsupported(_)) => "unsupported_format",
         ItemError::Decode(DecodeError::TooManyPixels { .. }) => "too_large",
-        ItemError::Decode(DecodeError::Failed(_)) | ItemError::DecoderPanic | ItemError::Preprocess(_) => {
-            "decode_failed"
-        }
+        ItemError::Decode(DecodeError::Failed(_) | DecodeError::Timeout(_))
+        | ItemError::DecoderPanic
+        | ItemError::Preprocess(_) => "decode_failed",
         ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => "inference_failed",
         ItemError::DeadlineExceeded => "deadline_exceeded",
     };

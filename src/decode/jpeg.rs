@@ -1,0 +1,177 @@
+//! JPEG through libjpeg-turbo's TurboJPEG 3 API (bundled libjpeg-turbo 3.1, built by turbojpeg-sys
+//! with cmake and nasm), decoded at a DCT scale.
+//!
+//! Most photos are 12-50 MP and the model looks at 224x224. libjpeg-turbo can run the inverse DCT
+//! at 1/2, 1/4 or 1/8 size, which skips most of the decode work; the scale picked is the smallest
+//! whose short side still covers the model input, so the resize that follows only ever shrinks.
+//! Baseline, progressive, arithmetic, grayscale, CMYK and YCCK files all decode here; an MPO (a
+//! JPEG with more JPEGs appended) decodes as its first image, which is the primary one.
+
+use std::ffi::CStr;
+
+use image::RgbImage;
+use turbojpeg_sys as tj;
+
+use super::{DecodeError, DecodeOptions, check_pixels};
+
+/// A progressive JPEG can hold thousands of tiny scans, each a pass over the whole image: a few KB
+/// that take minutes. libjpeg-turbo's own fuzzers stop at 500 scans; real encoders write about 10.
+const MAX_SCANS: i32 = 500;
+
+/// Memory libjpeg-turbo may take for a progressive image's coefficient buffer, in MB. A 100 MP
+/// progressive 4:4:4 photo needs about 600 MB; the pixel limit keeps real photos far below.
+const MAX_MEMORY_MB: i32 = 1024;
+
+/// The decoded (scaled, not yet oriented) RGB image and the DCT scale denominator used.
+pub struct Jpeg {
+    pub image: RgbImage,
+    pub full_size: (u32, u32),
+    pub scale_denom: u32,
+}
+
+pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Jpeg, DecodeError> {
+    let mut handle = Handle::new()?;
+    handle.set(tj::TJPARAM_TJPARAM_SCANLIMIT, MAX_SCANS)?;
+    handle.set(tj::TJPARAM_TJPARAM_MAXMEMORY, MAX_MEMORY_MB)?;
+    // SAFETY: the handle is valid; libjpeg-turbo reads at most `len` bytes from `bytes`.
+    // Warnings (extraneous bytes before a marker, a bad ICC chunk...) leave a usable header.
+    if unsafe { tj::tj3DecompressHeader(handle.0, bytes.as_ptr(), bytes.len() as _) } != 0 && !handle.warned() {
+        return Err(DecodeError::Failed(handle.error()));
+    }
+    let width = handle.get(tj::TJPARAM_TJPARAM_JPEGWIDTH);
+    let height = handle.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT);
+    let (width, height) = match (u32::try_from(width), u32::try_from(height)) {
+        (Ok(w), Ok(h)) if w > 0 && h > 0 => (w, h),
+        _ => return Err(DecodeError::Failed(format!("JPEG header gives no size ({width}x{height})"))),
+    };
+    check_pixels(width, height, options.max_pixels)?;
+    if handle.get(tj::TJPARAM_TJPARAM_PRECISION) != 8 {
+        return Err(DecodeError::Unsupported(" (12- and 16-bit JPEG are not photo formats clipfn decodes)".into()));
+    }
+    // Lossless JPEG has no DCT to scale.
+    let lossless = handle.get(tj::TJPARAM_TJPARAM_LOSSLESS) != 0;
+    let denom = if lossless { 1 } else { scale_denom(width, height, options.target_short_side) };
+    if denom > 1 {
+        // SAFETY: plain setter on a valid handle; 1/denom is one of libjpeg-turbo's factors.
+        if unsafe { tj::tj3SetScalingFactor(handle.0, tj::tjscalingfactor { num: 1, denom: denom as i32 }) } != 0 {
+            return Err(DecodeError::Failed(handle.error()));
+        }
+    }
+    let (out_w, out_h) = (width.div_ceil(denom), height.div_ceil(denom));
+    let cmyk = matches!(handle.get(tj::TJPARAM_TJPARAM_COLORSPACE) as u32, tj::TJCS_TJCS_CMYK | tj::TJCS_TJCS_YCCK);
+    let (format, channels) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
+    let mut pixels = vec![0u8; out_w as usize * out_h as usize * channels];
+    // SAFETY: `pixels` holds out_h rows of out_w * channels bytes, exactly what libjpeg-turbo
+    // writes for this header, scaling factor and pixel format (pitch 0 = tightly packed).
+    let status =
+        unsafe { tj::tj3Decompress8(handle.0, bytes.as_ptr(), bytes.len() as _, pixels.as_mut_ptr(), 0, format) };
+    if status != 0 {
+        let message = handle.error();
+        // Warnings (extraneous bytes, a bad restart marker...) leave a usable image, as Pillow
+        // accepts it. A file that ends early is refused, as Pillow does: the tail is gray filler.
+        if !handle.warned() || message.contains("Premature end of JPEG file") {
+            return Err(DecodeError::Failed(format!("{message} (truncated or corrupt JPEG)")));
+        }
+    }
+    let pixels = if cmyk { cmyk_to_rgb(&pixels) } else { pixels };
+    let image = RgbImage::from_raw(out_w, out_h, pixels).expect("buffer sized for the image");
+    Ok(Jpeg { image, full_size: (width, height), scale_denom: denom })
+}
+
+/// The largest DCT scale denominator (8, 4, 2 or 1) whose output short side still covers `target`;
+/// libjpeg-turbo's scaled size is the full size divided by it, rounded up.
+pub fn scale_denom(width: u32, height: u32, target: Option<u32>) -> u32 {
+    let Some(target) = target else { return 1 };
+    let short = width.min(height);
+    [8, 4, 2].into_iter().find(|d| short.div_ceil(*d) >= target).unwrap_or(1)
+}
+
+/// CMYK JPEGs are stored inverted (Adobe's convention, which Pillow assumes for every CMYK JPEG:
+/// rawmode `CMYK;I`); Pillow's `convert("RGB")` then computes `255 - k` scaled by `255 - c`. On the
+/// raw samples that is `k - k * (255 - c) / 255` with Pillow's rounding, which this reproduces.
+fn cmyk_to_rgb(cmyk: &[u8]) -> Vec<u8> {
+    fn muldiv255(a: u32, b: u32) -> u32 {
+        let t = a * b + 128;
+        ((t >> 8) + t) >> 8
+    }
+    let mut rgb = Vec::with_capacity(cmyk.len() / 4 * 3);
+    for px in cmyk.chunks_exact(4) {
+        let k = u32::from(px[3]);
+        for &c in &px[..3] {
+            rgb.push((k - muldiv255(255 - u32::from(c), k)) as u8);
+        }
+    }
+    rgb
+}
+
+/// A TurboJPEG decompressor, destroyed on drop.
+struct Handle(tj::tjhandle);
+
+impl Handle {
+    fn new() -> Result<Self, DecodeError> {
+        // SAFETY: plain constructor; a null result is handled.
+        let ptr = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as i32) };
+        if ptr.is_null() {
+            return Err(DecodeError::Failed("libjpeg-turbo could not start a decompressor".into()));
+        }
+        Ok(Handle(ptr))
+    }
+
+    fn get(&self, param: tj::TJPARAM) -> i32 {
+        // SAFETY: valid handle, known parameter.
+        unsafe { tj::tj3Get(self.0, param as i32) }
+    }
+
+    fn set(&mut self, param: tj::TJPARAM, value: i32) -> Result<(), DecodeError> {
+        // SAFETY: valid handle, known parameter.
+        if unsafe { tj::tj3Set(self.0, param as i32, value) } != 0 {
+            return Err(DecodeError::Failed(self.error()));
+        }
+        Ok(())
+    }
+
+    fn error(&self) -> String {
+        // SAFETY: libjpeg-turbo returns a NUL-terminated string owned by the handle.
+        unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.0)) }.to_string_lossy().into_owned()
+    }
+
+    /// Whether the last call's failure was only a warning (the output is complete).
+    fn warned(&self) -> bool {
+        // SAFETY: valid handle.
+        unsafe { tj::tj3GetErrorCode(self.0) == tj::TJERR_TJERR_WARNING as i32 }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from tj3Init and is destroyed once.
+        unsafe { tj::tj3Destroy(self.0) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_smallest_scale_that_covers_the_input() {
+        assert_eq!(scale_denom(4000, 3000, Some(224)), 8); // 500x375
+        assert_eq!(scale_denom(3000, 4000, Some(224)), 8);
+        assert_eq!(scale_denom(1792, 1792, Some(224)), 8); // exactly 224
+        assert_eq!(scale_denom(1785, 2000, Some(224)), 8); // ceil(223.1) = 224 rows, the last one partial
+        assert_eq!(scale_denom(1784, 2000, Some(224)), 4); // 223 at 1/8
+        assert_eq!(scale_denom(1000, 800, Some(224)), 2); // 400 at 1/2, 200 at 1/4
+        assert_eq!(scale_denom(400, 300, Some(224)), 1);
+        assert_eq!(scale_denom(4000, 3000, None), 1);
+    }
+
+    #[test]
+    fn cmyk_converts_like_pillow() {
+        // Stored (inverted) samples: 255 = no ink. No ink anywhere is white; full K is black.
+        assert_eq!(cmyk_to_rgb(&[255, 255, 255, 255]), vec![255, 255, 255]);
+        assert_eq!(cmyk_to_rgb(&[255, 255, 255, 0]), vec![0, 0, 0]);
+        // Full cyan (stored 0), no black: red channel 0, green and blue full.
+        assert_eq!(cmyk_to_rgb(&[0, 255, 255, 255]), vec![0, 255, 255]);
+        assert_eq!(cmyk_to_rgb(&[128, 64, 200, 100]), vec![50, 25, 78]);
+    }
+}
