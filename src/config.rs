@@ -126,7 +126,7 @@ mod defaults {
         100_000_000
     }
     pub fn decode_timeout_ms() -> u64 {
-        10_000
+        30_000
     }
     pub fn max_queued_images() -> usize {
         512
