@@ -1,0 +1,48 @@
+//! Photo bytes -> model input, as the server runs it on every fetched object: sniff, header
+//! checks, decode at the DCT scale for a 224 input, orientation, resize, crop, normalise.
+//!
+//! A finding is anything that would take the process down or stall it: a crash or memory error
+//! (the C decoders too), an abort, a panic in clipfn's own code, a timeout, running out of memory,
+//! or a photo that decodes but cannot be preprocessed. Panics inside the pure-Rust decoder crates
+//! are known (`tiff` has several) and contained by `decode` itself, as in the server; they are
+//! not reported again.
+#![no_main]
+
+use clipfn::{
+    decode::{DecodeOptions, decode},
+    preprocess::{Layout, Pixels, preprocess},
+};
+use libfuzzer_sys::fuzz_target;
+
+const SIZE: u32 = 224;
+/// Lower than the server's default (100 MP) so that one input stays within libFuzzer's RSS limit.
+const MAX_PIXELS: u64 = 16_000_000;
+
+fuzz_target!(
+    init: {
+        // libfuzzer-sys aborts on every panic, even one that is caught. Keep that for panics in
+        // this repository's code and let the ones raised inside dependencies reach the
+        // catch_unwind that contains them (an uncaught one still aborts in libfuzzer-sys).
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_dependency = info.location().is_some_and(|l| l.file().contains("/.cargo/registry/"));
+            if !in_dependency {
+                default_hook(info);
+                std::process::abort();
+            }
+        }));
+    },
+    |data: &[u8]| {
+        let Ok(decoded) = decode(data, &DecodeOptions::for_input(SIZE, MAX_PIXELS)) else { return };
+        let (width, height) = decoded.image.dimensions();
+        assert!(width > 0 && height > 0, "decoded an empty image");
+        let (full_w, full_h) = decoded.full_size;
+        assert!(u64::from(full_w) * u64::from(full_h) <= MAX_PIXELS, "pixel limit not enforced");
+        let denom = decoded.scale_denom;
+        assert_eq!((width, height), (full_w.div_ceil(denom), full_h.div_ceil(denom)), "size and scale disagree");
+        let pixels = preprocess(&decoded, SIZE, Layout::NormalizedNchw).expect("a decoded photo must preprocess");
+        let Pixels::NormalizedNchw(slot) = pixels else { unreachable!("asked for NCHW") };
+        assert_eq!(slot.len(), 3 * (SIZE * SIZE) as usize);
+        assert!(slot.iter().all(|v| v.is_finite()), "non-finite model input");
+    }
+);
