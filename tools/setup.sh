@@ -24,6 +24,9 @@ done
 mkdir -p "$CACHE/models"
 sha() { sha256sum "$@" | cut -d' ' -f1 | sha256sum | cut -c1-16; }
 
+# 0. Debian packages the image decoders build against (cmake, nasm, libde265, libdav1d)
+"$REPO/tools/setup-formats.sh"
+
 # 1. venv with pinned requirements; stamp = hash of requirements.txt
 python3 -c 'import sys; assert sys.version_info >= (3, 11), sys.version' \
   || { echo "setup: python3 >= 3.11 needed" >&2; exit 1; }
