@@ -13,18 +13,32 @@ FROM rust:1.95.0-bookworm AS build
 
 WORKDIR /src
 
+# What the image decoders build against (tools/setup-formats.sh): libjpeg-turbo and libheif are
+# built from their bundled sources with cmake (nasm for libjpeg-turbo's SIMD); libheif decodes
+# HEVC with libde265 and AV1 with dav1d. g++ comes with the rust image.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        cmake=3.25.1-1 nasm=2.16.01-1 pkg-config=1.8.1-1 \
+        libde265-dev=1.0.11-1+deb12u3 libdav1d-dev=1.0.0-2+deb12u1 \
+    && rm -rf /var/lib/apt/lists/*
+
+# HEIC and AVIF are cargo features, on in the images.
+ARG CARGO_FEATURES=heif,avif
+
 # Compile the dependencies against a stub main first so that editing src/ does
 # not rebuild every crate. The stub's fingerprint is deleted afterwards so the
 # real sources are always recompiled, whatever their timestamps.
 COPY Cargo.toml Cargo.lock ./
+# Cargo.toml names the benchmark target, so its file must exist for any build.
+COPY benches/ benches/
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
-    && cargo build --release --locked \
+    && cargo build --release --locked --features "$CARGO_FEATURES" \
     && rm -rf src target/release/clipfn target/release/deps/clipfn-* target/release/.fingerprint/clipfn-*
 
 COPY src/ src/
 RUN touch src/main.rs \
-    && cargo build --release --locked --bin clipfn \
+    && cargo build --release --locked --features "$CARGO_FEATURES" --bin clipfn \
     && install -D -m 0755 target/release/clipfn /out/clipfn
 
 ############################################################################
@@ -76,6 +90,9 @@ RUN useradd --system --uid 10001 --user-group --no-create-home \
 COPY --from=ort /opt/onnxruntime /opt/onnxruntime
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/clipfn /usr/local/bin/clipfn
+# The HEVC and AV1 decoders libheif was built against (bookworm's; fine on a newer glibc).
+COPY --from=build /usr/lib/x86_64-linux-gnu/libde265.so.0* /usr/lib/x86_64-linux-gnu/libdav1d.so.6* /usr/local/lib/
+RUN ldconfig
 COPY infra/model/ /opt/clipfn/model/
 
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so.1.31.1 \
