@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 tools/setup.sh
 # shellcheck disable=SC1091
 source .cache/clipfn.env
-cargo build --locked
+cargo build --locked --features heif,avif
 
 port=${PORT:-8080}
 photos=${CLIPFN_DEMO_PHOTOS:-$CLIPFN_PHOTOS_DIR/wallpapers}

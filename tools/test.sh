@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh
-cargo test --locked
+# HEIC and AVIF are optional features (on in the images); test them too.
+cargo test --locked --features heif,avif
 # The infrastructure checks: hadolint, terraform formatting and pins, scripts.
 tools/check-infra.sh
 # The seed team's k6 script against the local stack (GCS emulator + the binary cargo test built).
