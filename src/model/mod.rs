@@ -200,6 +200,10 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
     }
     if cuda {
         builder = builder.with_execution_providers([ep::CUDA::default().build().error_on_failure()]).map_err(load)?;
+    } else {
+        // On CPU the decoders share the cores with inference: idle ONNX Runtime threads must
+        // sleep, not spin, or they burn the time decoding needs.
+        builder = builder.with_intra_op_spinning(false).map_err(load)?;
     }
     Ok(builder)
 }
