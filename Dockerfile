@@ -92,7 +92,9 @@ COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certifica
 COPY --from=build /out/clipfn /usr/local/bin/clipfn
 # The HEVC and AV1 decoders libheif was built against (bookworm's; fine on a newer glibc).
 COPY --from=build /usr/lib/x86_64-linux-gnu/libde265.so.0* /usr/lib/x86_64-linux-gnu/libdav1d.so.6* /usr/local/lib/
-RUN ldconfig
+# Every library the binary links must be in this image (libheif links what its build found).
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN ldconfig && ! ldd /usr/local/bin/clipfn | grep "not found"
 COPY infra/model/ /opt/clipfn/model/
 
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so.1.31.1 \
