@@ -187,6 +187,9 @@ mod tests {
     use super::*;
 
     const LIMIT: u64 = 1 << 24;
+    /// The formats the `image` crate can also write, so the tests can make their own files.
+    const ENCODABLE: [ImageFormat; 6] =
+        [ImageFormat::Png, ImageFormat::Jpeg, ImageFormat::WebP, ImageFormat::Bmp, ImageFormat::Tiff, ImageFormat::Gif];
 
     fn encode(image: DynamicImage, format: ImageFormat) -> Vec<u8> {
         let mut out = Cursor::new(Vec::new());
@@ -207,14 +210,7 @@ mod tests {
 
     #[test]
     fn pixel_limit_is_checked_before_decoding() {
-        for format in [
-            ImageFormat::Png,
-            ImageFormat::Jpeg,
-            ImageFormat::WebP,
-            ImageFormat::Bmp,
-            ImageFormat::Tiff,
-            ImageFormat::Gif,
-        ] {
+        for format in ENCODABLE {
             let bytes = encode(DynamicImage::new_rgb8(300, 200), format);
             let limited = DecodeOptions::for_input(224, 59_999);
             assert!(
@@ -230,14 +226,7 @@ mod tests {
     fn truncated_files_fail_cleanly() {
         let photo =
             DynamicImage::ImageRgb8(RgbImage::from_fn(64, 64, |x, y| image::Rgb([x as u8 * 4, y as u8 * 4, 7])));
-        for format in [
-            ImageFormat::Png,
-            ImageFormat::Jpeg,
-            ImageFormat::WebP,
-            ImageFormat::Bmp,
-            ImageFormat::Tiff,
-            ImageFormat::Gif,
-        ] {
+        for format in ENCODABLE {
             let bytes = encode(photo.clone(), format);
             for cut in [1, 3, 10, 30, bytes.len() / 3, bytes.len() / 2, bytes.len() - 2] {
                 // Either decodes what is there or reports a failure: never panics.
