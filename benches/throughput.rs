@@ -8,7 +8,8 @@
 //!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2.
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
-//! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60).
+//! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60),
+//! CLIPFN_BENCH_PROVIDER (`cpu`; `cuda` on a GPU machine, see tools/gpu-bench.sh).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -51,11 +52,11 @@ struct RawPoint {
     ms_per_batch: f64,
 }
 
-fn raw_inference(model_path: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
+fn raw_inference(model_path: &str, provider: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
     let settings = Settings::from_vars([
         ("CLIPFN_MODEL".to_string(), model_path.to_string()),
         ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
-        ("CLIPFN_PROVIDER".to_string(), "cpu".to_string()),
+        ("CLIPFN_PROVIDER".to_string(), provider.to_string()),
     ])?;
     let bytes = std::fs::read(model_path)?;
     let mut model = Model::load(&settings, &bytes, "bench".into())?;
@@ -63,7 +64,11 @@ fn raw_inference(model_path: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>>
     BATCHES
         .iter()
         .map(|&batch| {
-            let pixels = Pixels::NormalizedNchw(vec![0.1f32; slot * batch]);
+            // The layout the server feeds this provider (on CUDA: uint8, normalised in the model).
+            let pixels = match model.info.input_layout {
+                Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.1f32; slot * batch]),
+                Layout::RawNhwc => Pixels::RawNhwc(vec![128u8; slot * batch]),
+            };
             model.run(&pixels, batch)?; // first run at a new shape allocates; keep it out
             let times: Vec<f64> = (0..runs)
                 .map(|_| {
@@ -257,13 +262,14 @@ fn main() -> anyhow::Result<()> {
     let runs: usize = env_or("CLIPFN_BENCH_RUNS", 3);
     let vus: usize = env_or("CLIPFN_BENCH_VUS", 2);
     let secs: f64 = env_or("CLIPFN_BENCH_SECONDS", 60.0);
+    let provider: String = env_or("CLIPFN_BENCH_PROVIDER", "cpu".to_string());
     let out = PathBuf::from(std::env::var("CLIPFN_BENCH_OUT").unwrap_or_else(|_| "target/bench-report".into()));
     std::fs::create_dir_all(&out)?;
     let model = setup_var("CLIPFN_BENCH_MODEL");
     anyhow::ensure!(Path::new(&model).is_file(), "{model} missing: run tools/setup.sh --bench");
     let photos = camera_photos(usize::MAX);
 
-    let raw = raw_inference(&model, runs)?;
+    let raw = raw_inference(&model, &provider, runs)?;
     let ours = preprocessing(&photos, runs)?;
     eprintln!("preprocessing: {ours:.1} photos/s on one core");
     let (pillow, pillow_draft) = pillow_baseline(&photos)?;
@@ -274,6 +280,7 @@ fn main() -> anyhow::Result<()> {
     let server = common::gcs_env(ServerConfig::local(Path::new("/")), gcs_port)
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_MODEL", &model)
+        .env("CLIPFN_PROVIDER", &provider)
         .env("CLIPFN_BATCH_SIZE", "64")
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
         .start();
@@ -297,7 +304,7 @@ fn main() -> anyhow::Result<()> {
     writeln!(md, "# clipfn benchmark\n")?;
     writeln!(
         md,
-        "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), CPU execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
+        "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
         std::thread::available_parallelism()?.get(),
         cpu_name(),
         photos.len()
