@@ -97,6 +97,9 @@ pub struct Settings {
     /// Seconds a draining server waits for accepted requests on SIGTERM.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
+    /// `clipfn backfill`: photos per Parquet file, the unit a retried task redoes.
+    #[serde(default = "defaults::backfill_chunk")]
+    pub backfill_chunk: usize,
     /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
     #[serde(default, deserialize_with = "log_format")]
     pub log_format: Option<LogFormat>,
@@ -148,6 +151,9 @@ mod defaults {
     }
     pub fn shutdown_grace_s() -> u64 {
         10
+    }
+    pub fn backfill_chunk() -> usize {
+        5000
     }
 }
 
@@ -206,6 +212,7 @@ impl Settings {
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
             ("CLIPFN_FETCH_CONCURRENCY", self.fetch_concurrency as u64),
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
+            ("CLIPFN_BACKFILL_CHUNK", self.backfill_chunk as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError(format!("{name} must be greater than 0")));

@@ -1,9 +1,9 @@
-//! The `clipfn` command line: `serve` (HTTP or Lambda) and `replay`.
+//! The `clipfn` command line: `serve` (HTTP or Lambda), `replay` and `backfill`.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use clipfn::{config, lambda, serve, telemetry};
+use clipfn::{backfill, config, lambda, serve, telemetry};
 
 #[derive(Parser)]
 #[command(version, about = "Photo references in, CLIP image embeddings out")]
@@ -23,6 +23,9 @@ enum Command {
         #[arg(required = true)]
         events: Vec<PathBuf>,
     },
+    /// Embed a whole manifest or bucket prefix into Parquet files, as one task of a Cloud Run Job
+    /// or AWS Batch array job (same CLIPFN_* settings as serve).
+    Backfill(backfill::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,5 +66,6 @@ async fn run(cli: Cli, settings: config::Settings, telemetry: &telemetry::Teleme
         Command::Serve if lambda::is_lambda() => lambda::run(settings, telemetry).await,
         Command::Serve => serve::run(settings, config::port()?, telemetry).await,
         Command::Replay { events } => lambda::replay(settings, &events, telemetry).await,
+        Command::Backfill(args) => backfill::run(settings, args, telemetry).await,
     }
 }

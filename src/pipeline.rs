@@ -13,6 +13,7 @@ use std::{
 };
 
 use anyhow::Context;
+use futures::{Stream, StreamExt};
 use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
@@ -70,6 +71,13 @@ impl Span {
 }
 
 pub type ItemResult = Result<Vec<f32>, ItemError>;
+
+/// One photo of a long run: its reference, its result and, once fetched, its size.
+pub struct Embedding {
+    pub image: String,
+    pub result: ItemResult,
+    pub bytes: Option<u64>,
+}
 
 pub struct Pipeline {
     source: Source,
@@ -150,10 +158,30 @@ impl Pipeline {
             .into_iter()
             .map(|(result, stamps)| {
                 stamps.add_to(&mut timings);
-                result.map(l2_normalized)
+                result
             })
             .collect();
         Ok((results, timings))
+    }
+
+    /// Embeds a long run of photos (backfill) through the same stages, with no deadline: at most
+    /// `window` photos in flight, results in input order. The window's queue places are taken once,
+    /// up front, and held while the stream lives.
+    pub fn embed_all<'a>(
+        &'a self,
+        images: impl IntoIterator<Item = String> + 'a,
+        window: usize,
+    ) -> Result<impl Stream<Item = Embedding> + 'a, Overloaded> {
+        let places = self.batcher.admit(window)?;
+        let photos = images.into_iter().enumerate().map(move |(index, image)| {
+            let _held = &places;
+            async move {
+                let mut stamps = Stamps::default();
+                let result = self.embed_one(index, &image, &mut stamps).await;
+                Embedding { image, result, bytes: stamps.bytes }
+            }
+        });
+        Ok(futures::stream::iter(photos).buffered(window))
     }
 
     async fn embed_one(&self, index: usize, image: &str, stamps: &mut Stamps) -> ItemResult {
@@ -171,6 +199,7 @@ impl Pipeline {
         self.metrics.stage(Stage::Fetch, start.elapsed());
         let bytes = bytes.inspect_err(|_| failed(&span))?;
         span.record("clipfn.photo.bytes", bytes.len() as i64);
+        stamps.bytes = Some(bytes.len() as u64);
 
         // The slot moves into the blocking task: a photo that times out stops waiting, but its
         // decode keeps the core until it really ends, so the pool never runs over its size.
@@ -206,7 +235,7 @@ impl Pipeline {
         stamps.queue = Some((queued, embedded.started));
         stamps.inference = Some((embedded.started, embedded.finished));
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
-        Ok(embedded.embedding)
+        Ok(l2_normalized(embedded.embedding))
     }
 }
 
@@ -216,14 +245,15 @@ fn failed(span: &tracing::Span) {
 }
 
 /// The model's name as clients see it: the file name without `.onnx`.
-fn model_id(location: &str) -> String {
+pub fn model_id(location: &str) -> String {
     let name = location.trim_end_matches('/').rsplit('/').next().unwrap_or(location);
     name.strip_suffix(".onnx").unwrap_or(name).to_string()
 }
 
-/// When one photo entered and left each stage it reached.
+/// When one photo entered and left each stage it reached, and its size once fetched.
 #[derive(Default)]
 struct Stamps {
+    bytes: Option<u64>,
     fetch: Option<(Instant, Instant)>,
     decode: Option<(Instant, Instant)>,
     queue: Option<(Instant, Instant)>,
