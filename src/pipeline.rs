@@ -167,14 +167,14 @@ impl Pipeline {
     /// Embeds a long run of photos (backfill) through the same stages, with no deadline: at most
     /// `window` photos in flight, results in input order. The window's queue places are taken once,
     /// up front, and held while the stream lives.
-    pub fn embed_all<'a>(
-        &'a self,
-        images: impl IntoIterator<Item = String> + 'a,
+    pub fn embed_all(
+        &self,
+        images: Vec<String>,
         window: usize,
-    ) -> Result<impl Stream<Item = Embedding> + 'a, Overloaded> {
+    ) -> Result<impl Stream<Item = Embedding> + '_, Overloaded> {
         let places = self.batcher.admit(window)?;
         let photos = images.into_iter().enumerate().map(move |(index, image)| {
-            let _held = &places;
+            let _held_while_the_stream_lives = &places;
             async move {
                 let mut stamps = Stamps::default();
                 let result = self.embed_one(index, &image, &mut stamps).await;

@@ -15,7 +15,7 @@ use clipfn::backfill::{shard::Task, sink::file_name};
 use common::{Proc, ServerConfig, camera_photos, cosine, fake_gcs_credentials, gcs_env, setup_var, start_fake_gcs};
 use serde_json::Value;
 
-const COPIES: usize = 100;
+const COPIES: usize = 240;
 const TASKS: u32 = 3;
 const CHUNK: usize = 8;
 
@@ -87,9 +87,13 @@ fn read_back(dir: &Path) -> Value {
 }
 
 fn own_files(dir: &Path, task: Task) -> usize {
-    let prefix = &file_name(task, 0)[..file_name(task, 0).len() - "000000.parquet".len()];
+    let first = file_name(task, 0);
+    let prefix = first.trim_end_matches("000000.parquet");
     std::fs::read_dir(dir).map_or(0, |entries| {
-        entries.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(prefix)).count()
+        entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(prefix) && name.ends_with(".parquet"))
+            .count()
     })
 }
 
@@ -232,7 +236,8 @@ fn listed_prefix_then_incremental_run_then_another_model_is_refused() {
     let nightly: Vec<Value> = (0..2)
         .map(|i| {
             let index = i.to_string();
-            let args = [&args[..], &["--incremental", "--task-count", "2", "--task-index", &index]].concat();
+            let mut args = args.to_vec();
+            args.extend(["--incremental", "--task-count", "2", "--task-index", &index]);
             summary(&backfill(port, &args, &[]).output().unwrap())
         })
         .collect();

@@ -27,12 +27,12 @@ use crate::{
     api::error::item_error,
     config::Settings,
     pipeline::{Embedding, Pipeline, model_id},
-    source::{Source, SourceError},
+    source::Source,
     telemetry::Telemetry,
 };
 
 #[derive(Debug, clap::Args)]
-#[command(group = clap::ArgGroup::new("listing").required(true).args(["manifest", "source"]))]
+#[command(group(clap::ArgGroup::new("listing").required(true).args(["manifest", "source"])))]
 pub struct Args {
     /// File or object URI with one photo key per line; keys resolve against CLIPFN_STORE and
     /// CLIPFN_ALLOWED_SOURCES as in the API.
@@ -66,8 +66,6 @@ pub enum BackfillError {
     Output { location: String, message: String },
     #[error("--out holds {file}, embedded with model '{found}', but this job runs '{ours}'; use another --out")]
     OtherModel { file: String, found: String, ours: String },
-    #[error("{0}")]
-    Config(#[from] SourceError),
 }
 
 pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyhow::Result<()> {

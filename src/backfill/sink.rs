@@ -97,7 +97,7 @@ impl Output {
             .await
             .map_err(|e| self.error(e))?
             .map_err(|e| self.error(e))?;
-        let path = self.prefix.path.clone().join(file_name(self.task, chunk));
+        let path = self.prefix.path.child(file_name(self.task, chunk));
         self.prefix.store.put(&path, PutPayload::from(encoded)).await.map_err(|e| self.error(e))?;
         tracing::info!(file = %self.prefix.uri_of(&path), "chunk written");
         Ok(())
@@ -243,7 +243,7 @@ mod tests {
         let embedding = batch.column(1).as_list::<i32>();
         assert!(embedding.is_valid(0) && embedding.is_null(1));
         let first = embedding.value(0);
-        assert_eq!(first.as_primitive::<arrow_array::types::Float32Type>().values(), &[0.6, 0.8]);
+        assert_eq!(first.as_primitive::<arrow_array::types::Float32Type>().values().to_vec(), vec![0.6, 0.8]);
         assert_eq!(batch.column(2).as_string::<i32>().iter().collect::<Vec<_>>(), vec![None, Some("not_found")]);
     }
 }
