@@ -128,9 +128,8 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
     let victim = Task { index: 1, count: TASKS };
     let logs = tempfile::tempdir().unwrap();
     let log = |i: u32| logs.path().join(format!("task-{i}.log"));
-    let mut tasks: Vec<Proc> = (0..TASKS)
-        .map(|i| Proc(run(i).stderr(std::fs::File::create(log(i)).unwrap()).spawn().unwrap()))
-        .collect();
+    let mut tasks: Vec<Proc> =
+        (0..TASKS).map(|i| Proc(run(i).stderr(std::fs::File::create(log(i)).unwrap()).spawn().unwrap())).collect();
     let until = Instant::now() + Duration::from_secs(120);
     while own_files(out_dir.path(), victim) == 0 {
         assert!(tasks[1].0.try_wait().unwrap().is_none(), "task 1 ended before its first chunk was written");
@@ -186,72 +185,114 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
     assert_eq!(duck["dims"], serde_json::json!([dim]));
     for (key, j) in &copies {
         let api = common::item(&body, *j).unwrap();
-        let row: Vec<f32> =
-            by_key[key.as_str()][0]["embedding"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let row: Vec<f32> = by_key[key.as_str()][0]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
         let similarity = cosine(&api, &row);
         assert!(similarity >= 0.9999, "{key}: cosine {similarity} against /v1/embed");
     }
-    let sizes: BTreeMap<usize, u64> = (0..photos.len()).map(|j| (j, std::fs::metadata(&photos[j]).unwrap().len())).collect();
+    let sizes: BTreeMap<usize, u64> =
+        (0..photos.len()).map(|j| (j, std::fs::metadata(&photos[j]).unwrap().len())).collect();
     for (key, j) in &copies {
         assert_eq!(by_key[key.as_str()][0]["bytes"], sizes[j], "{key}");
     }
 }
 
-/// Every object under `prefix` in the emulator's bucket `photos`, copied into `dir`.
-fn download(port: u16, prefix: &str, dir: &Path) -> Vec<String> {
-    let client = common::blocking_client();
-    let base = format!("http://127.0.0.1:{port}");
-    let listing: Value =
-        client.get(format!("{base}/storage/v1/b/photos/o?prefix={prefix}")).send().unwrap().json().unwrap();
-    let names: Vec<String> =
-        listing["items"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_string()).collect();
-    for name in &names {
-        let bytes = client.get(format!("{base}/photos/{name}")).send().unwrap().bytes().unwrap();
-        std::fs::write(dir.join(name.rsplit('/').next().unwrap()), bytes).unwrap();
-    }
-    names
+/// moto's S3 with a bucket `photos`: settings that point clipfn at it, and the bucket's URL for
+/// unsigned seeding.
+fn s3(port: u16) -> ([(&'static str, String); 5], String) {
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let response = common::blocking_client().put(format!("{endpoint}/photos")).send().unwrap();
+    assert!(response.status().is_success(), "creating the bucket: {}", response.status());
+    let env = [
+        ("AWS_ENDPOINT", endpoint.clone()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ];
+    (env, format!("{endpoint}/photos"))
+}
+
+fn upload(bucket: &str, key: &str, bytes: Vec<u8>) {
+    let response = common::blocking_client().put(format!("{bucket}/{key}")).body(bytes).send().unwrap();
+    assert!(response.status().is_success(), "PUT {key}: {}", response.status());
+}
+
+/// Every object under `prefix` in moto's bucket `photos`, copied into `dir`; their keys. Objects
+/// that clipfn wrote are private, so this reads them as clipfn does, with signed requests.
+fn download(endpoint: &str, prefix: &str, dir: &Path) -> Vec<String> {
+    use futures::TryStreamExt;
+    use object_store::{ObjectStore, ObjectStoreExt, aws::AmazonS3Builder, path::Path as ObjectPath};
+    let store = AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_bucket_name("photos")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let objects: Vec<_> = store.list(Some(&ObjectPath::from(prefix))).try_collect().await.unwrap();
+        let mut keys = Vec::new();
+        for object in objects {
+            let bytes = store.get(&object.location).await.unwrap().bytes().await.unwrap();
+            std::fs::write(dir.join(object.location.filename().unwrap()), bytes).unwrap();
+            keys.push(object.location.to_string());
+        }
+        keys
+    })
 }
 
 #[test]
-fn listed_prefix_then_incremental_run_then_another_model_is_refused() {
-    let photo = &camera_photos(1)[0];
-    let data = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(data.path().join("photos/lib")).unwrap();
+fn listed_prefix_then_incremental_array_job_then_another_model_is_refused() {
+    let photo = std::fs::read(&camera_photos(1)[0]).unwrap();
+    let (_moto, port) = common::start_moto();
+    let (aws, bucket) = s3(port);
     for i in 0..6 {
-        std::fs::copy(photo, data.path().join(format!("photos/lib/a{i}.jpg"))).unwrap();
+        upload(&bucket, &format!("lib/a{i}.jpg"), photo.clone());
     }
-    let (_gcs, port) = start_fake_gcs(data.path());
+    let env = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
+        [("CLIPFN_STORE", "s3://photos".to_string())]
+            .into_iter()
+            .chain(aws.iter().cloned())
+            .chain(extra.iter().cloned())
+            .collect()
+    };
+    let run = |args: &[&str], extra: &[(&'static str, String)]| {
+        let env = env(extra);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        backfill(0, args, &env).output().unwrap()
+    };
     // The output lies inside the listed prefix: the listing must leave it out.
-    let args = ["--source", "gs://photos/lib/", "--out", "gs://photos/lib/embeddings"];
-    let first = summary(&backfill(port, &args, &[]).output().unwrap());
+    let args = ["--source", "s3://photos/lib/", "--out", "s3://photos/lib/embeddings"];
+    let first = summary(&run(&args, &[]));
     assert_eq!((first["photos"].as_u64(), first["embedded"].as_u64()), (Some(6), Some(6)), "{first}");
 
-    // Two new photos arrive; a nightly --incremental job, now of two tasks, embeds only those.
-    let client = common::blocking_client();
-    for name in ["lib/b0.jpg", "lib/b1.jpg"] {
-        let url = format!("http://127.0.0.1:{port}/upload/storage/v1/b/photos/o?uploadType=media&name={name}");
-        let response = client.post(url).body(std::fs::read(photo).unwrap()).send().unwrap();
-        assert!(response.status().is_success(), "upload {name}: {}", response.status());
-    }
-    let nightly: Vec<Value> = (0..2)
-        .map(|i| {
-            let index = i.to_string();
-            let mut args = args.to_vec();
-            args.extend(["--incremental", "--task-count", "2", "--task-index", &index]);
-            summary(&backfill(port, &args, &[]).output().unwrap())
-        })
-        .collect();
+    // Two new photos arrive; a nightly --incremental AWS Batch array job of two embeds only those.
+    upload(&bucket, "lib/b0.jpg", photo.clone());
+    upload(&bucket, "lib/b1.jpg", photo.clone());
+    let mut nightly_args = args.to_vec();
+    nightly_args.extend(["--incremental", "--task-count", "2"]);
+    let nightly: Vec<Value> =
+        (0..2).map(|i| summary(&run(&nightly_args, &[("AWS_BATCH_JOB_ARRAY_INDEX", i.to_string())]))).collect();
     let total = |field: &str| nightly.iter().map(|s| s[field].as_u64().unwrap()).sum::<u64>();
     assert_eq!((total("photos"), total("already_done")), (2, 6), "{nightly:?}");
+    assert_eq!(nightly.iter().map(|s| s["task_index"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1]);
 
     let out = tempfile::tempdir().unwrap();
-    let files = download(port, "lib/embeddings/", out.path());
-    assert!(files.iter().all(|f| f.ends_with(".parquet")), "{files:?}");
+    let files = download(&format!("http://127.0.0.1:{port}"), "lib/embeddings", out.path());
+    assert!(!files.is_empty() && files.iter().all(|f| f.ends_with(".parquet")), "{files:?}");
     let read = read_back(out.path());
     let mut keys: Vec<&str> = read["rows"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap()).collect();
     keys.sort_unstable();
-    let mut expected: Vec<String> = (0..6).map(|i| format!("gs://photos/lib/a{i}.jpg")).collect();
-    expected.extend(["gs://photos/lib/b0.jpg".into(), "gs://photos/lib/b1.jpg".into()]);
+    let mut expected: Vec<String> = (0..6).map(|i| format!("s3://photos/lib/a{i}.jpg")).collect();
+    expected.extend(["s3://photos/lib/b0.jpg".into(), "s3://photos/lib/b1.jpg".into()]);
     assert_eq!(keys, expected);
     assert_eq!(read["duckdb"]["embedded"], 8);
 
@@ -259,10 +300,13 @@ fn listed_prefix_then_incremental_run_then_another_model_is_refused() {
     let models = tempfile::tempdir().unwrap();
     let other = models.path().join("clip-other.onnx");
     std::fs::copy(setup_var("CLIPFN_TEST_MODEL"), &other).unwrap();
-    let refused = backfill(port, &args, &[("CLIPFN_MODEL", other.to_str().unwrap())]).output().unwrap();
+    let refused = run(&args, &[("CLIPFN_MODEL", other.display().to_string())]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "a second model was let into the same --out");
-    assert!(stderr.contains("'clip-test'") && stderr.contains("'clip-other'") && stderr.contains("another --out"), "{stderr}");
+    assert!(
+        stderr.contains("'clip-test'") && stderr.contains("'clip-other'") && stderr.contains("another --out"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -285,7 +329,8 @@ fn unreadable_manifest_or_unwritable_out_fails_the_task() {
     let blocked = out.path().join("file");
     std::fs::write(&blocked, "").unwrap();
     let blocked_out = format!("file://{}/out", blocked.display());
-    let failed = backfill(0, &["--manifest", manifest.to_str().unwrap(), "--out", &blocked_out], &env).output().unwrap();
+    let failed =
+        backfill(0, &["--manifest", manifest.to_str().unwrap(), "--out", &blocked_out], &env).output().unwrap();
     assert!(!failed.status.success());
     assert!(String::from_utf8_lossy(&failed.stderr).contains("cannot use --out"), "{failed:?}");
 }

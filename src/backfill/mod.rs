@@ -91,8 +91,14 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     keys.retain(|key| !existing.done.contains(key));
     let already_done = (owned - keys.len()) as u64;
     tracing::info!(
-        task_index = task.index, task_count = task.count, listed, owned, already_done, pending = keys.len(),
-        chunks_present = existing.chunks, "backfill starting"
+        task_index = task.index,
+        task_count = task.count,
+        listed,
+        owned,
+        already_done,
+        pending = keys.len(),
+        chunks_present = existing.chunks,
+        "backfill starting"
     );
 
     let (progress, chunks_written) = match keys.is_empty() {

@@ -49,10 +49,9 @@ impl Progress {
         let done = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
         if std::io::stderr().is_terminal() {
-            let style = ProgressStyle::with_template(
-                "{wide_bar} {pos}/{len} photos  {per_sec}  ETA {eta}  elapsed {elapsed}",
-            )
-            .expect("the template is valid");
+            let style =
+                ProgressStyle::with_template("{wide_bar} {pos}/{len} photos  {per_sec}  ETA {eta}  elapsed {elapsed}")
+                    .expect("the template is valid");
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()).with_style(style);
             return Progress { done, errors: BTreeMap::new(), started, bar: Some(bar), ticker: None };
         }

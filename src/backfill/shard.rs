@@ -30,9 +30,7 @@ impl Task {
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, TaskError> {
         let number = |name: &'static str| -> Result<Option<u32>, TaskError> {
-            var(name)
-                .map(|value| value.trim().parse().map_err(|_| TaskError::NotANumber { name, value }))
-                .transpose()
+            var(name).map(|value| value.trim().parse().map_err(|_| TaskError::NotANumber { name, value })).transpose()
         };
         let (env_index, env_count) = match number("CLOUD_RUN_TASK_INDEX")? {
             Some(index) => (Some(index), number("CLOUD_RUN_TASK_COUNT")?),

@@ -10,15 +10,21 @@ use arrow_array::{
     cast::AsArray,
 };
 use arrow_schema::{DataType, Field, Schema};
-use futures::{StreamExt, TryStreamExt};
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt, future::BoxFuture};
 use object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path as ObjectPath};
 use parquet::{
     arrow::{
         ArrowWriter, ProjectionMask,
-        async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder},
+        arrow_reader::ArrowReaderOptions,
+        async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder},
     },
     basic::Compression,
-    file::{metadata::KeyValue, properties::WriterProperties},
+    errors::ParquetError,
+    file::{
+        metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader},
+        properties::WriterProperties,
+    },
 };
 
 use super::{BackfillError, shard::Task};
@@ -97,7 +103,7 @@ impl Output {
             .await
             .map_err(|e| self.error(e))?
             .map_err(|e| self.error(e))?;
-        let path = self.prefix.path.child(file_name(self.task, chunk));
+        let path = self.prefix.path.clone().join(file_name(self.task, chunk));
         self.prefix.store.put(&path, PutPayload::from(encoded)).await.map_err(|e| self.error(e))?;
         tracing::info!(file = %self.prefix.uri_of(&path), "chunk written");
         Ok(())
@@ -106,9 +112,9 @@ impl Output {
     /// Refuses a file of another model; returns its keys when `wanted`.
     async fn read_file(&self, meta: ObjectMeta, wanted: bool) -> Result<Vec<String>, BackfillError> {
         let uri = self.prefix.uri_of(&meta.location);
-        let reader =
-            ParquetObjectReader::new(Arc::clone(&self.prefix.store), meta.location).with_file_size(meta.size);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| self.error(format!("{uri}: {e}")))?;
+        let reader = RangeReader { store: Arc::clone(&self.prefix.store), path: meta.location, size: meta.size };
+        let builder =
+            ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| self.error(format!("{uri}: {e}")))?;
         let found = builder
             .metadata()
             .file_metadata()
@@ -144,6 +150,32 @@ impl Output {
 
     fn error(&self, e: impl std::fmt::Display) -> BackfillError {
         BackfillError::Output { location: self.prefix.uri_of(&self.prefix.path), message: e.to_string() }
+    }
+}
+
+/// Reads an existing file by byte ranges (the footer, then only the columns asked for), so that
+/// scanning `--out` does not download every embedding.
+struct RangeReader {
+    store: Arc<dyn object_store::ObjectStore>,
+    path: ObjectPath,
+    size: u64,
+}
+
+impl AsyncFileReader for RangeReader {
+    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        self.store.get_range(&self.path, range).map_err(|e| ParquetError::External(Box::new(e))).boxed()
+    }
+
+    /// The files are plain (no encryption, no page index needed), so the options change nothing.
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.size;
+            Ok(Arc::new(ParquetMetaDataReader::new().load_and_finish(self, size).await?))
+        }
+        .boxed()
     }
 }
 
