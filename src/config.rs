@@ -185,7 +185,8 @@ fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
 }
 
 fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
-    let choices = [("auto", Precision::Auto), ("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("int8", Precision::Int8)];
+    let choices =
+        [("auto", Precision::Auto), ("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("int8", Precision::Int8)];
     one_of(d, "CLIPFN_PRECISION", &choices)
 }
 

@@ -71,10 +71,7 @@ impl Transform {
     /// Per-channel `scale` and `offset` such that `value * scale + offset` rescales and normalises
     /// a 0..255 pixel value in one multiply-add.
     pub fn scale_and_offset(&self) -> ([f32; 3], [f32; 3]) {
-        (
-            std::array::from_fn(|c| self.rescale / self.std[c]),
-            std::array::from_fn(|c| -self.mean[c] / self.std[c]),
-        )
+        (std::array::from_fn(|c| self.rescale / self.std[c]), std::array::from_fn(|c| -self.mean[c] / self.std[c]))
     }
 
     /// Width and height of a `width` x `height` photo after the resize.
@@ -230,7 +227,10 @@ mod tests {
     #[test]
     fn normalises_with_clip_statistics() {
         let white = full_size(RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255])));
-        let Pixels::NormalizedNchw(slot) = preprocess(&white, &Transform::clip(224), Layout::NormalizedNchw).unwrap() else { panic!() };
+        let Pixels::NormalizedNchw(slot) = preprocess(&white, &Transform::clip(224), Layout::NormalizedNchw).unwrap()
+        else {
+            panic!()
+        };
         for c in 0..3 {
             let expected = (1.0 - CLIP_MEAN[c]) / CLIP_STD[c];
             let plane = &slot[c * 224 * 224..(c + 1) * 224 * 224];
@@ -241,7 +241,9 @@ mod tests {
     #[test]
     fn raw_layout_is_the_resized_square() {
         let image = full_size(RgbImage::from_pixel(448, 448, image::Rgb([10, 20, 30])));
-        let Pixels::RawNhwc(raw) = preprocess(&image, &Transform::clip(224), Layout::RawNhwc).unwrap() else { panic!() };
+        let Pixels::RawNhwc(raw) = preprocess(&image, &Transform::clip(224), Layout::RawNhwc).unwrap() else {
+            panic!()
+        };
         assert_eq!(raw.len(), 224 * 224 * 3);
         assert_eq!(&raw[..6], &[10, 20, 30, 10, 20, 30]);
     }
@@ -286,9 +288,17 @@ mod tests {
         // shortest-edge resize to 80 and a 64 crop keeps the middle, and the statistics apply.
         let image = full_size(RgbImage::from_fn(300, 200, |x, _| image::Rgb([if x < 150 { 0 } else { 255 }; 3])));
         let half = [0.5; 3];
-        let squash =
-            Transform { resize: Resize::Square(64), crop: None, filter: Filter::Bilinear, mean: half, std: half, ..Transform::clip(64) };
-        let Pixels::NormalizedNchw(slot) = preprocess(&image, &squash, Layout::NormalizedNchw).unwrap() else { panic!() };
+        let squash = Transform {
+            resize: Resize::Square(64),
+            crop: None,
+            filter: Filter::Bilinear,
+            mean: half,
+            std: half,
+            ..Transform::clip(64)
+        };
+        let Pixels::NormalizedNchw(slot) = preprocess(&image, &squash, Layout::NormalizedNchw).unwrap() else {
+            panic!()
+        };
         assert_eq!(slot.len(), 3 * 64 * 64);
         assert!((slot[0] + 1.0).abs() < 1e-4 && (slot[63] - 1.0).abs() < 1e-4, "{} {}", slot[0], slot[63]);
         let cropped = Transform { resize: Resize::ShortestEdge(80), crop: Some(64), ..squash };

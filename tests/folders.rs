@@ -46,7 +46,8 @@ fn folder_with(from: &str, files: &[&str], config: &Value) -> tempfile::TempDir 
 /// Embeddings of `photos` from a server on `model` with extra settings, and its /readyz model.
 fn embed_with(model: &str, envs: &[(&str, &str)], photos: &[PathBuf]) -> (Value, Vec<Vec<f32>>) {
     let store = store_with(photos);
-    let config = envs.iter().fold(ServerConfig::local(store.path()).env("CLIPFN_MODEL", model), |c, (k, v)| c.env(k, v));
+    let config =
+        envs.iter().fold(ServerConfig::local(store.path()).env("CLIPFN_MODEL", model), |c, (k, v)| c.env(k, v));
     let server = config.start();
     let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
     let (status, body) = server.embed(&keys);
@@ -96,8 +97,9 @@ fn every_variant_matches_fp32_through_the_pipeline() {
 #[test]
 fn refusals_name_what_is_wrong() {
     let from = setup_var("CLIPFN_TEST_FOLDER");
-    let clip = serde_json::from_slice::<Value>(&std::fs::read(Path::new(&from).join("preprocessor_config.json")).unwrap())
-        .unwrap();
+    let clip =
+        serde_json::from_slice::<Value>(&std::fs::read(Path::new(&from).join("preprocessor_config.json")).unwrap())
+            .unwrap();
     let fp32_only = folder_with(&from, &["onnx/vision_model.onnx"], &clip);
     let message = failed_start(&[("CLIPFN_MODEL", fp32_only.path().to_str().unwrap()), ("CLIPFN_PRECISION", "int8")]);
     assert!(message.contains("CLIPFN_PRECISION=int8"), "{message}");
@@ -170,5 +172,8 @@ fn a_folder_loads_from_a_bucket_prefix() {
     let store = tempfile::tempdir().unwrap();
     let server = gcs_env(ServerConfig::local(store.path()), port).env("CLIPFN_MODEL", "gs://models/clip-test/").start();
     let model = &server.get("/readyz").1["model"];
-    assert_eq!((model["id"].as_str(), model["file"].as_str()), (Some("clip-test"), Some("onnx/vision_model_quantized.onnx")));
+    assert_eq!(
+        (model["id"].as_str(), model["file"].as_str()),
+        (Some("clip-test"), Some("onnx/vision_model_quantized.onnx"))
+    );
 }

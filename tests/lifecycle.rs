@@ -10,9 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{
-    HeldStore, Server, ServerConfig, blocking_client, camera_photos, failed_start, gcs_env, item, setup_var,
-};
+use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, failed_start, gcs_env, item};
 
 /// A store with one real photo, `good.jpg`, and any number of held ones, `slow*.jpg`.
 fn held_store() -> (tempfile::TempDir, HeldStore) {

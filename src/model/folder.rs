@@ -196,7 +196,10 @@ mod tests {
     fn int8_takes_the_names_folders_use() {
         let uint8 = folder(&["onnx/vision_model.onnx", "onnx/vision_model_uint8.onnx", "onnx/vision_model_int8.onnx"]);
         assert_eq!(picked(&uint8, Precision::Int8, false), "onnx/vision_model_int8.onnx");
-        assert_eq!(picked(&folder(&["onnx/vision_model_uint8.onnx"]), Precision::Auto, false), "onnx/vision_model_uint8.onnx");
+        assert_eq!(
+            picked(&folder(&["onnx/vision_model_uint8.onnx"]), Precision::Auto, false),
+            "onnx/vision_model_uint8.onnx"
+        );
     }
 
     #[test]

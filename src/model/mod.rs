@@ -23,12 +23,12 @@ use ort::{
     value::TensorRef,
 };
 
+use self::normalizer::Normalizer;
 pub use self::{
     files::{open_folder, read_image_model},
     folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
     preprocessor::parse as parse_preprocessor_config,
 };
-use self::normalizer::Normalizer;
 use crate::{
     config::{Normalize, Provider, Settings},
     preprocess::{Layout, Pixels, Transform},
@@ -98,7 +98,9 @@ impl Runtime {
             Provider::Cpu => (false, None),
             Provider::Cuda | Provider::Auto => match session_builder(&environment, settings, true) {
                 Ok(_) => (true, None),
-                Err(e) if settings.provider == Provider::Cuda => return Err(ModelError::CudaUnavailable(e.to_string())),
+                Err(e) if settings.provider == Provider::Cuda => {
+                    return Err(ModelError::CudaUnavailable(e.to_string()));
+                }
                 Err(e) => {
                     tracing::warn!(reason = %e, "CUDA execution provider unavailable; running on CPU");
                     (false, Some(e.to_string()))
@@ -181,11 +183,9 @@ impl Model {
             batch_size: settings.batch_size,
         };
         let normalizer = match info.input_layout {
-            Layout::RawNhwc => Some(Normalizer::new(
-                &session_builder(&environment, settings, on_cuda)?,
-                &info.preprocessing,
-                on_cuda,
-            )?),
+            Layout::RawNhwc => {
+                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, &info.preprocessing, on_cuda)?)
+            }
             Layout::NormalizedNchw => None,
         };
         let mut model = Model { session, normalizer, info, _environment: environment };

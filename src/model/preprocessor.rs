@@ -14,7 +14,8 @@ use super::ModelError;
 use crate::preprocess::{Filter, Resize, Transform};
 
 /// Fields that describe the file, not the pixels.
-const INFORMATIONAL: &[&str] = &["image_processor_type", "feature_extractor_type", "processor_class", "_processor_class"];
+const INFORMATIONAL: &[&str] =
+    &["image_processor_type", "feature_extractor_type", "processor_class", "_processor_class"];
 
 #[derive(Deserialize)]
 struct Config {
