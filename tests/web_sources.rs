@@ -111,7 +111,7 @@ async fn photos(State(s): State<Served>, UrlPath(name): UrlPath<String>) -> Resp
         }
         // No Content-Length: the cap must hold while streaming.
         "endless.jpg" => {
-            let chunks = std::iter::repeat_n(Ok::<_, std::io::Error>(vec![0xffu8; 64 * 1024]), 64);
+            let chunks = (0..64).map(|_| Ok::<_, std::io::Error>(vec![0xffu8; 64 * 1024]));
             Body::from_stream(futures::stream::iter(chunks)).into_response()
         }
         slow if slow.starts_with("slow-") => {
@@ -165,8 +165,10 @@ fn ssrf_forms_are_forbidden_and_never_connect() {
     let (status, body) = clipfn.embed(&images);
     assert_eq!(status, 200, "{body}");
     for (i, form) in forms.iter().enumerate() {
-        assert_eq!(item(&body, i), Err("forbidden".into()), "{form}: {}", body["data"][i]);
+        assert_eq!(item(&body, i), Err("forbidden".into()), "{form}: {}", body["data"][i]["error"]);
     }
+    let (_, message) = code_and_message(&body, 0);
+    assert!(message.contains("non-public address"), "refused by the resolver, not by chance: {message}");
     assert_eq!(server.record.connections.load(Ordering::SeqCst), 0, "requests seen: {:?}", server.record.requests());
 }
 
@@ -232,6 +234,7 @@ fn urls_and_data_uris_embed_like_keys() {
     for (i, code) in expected {
         assert_eq!(code_and_message(&body, i).0, code, "{}: {}", images[i], body["data"][i]);
     }
+    assert!(code_and_message(&body, 5).1.contains("redirected outside"), "{}", body["data"][5]);
     assert!(code_and_message(&body, 7).1.contains("expired"), "{}", body["data"][7]);
     assert!(code_and_message(&body, 8).1.contains("expired"), "{}", body["data"][8]);
     assert!(!code_and_message(&body, 9).1.contains("expired"), "{}", body["data"][9]);
