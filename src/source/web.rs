@@ -51,6 +51,9 @@ pub struct WebSource {
 impl WebSource {
     pub fn new<'a>(prefixes: impl IntoIterator<Item = &'a str>, settings: &Settings) -> Result<Self, SourceError> {
         let allowlist = Arc::new(Allowlist::new(prefixes)?);
+        if settings.allow_private_sources {
+            tracing::warn!("CLIPFN_ALLOW_PRIVATE_SOURCES=true: photo URLs may reach loopback and private addresses");
+        }
         let per_host = allowlist.hosts().map(|host| (host, Semaphore::new(settings.max_fetches_per_host))).collect();
         let policy_list = Arc::clone(&allowlist);
         let policy = redirect::Policy::custom(move |attempt| {
