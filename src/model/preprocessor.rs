@@ -64,7 +64,9 @@ pub fn parse(bytes: &[u8]) -> Result<Transform, ModelError> {
     let config: Config = serde_json::from_slice(bytes).map_err(|e| refuse(format!("not a valid config: {e}")))?;
     for (key, value) in &config.other {
         // An option of another processor is harmless only when it is off.
-        if !INFORMATIONAL.contains(&key.as_str()) && !(key.starts_with("do_") && *value == Value::Bool(false)) {
+        let harmless =
+            INFORMATIONAL.contains(&key.as_str()) || (key.starts_with("do_") && *value == Value::Bool(false));
+        if !harmless {
             return Err(refuse(format!("'{key}': {value} is an option clipfn cannot honour")));
         }
     }
