@@ -307,4 +307,20 @@ mod tests {
         // Resized to 120x80, cropped at x 28..92: the edge at 60 sits at output x 32.
         assert_eq!((square.get_pixel(30, 10).0[0], square.get_pixel(34, 10).0[0]), (0, 255));
     }
+
+    #[test]
+    fn the_filter_is_the_one_asked_for() {
+        // A 64 -> 192 step, shrunk: Pillow's bicubic (Catmull-Rom) overshoots beside the edge,
+        // its bilinear (triangle) never leaves the range.
+        let step = RgbImage::from_fn(500, 500, |x, _| image::Rgb([if x < 250 { 64 } else { 192 }; 3]));
+        let range = |filter| {
+            let transform = Transform { filter, ..Transform::clip(200) };
+            let square = resize_and_crop_scaled(&step, step.dimensions(), 1, &transform).unwrap();
+            let values = square.as_raw();
+            (*values.iter().min().unwrap(), *values.iter().max().unwrap())
+        };
+        assert_eq!(range(Filter::Bilinear), (64, 192));
+        let (low, high) = range(Filter::Bicubic);
+        assert!(low < 64 && high > 192, "bicubic stayed in {low}..{high}");
+    }
 }
