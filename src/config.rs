@@ -27,6 +27,16 @@ pub enum Provider {
     Cpu,
 }
 
+/// Which weights of a model folder run (`CLIPFN_PRECISION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// fp16 on CUDA, int8 on CPU, fp32 where the folder lacks that variant.
+    Auto,
+    Fp32,
+    Fp16,
+    Int8,
+}
+
 /// Where CLIP's normalisation (scale, mean, std, NCHW) runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Normalize {
@@ -40,7 +50,7 @@ pub enum Normalize {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
-    /// Path or object URI of the ONNX CLIP image encoder.
+    /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).
     pub model: String,
     /// Root that bare keys resolve against: `gs://bucket[/prefix]`, `s3://bucket[/prefix]`, `file:///dir`.
     #[serde(default)]
@@ -50,6 +60,8 @@ pub struct Settings {
     pub allowed_sources: Vec<String>,
     #[serde(default = "defaults::provider", deserialize_with = "provider")]
     pub provider: Provider,
+    #[serde(default = "defaults::precision", deserialize_with = "precision")]
+    pub precision: Precision,
     #[serde(default = "defaults::normalize", deserialize_with = "normalize")]
     pub normalize: Normalize,
     #[serde(default = "defaults::batch_size")]
@@ -72,6 +84,16 @@ pub struct Settings {
     pub max_queued_images: usize,
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Body size allowed to a request that carries `data:` URI photos.
+    #[serde(default = "defaults::max_inline_body_bytes")]
+    pub max_inline_body_bytes: usize,
+    /// Lets `http(s)://` sources resolve to loopback and private addresses: for tests and local
+    /// stacks only (the terraform never sets it).
+    #[serde(default)]
+    pub allow_private_sources: bool,
+    /// `http(s)://` fetches in flight per host.
+    #[serde(default = "defaults::max_fetches_per_host")]
+    pub max_fetches_per_host: usize,
     #[serde(default = "defaults::request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// Concurrent object fetches per process.
@@ -110,6 +132,9 @@ mod defaults {
     pub fn provider() -> Provider {
         Provider::Auto
     }
+    pub fn precision() -> Precision {
+        Precision::Auto
+    }
     pub fn normalize() -> Normalize {
         Normalize::Auto
     }
@@ -136,6 +161,12 @@ mod defaults {
     }
     pub fn max_body_bytes() -> usize {
         MIB as usize
+    }
+    pub fn max_inline_body_bytes() -> usize {
+        32 * MIB as usize
+    }
+    pub fn max_fetches_per_host() -> usize {
+        8
     }
     pub fn request_timeout_ms() -> u64 {
         60_000
@@ -175,6 +206,12 @@ fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
     one_of(d, "CLIPFN_PROVIDER", &[("auto", Provider::Auto), ("cuda", Provider::Cuda), ("cpu", Provider::Cpu)])
 }
 
+fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
+    let choices =
+        [("auto", Precision::Auto), ("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("int8", Precision::Int8)];
+    one_of(d, "CLIPFN_PRECISION", &choices)
+}
+
 fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
     one_of(d, "CLIPFN_NORMALIZE", &[("auto", Normalize::Auto), ("cpu", Normalize::Cpu), ("model", Normalize::Model)])
 }
@@ -209,6 +246,8 @@ impl Settings {
             ("CLIPFN_DECODE_TIMEOUT_MS", self.decode_timeout_ms),
             ("CLIPFN_MAX_QUEUED_IMAGES", self.max_queued_images as u64),
             ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
+            ("CLIPFN_MAX_INLINE_BODY_BYTES", self.max_inline_body_bytes as u64),
+            ("CLIPFN_MAX_FETCHES_PER_HOST", self.max_fetches_per_host as u64),
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
             ("CLIPFN_FETCH_CONCURRENCY", self.fetch_concurrency as u64),
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
@@ -224,7 +263,7 @@ impl Settings {
             )));
         }
         if self.model.trim().is_empty() {
-            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file or object URI".into()));
+            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
         }
         Ok(())
     }
@@ -295,7 +334,10 @@ mod tests {
         assert_eq!(s.max_images, 100);
         assert_eq!(s.max_image_bytes, 25 * MIB);
         assert_eq!(s.provider, Provider::Auto);
+        assert_eq!(s.precision, Precision::Auto);
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
+        assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
+        assert!(!s.allow_private_sources);
     }
 
     #[test]
@@ -311,6 +353,9 @@ mod tests {
         let zero =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+        let bad_precision =
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PRECISION", "bf16")])).unwrap_err().to_string();
+        assert!(bad_precision.contains("CLIPFN_PRECISION") && bad_precision.contains("bf16"), "{bad_precision}");
         let bad_format =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
         assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");

@@ -30,7 +30,7 @@ use self::{
     error::{ApiError, item_error},
     types::{EmbedRequest, EmbedResponse, Item, TimingsMs},
 };
-use crate::{config::Settings, gpu, metrics::Metrics, pipeline::Pipeline, telemetry};
+use crate::{config::Settings, gpu, metrics::Metrics, pipeline::Pipeline, source, telemetry};
 
 /// What every handler shares. The pipeline appears once the model is loaded and warmed up.
 #[derive(Clone)]
@@ -66,7 +66,7 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.settings.max_body_bytes;
+    let body_limit = transport_body_limit(&state.settings);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -189,13 +189,13 @@ async fn embed_request(
         .map(|(index, (image, result))| match result {
             Ok(embedding) => {
                 state.metrics.photo(None);
-                Item { index, image, embedding: Some(embedding), error: None }
+                Item { index, image: source::shown(image), embedding: Some(embedding), error: None }
             }
             Err(e) => {
                 errors += 1;
                 let error = item_error(&e);
                 state.metrics.photo(Some(error.code));
-                Item { index, image, embedding: None, error: Some(error) }
+                Item { index, image: source::shown(image), embedding: None, error: Some(error) }
             }
         })
         .collect();
@@ -210,9 +210,15 @@ async fn embed_request(
     Ok((response, images.len(), errors))
 }
 
+/// The most any request body may be: requests with inline photos get the larger limit, and the
+/// smaller one for keys-only requests is checked once the body is parsed.
+fn transport_body_limit(settings: &Settings) -> usize {
+    settings.max_body_bytes.max(settings.max_inline_body_bytes)
+}
+
 fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings) -> Result<Vec<String>, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(settings.max_body_bytes),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(transport_body_limit(settings)),
         _ => ApiError::BadRequest(rejection.body_text()),
     })?;
     let request: EmbedRequest = serde_json::from_slice(&body)
@@ -223,6 +229,9 @@ fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings)
             "images must hold 1 to {} references, got {count}",
             settings.max_images
         )));
+    }
+    if body.len() > settings.max_body_bytes && !request.images.iter().any(|image| source::is_inline(image)) {
+        return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
     }
     Ok(request.images)
 }

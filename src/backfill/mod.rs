@@ -26,7 +26,7 @@ use self::{
 use crate::{
     api::error::item_error,
     config::Settings,
-    pipeline::{Embedding, Pipeline, model_id},
+    pipeline::{Embedding, Pipeline},
     source::Source,
     telemetry::Telemetry,
 };
@@ -85,7 +85,10 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     keys.sort_unstable();
     keys.dedup();
 
-    let output = Arc::new(Output::new(out_prefix, task, model_id(&settings.model)));
+    // The model is loaded before --out is read: its id (a file's name or a folder's) is what the
+    // files there must match.
+    let pipeline = Pipeline::load(&settings, telemetry.metrics()).await?;
+    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone()));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();
     keys.retain(|key| !existing.done.contains(key));
@@ -100,11 +103,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
         chunks_present = existing.chunks,
         "backfill starting"
     );
-
-    let (progress, chunks_written) = match keys.is_empty() {
-        true => (Progress::start(0), 0),
-        false => embed(&settings, keys, &output, existing.next_chunk, telemetry).await?,
-    };
+    let (progress, chunks_written) = embed(&settings, &pipeline, keys, &output, existing.next_chunk).await?;
     let summary = progress.finish(task, already_done, existing.chunks as u64, chunks_written);
     let summary = serde_json::to_string(&summary)?;
     tracing::info!(%summary, "backfill done");
@@ -116,12 +115,11 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
 /// `chunk`. One chunk is put while the next is embedded.
 async fn embed(
     settings: &Settings,
+    pipeline: &Pipeline,
     keys: Vec<String>,
     output: &Arc<Output>,
     mut chunk: u32,
-    telemetry: &Telemetry,
 ) -> anyhow::Result<(Progress, u64)> {
-    let pipeline = Pipeline::load(settings, telemetry.metrics()).await?;
     let dim = pipeline.model().dim;
     let mut progress = Progress::start(keys.len() as u64);
     let mut chunks = pipeline

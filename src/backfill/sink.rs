@@ -247,6 +247,8 @@ fn encode(rows: &[Row], model: &str, dim: usize) -> Result<Vec<u8>, parquet::err
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::Array;
+
     use super::*;
 
     #[test]
