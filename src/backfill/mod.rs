@@ -79,9 +79,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
         (None, Some(prefix)) => Listing::Prefix(prefix),
         (None, None) => unreachable!("clap requires --manifest or --source"),
     };
-    let mut keys = listing::keys(&source, &listing, &out_prefix).await?;
-    let listed = keys.len();
-    keys.retain(|key| task.owns(key));
+    let (listed, mut keys) = listing::keys(&source, &listing, &out_prefix, task).await?;
     keys.sort_unstable();
     keys.dedup();
 
