@@ -5,7 +5,10 @@
 //! 2. preprocessing: photos/s on one core for decode + resize + normalise, beside Pillow's CLIP
 //!    preprocessing on the same photos;
 //! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
-//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2.
+//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2;
+//! 4. the text tower (when `tools/setup.sh --bench` made the ViT-B/32 text model): tokenizer
+//!    texts/s on one core, text embeddings/s at batch 1 and 64, and the latency of a one-line search
+//!    query sent while 256 photos wait for the model worker.
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
 //! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60),
@@ -24,8 +27,9 @@ use std::{
 use clipfn::{
     config::Settings,
     decode::{DecodeOptions, decode},
-    model::Model,
+    model::{Model, TextModel},
     preprocess::{Layout, Pixels, preprocess},
+    tokenize::Tokenizer,
 };
 use common::{ServerConfig, camera_photos, setup_var};
 use plotters::prelude::*;
@@ -52,14 +56,16 @@ struct RawPoint {
     ms_per_batch: f64,
 }
 
-fn raw_inference(model_path: &str, provider: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
-    let settings = Settings::from_vars([
+/// Settings for sessions loaded in the bench process (warm-up batch of 1).
+fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> {
+    Ok(Settings::from_vars([
         ("CLIPFN_MODEL".to_string(), model_path.to_string()),
         ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
         ("CLIPFN_PROVIDER".to_string(), provider.to_string()),
-    ])?;
-    let bytes = std::fs::read(model_path)?;
-    let mut model = Model::load(&settings, &bytes, "bench".into())?;
+    ])?)
+}
+
+fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
     let slot = model.info.slot_len();
     BATCHES
         .iter()
@@ -269,7 +275,10 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(Path::new(&model).is_file(), "{model} missing: run tools/setup.sh --bench");
     let photos = camera_photos(usize::MAX);
 
-    let raw = raw_inference(&model, &provider, runs)?;
+    // One ONNX Runtime environment per process: the image session also hosts the text session.
+    let settings = bench_settings(&model, &provider)?;
+    let mut session = Model::load(&settings, &std::fs::read(&model)?, "bench".into())?;
+    let raw = raw_inference(&mut session, runs)?;
     let ours = preprocessing(&photos, runs)?;
     eprintln!("preprocessing: {ours:.1} photos/s on one core");
     let (pillow, pillow_draft) = pillow_baseline(&photos)?;
@@ -290,6 +299,14 @@ fn main() -> anyhow::Result<()> {
     eprintln!("end to end: closed loop at concurrency 2 for {secs} s");
     let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
     let fill = batch_fill(&server.base);
+    drop(server);
+    let text = match setup_env_path("CLIPFN_BENCH_TEXT_MODEL") {
+        Some(text_model) => {
+            let batch_ms = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.ms_per_batch);
+            Some(text_tower(&session, &settings, &text_model, &model, batch_ms, &keys, gcs_port, &provider, runs)?)
+        }
+        None => None,
+    };
 
     let raw64 = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.images_per_s);
     let e2e = closed.images as f64 / closed.seconds;
@@ -338,6 +355,10 @@ fn main() -> anyhow::Result<()> {
     for (le, n) in &fill {
         writeln!(md, "| {le} | {n} |")?;
     }
+    match &text {
+        Some(text) => text.write(&mut md)?,
+        None => writeln!(md, "\n## 4. Text tower\n\nSkipped: no CLIPFN_BENCH_TEXT_MODEL (tools/setup.sh --bench).")?,
+    }
     writeln!(md, "\n## Ratios (same run)\n")?;
     writeln!(
         md,
@@ -356,6 +377,156 @@ fn main() -> anyhow::Result<()> {
     println!("{md}");
     eprintln!("wrote {}", out.join("report.md").display());
     Ok(())
+}
+
+/// A path from .cache/clipfn.env, if set and present.
+fn setup_env_path(name: &str) -> Option<String> {
+    common::setup_env().get(name).filter(|p| Path::new(p).is_file()).cloned()
+}
+
+struct TextResult {
+    tokenizer_per_s: f64,
+    /// (batch, texts/s, ms per batch)
+    embeddings: Vec<(usize, f64, f64)>,
+    image_batch_ms: f64,
+    idle_ms: Vec<f64>,
+    backlog_ms: Vec<f64>,
+    queued_when_sent: Vec<f64>,
+}
+
+impl TextResult {
+    fn write(&self, md: &mut String) -> std::fmt::Result {
+        writeln!(md, "\n## 4. Text tower (ViT-B/32 text architecture, random weights)\n")?;
+        writeln!(md, "Tokenizer (clean-up + BPE, one core): **{:.0} texts/s**.\n", self.tokenizer_per_s)?;
+        writeln!(md, "| batch | texts/s | ms per batch |\n|---|---|---|")?;
+        for (batch, rate, ms) in &self.embeddings {
+            writeln!(md, "| {batch} | {rate:.1} | {ms:.1} |")?;
+        }
+        let stats = |xs: &[f64]| {
+            let mut xs = xs.to_vec();
+            xs.sort_by(f64::total_cmp);
+            if xs.is_empty() { (f64::NAN, f64::NAN) } else { (percentile(&xs, 0.5), xs[xs.len() - 1]) }
+        };
+        let ((idle_p50, idle_max), (busy_p50, busy_max)) = (stats(&self.idle_ms), stats(&self.backlog_ms));
+        let queued = self.queued_when_sent.iter().copied().fold(f64::NAN, f64::min);
+        writeln!(
+            md,
+            "\nOne-line search query over HTTP (`/v1/embed` with one text), end to end:\n\n| while | queries | p50 ms | max ms |\n|---|---|---|---|"
+        )?;
+        writeln!(md, "| idle | {} | {idle_p50:.1} | {idle_max:.1} |", self.idle_ms.len())?;
+        writeln!(
+            md,
+            "| 256 photos admitted, at least {queued:.0} of them queued for the model | {} | {busy_p50:.1} | {busy_max:.1} |",
+            self.backlog_ms.len()
+        )?;
+        writeln!(
+            md,
+            "\nFor scale: one image batch of 64 takes {:.0} ms here, so a query that waited behind the backlog would take seconds; it waits at most for the batch already running.",
+            self.image_batch_ms
+        )
+    }
+}
+
+/// Section 4: the tokenizer, the text session alone, and a query against an image backlog.
+#[allow(clippy::too_many_arguments)]
+fn text_tower(
+    image: &Model,
+    settings: &Settings,
+    text_model: &str,
+    image_model: &str,
+    image_batch_ms: f64,
+    keys: &[String],
+    gcs_port: u16,
+    provider: &str,
+    runs: usize,
+) -> anyhow::Result<TextResult> {
+    let queries: Vec<String> = (0..2000)
+        .map(|i| {
+            let things = ["beach at sunset", "my dog in the snow", "birthday cake", "Tokyo at night", "서울 야경"];
+            format!("a photo of {} #{i}", things[i % things.len()])
+        })
+        .collect();
+    let tokenizer = Tokenizer::new();
+    let tokenizer_per_s = median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                queries.iter().for_each(|q| drop(std::hint::black_box(tokenizer.tokenize(q))));
+                queries.len() as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
+
+    let mut session = TextModel::load(image, settings, &std::fs::read(text_model)?, "bench-text".into())?;
+    let ids: Vec<i64> = queries.iter().take(64).flat_map(|q| tokenizer.tokenize(q).ids).collect();
+    let mut embeddings = Vec::new();
+    for batch in [1, 64] {
+        let ids = &ids[..batch * clipfn::tokenize::CONTEXT];
+        session.run(ids, batch)?;
+        let secs = median(
+            (0..runs)
+                .map(|_| {
+                    let t = Instant::now();
+                    session.run(ids, batch).map(|_| t.elapsed().as_secs_f64())
+                })
+                .collect::<Result<_, _>>()?,
+        );
+        eprintln!("text embeddings: batch {batch}: {:.1} texts/s", batch as f64 / secs);
+        embeddings.push((batch, batch as f64 / secs, secs * 1e3));
+    }
+    let (idle_ms, backlog_ms, queued_when_sent) = query_under_backlog(text_model, image_model, keys, gcs_port, provider)?;
+    Ok(TextResult { tokenizer_per_s, embeddings, image_batch_ms, idle_ms, backlog_ms, queued_when_sent })
+}
+
+/// Latencies (ms) of one-text queries over HTTP, first idle, then while one request of 256 photos
+/// is in flight with at least a batch of them queued for the model; and the queue depth seen
+/// before each of those. Every query is a new text, so none comes from the cache.
+fn query_under_backlog(
+    text_model: &str,
+    image_model: &str,
+    keys: &[String],
+    gcs_port: u16,
+    provider: &str,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let server = common::gcs_env(ServerConfig::local(Path::new("/")), gcs_port)
+        .env("CLIPFN_STORE", "gs://photos")
+        .env("CLIPFN_MODEL", image_model)
+        .env("CLIPFN_TEXT_MODEL", text_model)
+        .env("CLIPFN_PROVIDER", provider)
+        .env("CLIPFN_BATCH_SIZE", "64")
+        .env("CLIPFN_MAX_IMAGES", "256")
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
+        .start();
+    let client = common::blocking_client();
+    let url = format!("{}/v1/embed", server.base);
+    let mut n = 0;
+    let mut query = || -> anyhow::Result<f64> {
+        n += 1;
+        let t = Instant::now();
+        let response = client.post(&url).json(&serde_json::json!({ "texts": [format!("{n} dogs on a beach")] })).send()?;
+        anyhow::ensure!(response.status() == 200, "text query: {}", response.status());
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let idle = (0..10).map(|_| query()).collect::<anyhow::Result<Vec<_>>>()?;
+    let images: Vec<String> = keys.iter().cycle().take(256).cloned().collect();
+    let backlog_url = url.clone();
+    let backlog = std::thread::spawn(move || {
+        common::blocking_client().post(backlog_url).json(&serde_json::json!({ "images": images })).send().map(|r| r.status())
+    });
+    let (mut busy, mut depths) = (Vec::new(), Vec::new());
+    while !backlog.is_finished() && busy.len() < 20 {
+        let depth = common::series(&common::scrape(&server), "clipfn_queue_depth_photos", &[]);
+        if depth >= 64.0 {
+            depths.push(depth);
+            busy.push(query()?);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let status = backlog.join().expect("backlog thread")?;
+    anyhow::ensure!(status == 200, "the 256-photo request: {status}");
+    eprintln!("search query: idle {idle:?} ms, under backlog {busy:?} ms (queue depths {depths:?})");
+    Ok((idle, busy, depths))
 }
 
 fn cpu_name() -> String {

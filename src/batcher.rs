@@ -1,10 +1,14 @@
-//! Batcher stage: the one owner of the model session, fed by a queue shared by every request.
+//! Batcher stage: the one owner of the model sessions, fed by queues shared by every request.
 //!
 //! One worker thread per process runs the model, so requests never fight over the GPU (the seed
 //! team's lesson: more workers per GPU made p95 worse). Preprocessed photos from any request are
 //! queued; the worker takes up to `batch_size` of them, waiting at most `batch_wait` for a batch to
 //! fill once it holds one, runs them together and sends each result back to its waiting photo. A
 //! photo whose request gave up (deadline, disconnect) is dropped from the batch before it runs.
+//!
+//! Tokenized texts (search queries, labels) ride the same worker, on the text tower, in a queue
+//! of their own that the worker looks at first: a query waits at most for the batch being formed
+//! or run, never behind an image backlog. Text batches take what is queued without waiting to fill.
 //!
 //! Admission is counted in photos: a request takes one permit per photo up front or is refused at
 //! once, so the queue, the decoded pixels and the fetches in flight all stay bounded.
@@ -15,18 +19,20 @@
 //! `clipfn.batch.id` it rode in, which is also on the `inference` span.
 
 use std::{
-    sync::{Arc, mpsc},
+    sync::Arc,
     thread,
     time::{Duration, Instant},
 };
 
+use crossbeam_channel::{Receiver, Sender, select_biased, unbounded};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::Span;
 
 use crate::{
     metrics::{Metrics, Stage},
-    model::{Model, ModelError, ModelInfo},
+    model::{Model, ModelError, ModelInfo, TextModel, TextModelInfo},
     preprocess::Pixels,
+    tokenize::Tokens,
 };
 
 /// One photo's result from the worker.
@@ -55,8 +61,14 @@ pub struct Overloaded {
     pub capacity: usize,
 }
 
+/// What one job asks the worker to embed; a batch holds one kind only.
+enum Input {
+    Image(Pixels),
+    Text(Tokens),
+}
+
 struct Job {
-    pixels: Pixels,
+    input: Input,
     reply: oneshot::Sender<Result<Embedded, BatchError>>,
     /// The photo's wait; closed when its batch starts.
     queue_span: Span,
@@ -64,32 +76,53 @@ struct Job {
     request_span: Span,
 }
 
+/// The worker's two queues: texts are served first.
+struct Queues {
+    texts: Receiver<Job>,
+    images: Receiver<Job>,
+}
+
 pub struct Batcher {
-    queue: mpsc::Sender<Job>,
+    images: Sender<Job>,
+    texts: Sender<Job>,
     places: Arc<Semaphore>,
     capacity: usize,
     info: ModelInfo,
+    text_info: Option<TextModelInfo>,
     metrics: Arc<Metrics>,
 }
 
 impl Batcher {
-    /// Moves `model` onto its own worker thread.
-    pub fn start(model: Model, batch_wait: Duration, capacity: usize, metrics: Arc<Metrics>) -> Self {
+    /// Moves `model` (and the text tower, when there is one) onto its own worker thread.
+    pub fn start(
+        model: Model,
+        text: Option<TextModel>,
+        batch_wait: Duration,
+        capacity: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let info = model.info.clone();
-        let (queue, jobs) = mpsc::channel();
+        let text_info = text.as_ref().map(|t| t.info.clone());
+        let ((images, image_jobs), (texts, text_jobs)) = (unbounded(), unbounded());
+        let queues = Queues { texts: text_jobs, images: image_jobs };
         let places = Arc::new(Semaphore::new(capacity));
         let watched = Arc::clone(&places);
         metrics.watch_admitted(move || (capacity - watched.available_permits()) as u64);
         let worker_metrics = Arc::clone(&metrics);
         thread::Builder::new()
             .name("clipfn-model".into())
-            .spawn(move || run_worker(model, jobs, batch_wait, &worker_metrics))
+            .spawn(move || run_worker(Towers { image: model, text }, queues, batch_wait, &worker_metrics))
             .expect("spawning the model worker thread");
-        Batcher { queue, places, capacity, info, metrics }
+        Batcher { images, texts, places, capacity, info, text_info, metrics }
     }
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// The text tower, when CLIPFN_TEXT_MODEL is set.
+    pub fn text_info(&self) -> Option<&TextModelInfo> {
+        self.text_info.as_ref()
     }
 
     /// Reserves queue places for `photos` photos, or says at once that there is no room.
@@ -110,45 +143,103 @@ impl Batcher {
     /// closed when the batch starts; the current span is taken as the photo's request span.
     pub async fn embed(&self, pixels: Pixels, queue_span: Span) -> Result<Embedded, BatchError> {
         let (reply, result) = oneshot::channel();
-        let job = Job { pixels, reply, queue_span, request_span: Span::current() };
-        self.queue.send(job).map_err(|_| BatchError::Stopped)?;
+        let job = Job { input: Input::Image(pixels), reply, queue_span, request_span: Span::current() };
+        self.images.send(job).map_err(|_| BatchError::Stopped)?;
         self.metrics.queued(1);
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    /// Queues one tokenized text for the text tower and waits for its embedding; dropping the
+    /// future withdraws it, as for photos.
+    pub async fn embed_text(&self, tokens: Tokens) -> Result<Embedded, BatchError> {
+        let (reply, result) = oneshot::channel();
+        // Texts have no queue span of their own: their wait is a batch at most.
+        let job = Job { input: Input::Text(tokens), reply, queue_span: Span::none(), request_span: Span::current() };
+        self.texts.send(job).map_err(|_| BatchError::Stopped)?;
         result.await.map_err(|_| BatchError::Stopped)?
     }
 }
 
-fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration, metrics: &Metrics) {
-    let max = model.info.batch_size;
-    let mut input = Pixels::empty(model.info.input_layout, max * model.info.slot_len());
-    let mut batch_id: u64 = 0;
-    // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        let fill_by = Instant::now() + batch_wait;
-        while batch.len() < max {
-            match jobs.recv_timeout(fill_by.saturating_duration_since(Instant::now())) {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+/// The sessions the worker owns.
+struct Towers {
+    image: Model,
+    text: Option<TextModel>,
+}
+
+impl Towers {
+    /// Runs one batch of a single kind, laid end to end into the reused buffers.
+    fn run(&mut self, batch: &[Job], pixels: &mut Pixels, ids: &mut Vec<i64>) -> Result<Vec<Vec<f32>>, ModelError> {
+        pixels.clear();
+        ids.clear();
+        for job in batch {
+            match &job.input {
+                Input::Image(p) => pixels.extend(p),
+                Input::Text(tokens) => ids.extend_from_slice(&tokens.ids),
             }
         }
-        metrics.queued(-(batch.len() as i64));
+        match (&batch[0].input, &mut self.text) {
+            (Input::Image(_), _) => self.image.run(pixels, batch.len()),
+            (Input::Text(_), Some(text)) => text.run(ids, batch.len()),
+            (Input::Text(_), None) => Err(ModelError::Inference("no text model is loaded".into())),
+        }
+    }
+}
+
+/// The next batch, all of one kind, or `None` once the Batcher is gone. Texts come first; an
+/// image batch then waits up to `batch_wait` to fill, a text batch takes what is queued.
+fn next_batch(queues: &Queues, max: usize, batch_wait: Duration) -> Option<Vec<Job>> {
+    let (first, queue) = match queues.texts.try_recv() {
+        Ok(job) => (job, &queues.texts),
+        Err(_) => select_biased! {
+            recv(queues.texts) -> job => match job {
+                Ok(job) => (job, &queues.texts),
+                // Both senders go together; photos still queued are served to the end.
+                Err(_) => (queues.images.recv().ok()?, &queues.images),
+            },
+            recv(queues.images) -> job => (job.ok()?, &queues.images),
+        },
+    };
+    let is_text = matches!(first.input, Input::Text(_));
+    let mut batch = vec![first];
+    let fill_by = Instant::now() + if is_text { Duration::ZERO } else { batch_wait };
+    while batch.len() < max {
+        match queue.recv_deadline(fill_by) {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+fn run_worker(mut towers: Towers, queues: Queues, batch_wait: Duration, metrics: &Metrics) {
+    let info = &towers.image.info;
+    let max = info.batch_size;
+    let mut pixels = Pixels::empty(info.input_layout, max * info.slot_len());
+    let mut ids = Vec::with_capacity(max * crate::tokenize::CONTEXT);
+    let mut batch_id: u64 = 0;
+    // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
+    while let Some(mut batch) = next_batch(&queues, max, batch_wait) {
+        let is_text = matches!(batch[0].input, Input::Text(_));
+        if !is_text {
+            metrics.queued(-(batch.len() as i64));
+        }
         batch.retain(|job| !job.reply.is_closed());
         if batch.is_empty() {
             continue;
         }
         batch_id += 1;
-        let span = batch_span(&mut batch, batch_id);
-        input.clear();
-        for job in &batch {
-            input.extend(&job.pixels);
-        }
+        let span = batch_span(&mut batch, batch_id, if is_text { "text" } else { "image" });
         let started = Instant::now();
         // The span ends with the run, before any reply, so it never outlives the requests it serves.
-        let result = span.in_scope(|| model.run(&input, batch.len()));
+        let result = span.in_scope(|| towers.run(&batch, &mut pixels, &mut ids));
         let finished = Instant::now();
-        metrics.batch(batch.len());
-        metrics.stage(Stage::Inference, finished - started);
-        tracing::debug!(size = batch.len(), ms = (finished - started).as_millis() as u64, "batch");
+        if is_text {
+            metrics.stage(Stage::TextInference, finished - started);
+        } else {
+            metrics.batch(batch.len());
+            metrics.stage(Stage::Inference, finished - started);
+        }
+        tracing::debug!(size = batch.len(), text = is_text, ms = (finished - started).as_millis() as u64, "batch");
         match result {
             Ok(embeddings) => {
                 for (job, embedding) in batch.into_iter().zip(embeddings) {
@@ -170,7 +261,7 @@ fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration,
 
 /// Ends the photos' queue spans and opens the batch's `inference` span: a child of the first
 /// photo's request, linked to every other request in the batch.
-fn batch_span(batch: &mut [Job], batch_id: u64) -> Span {
+fn batch_span(batch: &mut [Job], batch_id: u64, tower: &'static str) -> Span {
     let mut requests: Vec<tracing::Id> = Vec::new();
     for job in batch.iter() {
         if let Some(id) = job.request_span.id()
@@ -186,6 +277,7 @@ fn batch_span(batch: &mut [Job], batch_id: u64) -> Span {
         clipfn.batch.id = batch_id as i64,
         clipfn.batch.size = batch.len() as i64,
         clipfn.batch.requests = requests.len() as i64,
+        clipfn.batch.tower = tower,
         otel.status_code = tracing::field::Empty,
     );
     let parent = batch[0].request_span.id();
@@ -197,4 +289,41 @@ fn batch_span(batch: &mut [Job], batch_id: u64) -> Span {
         drop(std::mem::replace(&mut job.queue_span, Span::none()));
     }
     span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(input: Input) -> (Job, oneshot::Receiver<Result<Embedded, BatchError>>) {
+        let (reply, waiting) = oneshot::channel();
+        (Job { input, reply, queue_span: Span::none(), request_span: Span::none() }, waiting)
+    }
+
+    fn text() -> Input {
+        Input::Text(Tokens { ids: vec![0; crate::tokenize::CONTEXT], len: 2 })
+    }
+
+    #[test]
+    fn a_text_goes_before_queued_photos() {
+        let ((images, image_jobs), (texts, text_jobs)) = (unbounded(), unbounded());
+        let queues = Queues { texts: text_jobs, images: image_jobs };
+        let mut waiting = Vec::new();
+        for _ in 0..5 {
+            let (job, rx) = job(Input::Image(Pixels::NormalizedNchw(Vec::new())));
+            images.send(job).unwrap();
+            waiting.push(rx);
+        }
+        let (query, _rx) = job(text());
+        texts.send(query).unwrap();
+
+        let first = next_batch(&queues, 4, Duration::ZERO).unwrap();
+        assert!(first.len() == 1 && matches!(first[0].input, Input::Text(_)), "the query runs first, alone");
+        let second = next_batch(&queues, 4, Duration::ZERO).unwrap();
+        assert_eq!(second.len(), 4, "then photos, in batches of the batch size");
+        assert!(second.iter().all(|j| matches!(j.input, Input::Image(_))));
+        drop((images, texts));
+        assert_eq!(next_batch(&queues, 4, Duration::ZERO).map(|b| b.len()), Some(1), "the last photo");
+        assert!(next_batch(&queues, 4, Duration::ZERO).is_none(), "then the worker stops");
+    }
 }

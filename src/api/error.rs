@@ -8,7 +8,7 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{batcher::BatchError, pipeline::ItemError, source::SourceError};
+use crate::{batcher::BatchError, pipeline::ItemError, source::SourceError, text::TextError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -24,6 +24,8 @@ pub enum ApiError {
     Draining,
     #[error("queue full: {0}")]
     Overloaded(#[from] crate::batcher::Overloaded),
+    #[error("{0}")]
+    Text(#[from] TextError),
 }
 
 #[derive(Serialize)]
@@ -41,6 +43,11 @@ impl ApiError {
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
+            ApiError::Text(TextError::NotConfigured) => (StatusCode::NOT_FOUND, "text_model_not_configured"),
+            ApiError::Text(TextError::DeadlineExceeded) => (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
+            ApiError::Text(TextError::Batch(_) | TextError::TokenizerPanic) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed")
+            }
         }
     }
 }

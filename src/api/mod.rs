@@ -1,6 +1,7 @@
 //! HTTP API: the router, its shared state and the handlers. The only module that knows HTTP.
 
 pub mod error;
+mod text;
 mod types;
 
 use std::{
@@ -27,10 +28,16 @@ use tower_http::{
 use tracing::{Span, field::Empty};
 
 use self::{
-    error::{ApiError, item_error},
+    error::{ApiError, ErrorBody, item_error},
     types::{EmbedRequest, EmbedResponse, Item, TimingsMs},
 };
-use crate::{config::Settings, gpu, metrics::Metrics, pipeline::Pipeline, telemetry};
+use crate::{
+    config::Settings,
+    gpu,
+    metrics::Metrics,
+    pipeline::{Pipeline, Timings},
+    telemetry,
+};
 
 /// What every handler shares. The pipeline appears once the model is loaded and warmed up.
 #[derive(Clone)]
@@ -72,6 +79,8 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/embed", post(embed))
+        .route("/v1/embeddings", post(text::embeddings))
+        .route("/v1/classify", post(text::classify))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::new())
@@ -127,7 +136,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     match state.ready_pipeline() {
         Ok(pipeline) => {
             let model = pipeline.model();
-            let mut body = json!({"status": "ready", "model": model, "in_flight_images": pipeline.in_flight()});
+            let mut body = json!({
+                "status": "ready", "model": model, "in_flight_images": pipeline.in_flight(),
+                "text_model": pipeline.text_model(), "label_sets": pipeline.label_set_names(),
+            });
             if model.provider == "cuda" {
                 // CUDA device 0 is the one the session uses (ort's default device id).
                 body["gpu"] = match gpu::status(0) {
@@ -147,82 +159,126 @@ async fn metrics(State(state): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, content_type)], state.scrape.render()).into_response()
 }
 
-/// One info line per embed request, whatever its outcome: counts and time, never keys or bodies.
+/// `/v1/embed`: photos or texts.
 async fn embed(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
     let outcome = embed_request(&state, body, started).await;
+    answer(&state, "embed", started, outcome)
+}
+
+/// What an answered request carried, for its log line.
+#[derive(Default)]
+struct Counts {
+    images: usize,
+    texts: usize,
+    /// Photos that got an error.
+    errors: usize,
+}
+
+type Answered = Result<(Response, Counts), ApiError>;
+
+/// One info line per request, whatever its outcome: counts and time, never keys, texts or bodies.
+fn answer(state: &AppState, endpoint: &'static str, started: Instant, outcome: Answered) -> Response {
     let elapsed = started.elapsed();
     let total_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
     match outcome {
-        Ok((response, images, errors)) => {
+        Ok((response, Counts { images, texts, errors })) => {
             state.metrics.request("ok", elapsed);
-            tracing::info!(status = 200, images, errors, total_ms, "embed request");
+            tracing::info!(status = 200, images, texts, errors, total_ms, "{endpoint} request");
             response
         }
         Err(e) => {
             let (status, code) = e.status_and_code();
             state.metrics.request(code, elapsed);
-            tracing::info!(status = status.as_u16(), code, total_ms, "embed request refused");
+            tracing::info!(status = status.as_u16(), code, total_ms, "{endpoint} request refused");
             e.into_response()
         }
     }
 }
 
-/// The embed response, the number of photos and the number that failed.
-async fn embed_request(
-    state: &AppState,
-    body: Result<Bytes, BytesRejection>,
-    started: Instant,
-) -> Result<(Response, usize, usize), ApiError> {
-    let images = parse_embed_request(body, &state.settings)?;
-    let span = Span::current();
-    span.record("clipfn.images", images.len() as i64);
+async fn embed_request(state: &AppState, body: Result<Bytes, BytesRejection>, started: Instant) -> Answered {
+    let request: EmbedRequest = json_body(body, &state.settings, r#"{"images": ["key", ...]} or {"texts": ["...", ...]}"#)?;
+    match (request.images, request.texts) {
+        (Some(images), None) => embed_images(state, images, started).await,
+        (None, Some(texts)) => text::embed_texts(state, texts).await,
+        (Some(_), Some(_)) => Err(ApiError::BadRequest("give either images or texts, not both".into())),
+        (None, None) => Err(ApiError::BadRequest(r#"body must hold "images" or "texts""#.into())),
+    }
+}
+
+/// The embed response for photos.
+async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -> Answered {
+    let images = check_images(images, &state.settings)?;
     let pipeline = state.ready_pipeline()?;
     let deadline = tokio::time::Instant::now() + state.settings.request_timeout();
-    let (results, timings) = pipeline.embed(&images, deadline).await?;
-
-    let mut errors = 0;
+    let (results, timings) = photo_results(state, pipeline, &images, deadline).await?;
+    let errors = results.iter().filter(|r| r.is_err()).count();
     let data = images
         .iter()
         .zip(results)
         .enumerate()
         .map(|(index, (image, result))| match result {
-            Ok(embedding) => {
-                state.metrics.photo(None);
-                Item { index, image, embedding: Some(embedding), error: None }
-            }
-            Err(e) => {
-                errors += 1;
-                let error = item_error(&e);
-                state.metrics.photo(Some(error.code));
-                Item { index, image, embedding: None, error: Some(error) }
-            }
+            Ok(embedding) => Item { index, image, embedding: Some(embedding), error: None },
+            Err(error) => Item { index, image, embedding: None, error: Some(error) },
         })
         .collect();
-    span.record("clipfn.errors", errors as i64);
     let timings_ms = TimingsMs::new(&timings, started.elapsed());
-    let server_timing = timings_ms.server_timing();
     let model = pipeline.model();
-    let mut response = Json(EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms }).into_response();
-    if let Ok(value) = HeaderValue::from_str(&server_timing) {
-        response.headers_mut().insert("server-timing", value);
-    }
-    Ok((response, images.len(), errors))
+    let response = with_server_timing(EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms: &timings_ms }, &timings_ms);
+    Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
 }
 
-fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings) -> Result<Vec<String>, ApiError> {
+/// Every photo's embedding or its error (each counted in the metrics), and the stage timings.
+async fn photo_results(
+    state: &AppState,
+    pipeline: &Arc<Pipeline>,
+    images: &[String],
+    deadline: tokio::time::Instant,
+) -> Result<(Vec<Result<Vec<f32>, ErrorBody>>, Timings), ApiError> {
+    let span = Span::current();
+    span.record("clipfn.images", images.len() as i64);
+    let (results, timings) = pipeline.embed(images, deadline).await?;
+    let results: Vec<_> = results
+        .into_iter()
+        .map(|result| {
+            let result = result.map_err(|e| item_error(&e));
+            state.metrics.photo(result.as_ref().err().map(|e| e.code));
+            result
+        })
+        .collect();
+    span.record("clipfn.errors", results.iter().filter(|r| r.is_err()).count() as i64);
+    Ok((results, timings))
+}
+
+/// `body` with its stage timings also in a `Server-Timing` header, for browser and proxy tooling.
+fn with_server_timing(body: impl serde::Serialize, timings_ms: &TimingsMs) -> Response {
+    let mut response = Json(body).into_response();
+    if let Ok(value) = HeaderValue::from_str(&timings_ms.server_timing()) {
+        response.headers_mut().insert("server-timing", value);
+    }
+    response
+}
+
+/// The body as JSON of type `T`; `example` shows the expected shape in the error.
+fn json_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    settings: &Settings,
+    example: &str,
+) -> Result<T, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(settings.max_body_bytes),
         _ => ApiError::BadRequest(rejection.body_text()),
     })?;
-    let request: EmbedRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("body must be JSON like {{\"images\": [\"key\", ...]}}: {e}")))?;
-    let count = request.images.len();
+    serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("body must be JSON like {example}: {e}")))
+}
+
+fn check_images(images: Vec<String>, settings: &Settings) -> Result<Vec<String>, ApiError> {
+    let count = images.len();
     if count == 0 || count > settings.max_images {
         return Err(ApiError::BadRequest(format!(
             "images must hold 1 to {} references, got {count}",
             settings.max_images
         )));
     }
-    Ok(request.images)
+    Ok(images)
 }

@@ -6,6 +6,7 @@
 //! reason is kept for the log and /readyz.
 
 mod normalizer;
+mod text;
 
 use std::path::Path;
 
@@ -19,6 +20,7 @@ use ort::{
     value::TensorRef,
 };
 
+pub use self::text::{TextModel, TextModelInfo};
 use self::normalizer::Normalizer;
 use crate::{
     config::{Normalize, Provider, Settings},
