@@ -475,7 +475,8 @@ fn text_tower(
         eprintln!("text embeddings: batch {batch}: {:.1} texts/s", batch as f64 / secs);
         embeddings.push((batch, batch as f64 / secs, secs * 1e3));
     }
-    let (idle_ms, backlog_ms, queued_when_sent) = query_under_backlog(text_model, image_model, keys, gcs_port, provider)?;
+    let (idle_ms, backlog_ms, queued_when_sent) =
+        query_under_backlog(text_model, image_model, keys, gcs_port, provider)?;
     Ok(TextResult { tokenizer_per_s, embeddings, image_batch_ms, idle_ms, backlog_ms, queued_when_sent })
 }
 
@@ -504,7 +505,8 @@ fn query_under_backlog(
     let mut query = || -> anyhow::Result<f64> {
         n += 1;
         let t = Instant::now();
-        let response = client.post(&url).json(&serde_json::json!({ "texts": [format!("{n} dogs on a beach")] })).send()?;
+        let response =
+            client.post(&url).json(&serde_json::json!({ "texts": [format!("{n} dogs on a beach")] })).send()?;
         anyhow::ensure!(response.status() == 200, "text query: {}", response.status());
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
@@ -512,7 +514,11 @@ fn query_under_backlog(
     let images: Vec<String> = keys.iter().cycle().take(256).cloned().collect();
     let backlog_url = url.clone();
     let backlog = std::thread::spawn(move || {
-        common::blocking_client().post(backlog_url).json(&serde_json::json!({ "images": images })).send().map(|r| r.status())
+        common::blocking_client()
+            .post(backlog_url)
+            .json(&serde_json::json!({ "images": images }))
+            .send()
+            .map(|r| r.status())
     });
     let (mut busy, mut depths) = (Vec::new(), Vec::new());
     while !backlog.is_finished() && busy.len() < 20 {

@@ -246,7 +246,9 @@ impl Settings {
             return Err(ConfigError("CLIPFN_MODEL must name an ONNX file or object URI".into()));
         }
         if self.labels.is_some() && self.text_model.is_none() {
-            return Err(ConfigError("CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into()));
+            return Err(ConfigError(
+                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into(),
+            ));
         }
         Ok(())
     }

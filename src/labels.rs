@@ -127,7 +127,8 @@ mod tests {
 
     #[test]
     fn prompts_and_means_follow_the_recipe() {
-        let labels = Labels::new(vec!["cat".into(), "dog".into()], Some(vec!["a {}.".into(), "the {}!".into()])).unwrap();
+        let labels =
+            Labels::new(vec!["cat".into(), "dog".into()], Some(vec!["a {}.".into(), "the {}!".into()])).unwrap();
         assert_eq!(labels.prompts(), ["a cat.", "the cat!", "a dog.", "the dog!"]);
         let prompts = [vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 0.0], vec![1.0, 0.0]];
         let embedded = labels.embeddings(&prompts);

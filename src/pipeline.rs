@@ -89,7 +89,8 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(settings: &Settings, source: Source, batcher: Batcher, metrics: Arc<Metrics>) -> Self {
-        let text = batcher.text_info().map(|t| TextEncoder::new(t.id.clone(), settings.text_cache, Arc::clone(&metrics)));
+        let text =
+            batcher.text_info().map(|t| TextEncoder::new(t.id.clone(), settings.text_cache, Arc::clone(&metrics)));
         Pipeline {
             source,
             batcher,
@@ -144,7 +145,8 @@ impl Pipeline {
         let sets = parse_sets(&bytes).context("CLIPFN_LABELS")?;
         let mut embedded = BTreeMap::new();
         for (name, labels) in sets {
-            let embeddings = self.label_embeddings(&labels, None).await.with_context(|| format!("label set '{name}'"))?;
+            let embeddings =
+                self.label_embeddings(&labels, None).await.with_context(|| format!("label set '{name}'"))?;
             embedded.insert(name, EmbeddedLabels { labels, embeddings });
         }
         tracing::info!(sets = embedded.len(), ms = started.elapsed().as_millis() as u64, "label sets embedded");

@@ -77,7 +77,8 @@ impl TextEncoder {
 
     fn cached(&self, text: &str) -> Option<TextEmbedding> {
         let cache = self.cache.as_ref()?;
-        let hit = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(self.model_id.clone(), text.to_string())).cloned();
+        let hit =
+            cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(self.model_id.clone(), text.to_string())).cloned();
         self.metrics.text_cache(hit.is_some());
         hit
     }

@@ -35,28 +35,140 @@ fn reference(command: &str, args: &[&str], input: &Value) -> Value {
 /// over-long and empty texts, mixed at random from a fixed seed.
 fn corpus() -> Vec<String> {
     const PIECES: &[&[&str]] = &[
-        &["A photo of a", "beach at sunset", "THE Dog", "it's", "don't", "We're", "I've", "I'm", "you'll", "he'd",
-          "New York City", "rock'n'roll", "O'Brien", "x-ray", "e-mail", "snake_case", "CamelCase", "2026", "3.14",
-          "1,000,000", "v2.0", "iPhone 15 Pro", "Mt. Fuji", "U.S.A.", "dog's", "CATS'", "a", "I"],
+        &[
+            "A photo of a",
+            "beach at sunset",
+            "THE Dog",
+            "it's",
+            "don't",
+            "We're",
+            "I've",
+            "I'm",
+            "you'll",
+            "he'd",
+            "New York City",
+            "rock'n'roll",
+            "O'Brien",
+            "x-ray",
+            "e-mail",
+            "snake_case",
+            "CamelCase",
+            "2026",
+            "3.14",
+            "1,000,000",
+            "v2.0",
+            "iPhone 15 Pro",
+            "Mt. Fuji",
+            "U.S.A.",
+            "dog's",
+            "CATS'",
+            "a",
+            "I",
+        ],
         &["바다", "해변에서 본 일몰", "고양이 사진", "맛있는 음식", "서울의 밤", "산책하는 강아지", "한국어", "ㅋㅋㅋ"],
-        &["海辺の夕日", "猫の写真", "東京タワー", "ラーメン", "ひらがな", "富士山！", "（テスト）", "ｶﾀｶﾅ", "おいしい。",
-          "北京烤鸭", "写真"],
+        &[
+            "海辺の夕日",
+            "猫の写真",
+            "東京タワー",
+            "ラーメン",
+            "ひらがな",
+            "富士山！",
+            "（テスト）",
+            "ｶﾀｶﾅ",
+            "おいしい。",
+            "北京烤鸭",
+            "写真",
+        ],
         &["😀", "🏖️", "👨‍👩‍👧", "🇰🇷", "❤️", "🐱🐶", "👍🏽", "✨", "☀", "🗻"],
-        &["!!!", "...", "?!", "—", "–", "«quoted»", "¿qué?", "¡hola!", "#hashtag", "@user", "(parens)", "[x]",
-          "{}", "$5", "100%", "a/b", "“curly”", "‘single’", "&", "<", ">", "~", "^_^", ":-)", "*", "\\", "|", "`"],
-        &["&amp;", "&lt;b&gt;", "&#39;", "&quot;", "&nbsp;", "&eacute;", "&hellip;", "&#x1F600;", "&amp;amp;",
-          "&amp;amp;amp;", "&copy", "&notit;", "&ampx", "<b>&amp;amp;</b>", "&NotEqualTilde;", "&#0;"],
-        &["café", "naïve", "Crème brûlée", "São Paulo", "Zürich", "cafe\u{301}", "ΟΔΟΣ", "İstanbul", "STRASSE",
-          "straße", "ﬁne", "ﬂower", "ＡＢＣ１２３", "①", "٣", "Ångström", "Ελληνικά", "русский"],
+        &[
+            "!!!",
+            "...",
+            "?!",
+            "—",
+            "–",
+            "«quoted»",
+            "¿qué?",
+            "¡hola!",
+            "#hashtag",
+            "@user",
+            "(parens)",
+            "[x]",
+            "{}",
+            "$5",
+            "100%",
+            "a/b",
+            "“curly”",
+            "‘single’",
+            "&",
+            "<",
+            ">",
+            "~",
+            "^_^",
+            ":-)",
+            "*",
+            "\\",
+            "|",
+            "`",
+        ],
+        &[
+            "&amp;",
+            "&lt;b&gt;",
+            "&#39;",
+            "&quot;",
+            "&nbsp;",
+            "&eacute;",
+            "&hellip;",
+            "&#x1F600;",
+            "&amp;amp;",
+            "&amp;amp;amp;",
+            "&copy",
+            "&notit;",
+            "&ampx",
+            "<b>&amp;amp;</b>",
+            "&NotEqualTilde;",
+            "&#0;",
+        ],
+        &[
+            "café",
+            "naïve",
+            "Crème brûlée",
+            "São Paulo",
+            "Zürich",
+            "cafe\u{301}",
+            "ΟΔΟΣ",
+            "İstanbul",
+            "STRASSE",
+            "straße",
+            "ﬁne",
+            "ﬂower",
+            "ＡＢＣ１２３",
+            "①",
+            "٣",
+            "Ångström",
+            "Ελληνικά",
+            "русский",
+        ],
         &["\t", "\n", "  ", "\u{a0}", "\u{3000}", "\r\n", "\u{200b}", "\u{feff}"],
         &["<|startoftext|>", "<|endoftext|>", "<start_of_text>", "<end_of_text>"],
     ];
     const SEPARATORS: &[&str] = &[" ", " ", " ", "", ", ", "\n", "  ", "-"];
-    let mut strings: Vec<String> =
-        ["", " ", "\n\t ", "a", "A", "!", "&", "&amp;", "&#128; = euro", "<|endoftext|>", "😀", "supercalifragilisticexpialidocious"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let mut strings: Vec<String> = [
+        "",
+        " ",
+        "\n\t ",
+        "a",
+        "A",
+        "!",
+        "&",
+        "&amp;",
+        "&#128; = euro",
+        "<|endoftext|>",
+        "😀",
+        "supercalifragilisticexpialidocious",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     strings.extend(PIECES.iter().flat_map(|kind| kind.iter().map(|s| s.to_string())));
     let mut rng = fastrand::Rng::with_seed(9);
     while strings.len() < 2200 {
@@ -118,12 +230,8 @@ fn text_embeddings_match_onnx_runtime() {
     // Every 40th string of the corpus, and the over-long ones within CLIPFN_MAX_TEXT_CHARS: about
     // 60 texts, several batches of 8.
     let corpus = corpus();
-    let texts: Vec<&String> = corpus
-        .iter()
-        .step_by(40)
-        .chain(corpus.iter().rev().take(9))
-        .filter(|t| t.chars().count() <= 2000)
-        .collect();
+    let texts: Vec<&String> =
+        corpus.iter().step_by(40).chain(corpus.iter().rev().take(9)).filter(|t| t.chars().count() <= 2000).collect();
     let store = tempfile::tempdir().unwrap();
     let server = text_server(store.path()).start();
     let (status, body) = server.post_json("/v1/embed", &json!({ "texts": texts }));
@@ -187,9 +295,11 @@ fn classify_scores_match_numpy_from_embed_outputs() {
         keys.push(name);
     }
     keys.insert(1, "missing.jpg".into());
-    let (set_labels, templates) = (["beach", "food", "city", "dog", "mountain", "document"], ["a photo of a {}.", "a blurry photo of the {}."]);
+    let (set_labels, templates) =
+        (["beach", "food", "city", "dog", "mountain", "document"], ["a photo of a {}.", "a blurry photo of the {}."]);
     let labels_file = store.path().join("labels.json");
-    let sets = json!({"sets": {"places": {"labels": set_labels, "templates": templates}, "other": {"labels": ["x", "y"]}}});
+    let sets =
+        json!({"sets": {"places": {"labels": set_labels, "templates": templates}, "other": {"labels": ["x", "y"]}}});
     std::fs::write(&labels_file, sets.to_string()).unwrap();
     let server = text_server(store.path()).env("CLIPFN_LABELS", labels_file.to_str().unwrap()).start();
     assert_eq!(server.get("/readyz").1["label_sets"], json!(["other", "places"]));
@@ -203,9 +313,11 @@ fn classify_scores_match_numpy_from_embed_outputs() {
             labels.iter().flat_map(|l| templates.iter().map(move |t| t.replace("{}", l))).collect();
         let (status, embedded) = server.post_json("/v1/embed", &json!({ "texts": prompts }));
         assert_eq!(status, 200, "{embedded}");
-        let prompt_embeddings: Vec<Value> = embedded["data"].as_array().unwrap().iter().map(|d| d["embedding"].clone()).collect();
+        let prompt_embeddings: Vec<Value> =
+            embedded["data"].as_array().unwrap().iter().map(|d| d["embedding"].clone()).collect();
         let per_label: Vec<Value> = prompt_embeddings.chunks(templates.len()).map(|c| json!(c)).collect();
-        let want = reference("classify", &[], &json!({"images": image_embeddings, "prompts": per_label, "top_k": top_k}));
+        let want =
+            reference("classify", &[], &json!({"images": image_embeddings, "prompts": per_label, "top_k": top_k}));
         let data = body["data"].as_array().unwrap();
         assert_eq!(data.len(), keys.len());
         assert_eq!(data[1]["error"]["code"], "not_found", "one bad photo gets its own error: {body}");
@@ -221,19 +333,26 @@ fn classify_scores_match_numpy_from_embed_outputs() {
         }
     };
 
-    let (status, by_set) = server.post_json("/v1/classify", &json!({"images": keys, "label_set": "places", "top_k": 3}));
+    let (status, by_set) =
+        server.post_json("/v1/classify", &json!({"images": keys, "label_set": "places", "top_k": 3}));
     assert_eq!(status, 200, "{by_set}");
     check(&by_set, &set_labels, &templates, 3);
 
     let ad_hoc = ["sunset", "pizza", "street", "cat", "snow"];
-    let misses = |server: &common::Server| series(&scrape(server), "clipfn_text_cache_lookups_total", &[("outcome", "miss")]);
-    let hits = |server: &common::Server| series(&scrape(server), "clipfn_text_cache_lookups_total", &[("outcome", "hit")]);
+    let misses =
+        |server: &common::Server| series(&scrape(server), "clipfn_text_cache_lookups_total", &[("outcome", "miss")]);
+    let hits =
+        |server: &common::Server| series(&scrape(server), "clipfn_text_cache_lookups_total", &[("outcome", "hit")]);
     let (status, first) = server.post_json("/v1/classify", &json!({"images": keys, "labels": ad_hoc}));
     assert_eq!(status, 200, "{first}");
     check(&first, &ad_hoc, &["a photo of a {}."], 5);
     let (misses_before, hits_before) = (misses(&server), hits(&server));
     let (_, again) = server.post_json("/v1/classify", &json!({"images": keys, "labels": ad_hoc, "top_k": 2}));
-    assert_eq!((misses(&server), hits(&server)), (misses_before, hits_before + 5.0), "labels asked again come from the cache");
+    assert_eq!(
+        (misses(&server), hits(&server)),
+        (misses_before, hits_before + 5.0),
+        "labels asked again come from the cache"
+    );
     assert_eq!(again["data"][0]["labels"][0], first["data"][0]["labels"][0]);
 }
 
@@ -257,7 +376,11 @@ fn bad_text_requests_get_400_naming_the_problem() {
         ("/v1/embeddings", json!({"input": [[1, 2, 3]]}), "input[0] must be a string"),
         ("/v1/embeddings", json!({"input": "a", "encoding_format": "int8"}), "encoding_format"),
         ("/v1/embeddings", json!({"input": "a", "dimensions": 256}), "dimensions"),
-        ("/v1/classify", json!({"images": ["a.jpg"], "label_set": "places"}), "unknown label_set 'places'; known sets: food"),
+        (
+            "/v1/classify",
+            json!({"images": ["a.jpg"], "label_set": "places"}),
+            "unknown label_set 'places'; known sets: food",
+        ),
         ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat", ""]}), "labels[1] is empty"),
         ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat", "dog", "cat"]}), "labels[2] repeats 'cat'"),
         ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat"], "top_k": 0}), "top_k must be at least 1"),
@@ -292,7 +415,11 @@ fn without_a_text_model_text_endpoints_say_404_and_photos_work() {
     ];
     for (path, body) in requests {
         let (status, response) = server.post_json(path, &body);
-        assert_eq!((status, &response["error"]["code"]), (404, &json!("text_model_not_configured")), "{path}: {response}");
+        assert_eq!(
+            (status, &response["error"]["code"]),
+            (404, &json!("text_model_not_configured")),
+            "{path}: {response}"
+        );
     }
     let (status, ready) = server.get("/readyz");
     assert_eq!((status, &ready["text_model"]), (200, &Value::Null));

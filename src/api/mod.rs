@@ -197,7 +197,8 @@ fn answer(state: &AppState, endpoint: &'static str, started: Instant, outcome: A
 }
 
 async fn embed_request(state: &AppState, body: Result<Bytes, BytesRejection>, started: Instant) -> Answered {
-    let request: EmbedRequest = json_body(body, &state.settings, r#"{"images": ["key", ...]} or {"texts": ["...", ...]}"#)?;
+    let request: EmbedRequest =
+        json_body(body, &state.settings, r#"{"images": ["key", ...]} or {"texts": ["...", ...]}"#)?;
     match (request.images, request.texts) {
         (Some(images), None) => embed_images(state, images, started).await,
         (None, Some(texts)) => text::embed_texts(state, texts).await,
@@ -213,18 +214,16 @@ async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -
     let deadline = tokio::time::Instant::now() + state.settings.request_timeout();
     let (results, timings) = photo_results(state, pipeline, &images, deadline).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
-    let data = images
-        .iter()
-        .zip(results)
-        .enumerate()
-        .map(|(index, (image, result))| match result {
-            Ok(embedding) => Item { index, image, embedding: Some(embedding), error: None },
-            Err(error) => Item { index, image, embedding: None, error: Some(error) },
-        })
-        .collect();
+    let data = per_photo(&images, results, |index, image, result| match result {
+        Ok(embedding) => Item { index, image, embedding: Some(embedding), error: None },
+        Err(error) => Item { index, image, embedding: None, error: Some(error) },
+    });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());
     let model = pipeline.model();
-    let response = with_server_timing(EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms: &timings_ms }, &timings_ms);
+    let response = with_server_timing(
+        EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms: &timings_ms },
+        &timings_ms,
+    );
     Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
 }
 
@@ -248,6 +247,15 @@ async fn photo_results(
         .collect();
     span.record("clipfn.errors", results.iter().filter(|r| r.is_err()).count() as i64);
     Ok((results, timings))
+}
+
+/// One answer per photo, in order, from its index, its reference and its result.
+fn per_photo<'a, T>(
+    images: &'a [String],
+    results: Vec<Result<Vec<f32>, ErrorBody>>,
+    answer: impl Fn(usize, &'a str, Result<Vec<f32>, ErrorBody>) -> T,
+) -> Vec<T> {
+    images.iter().zip(results).enumerate().map(|(index, (image, result))| answer(index, image, result)).collect()
 }
 
 /// `body` with its stage timings also in a `Server-Timing` header, for browser and proxy tooling.

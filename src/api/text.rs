@@ -12,9 +12,9 @@ use base64::Engine;
 use serde_json::Value;
 
 use super::{
-    AppState, Answered, Counts, answer, check_images,
+    Answered, AppState, Counts, answer, check_images,
     error::ApiError,
-    json_body, photo_results,
+    json_body, per_photo, photo_results,
     types::{
         ClassifyItem, ClassifyRequest, ClassifyResponse, EmbeddingObject, EmbeddingsRequest, EmbeddingsResponse,
         LabelScore, TextEmbedResponse, TextItem, TimingsMs, Usage,
@@ -150,22 +150,19 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
 
     let (results, timings) = photo_results(state, pipeline, &images, deadline).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
-    let data = images
-        .iter()
-        .zip(results)
-        .enumerate()
-        .map(|(index, (image, result))| match result {
-            Ok(embedding) => {
-                let best = top_labels(&embedding, label_embeddings, top_k);
-                let labels = best.into_iter().map(|(i, score)| LabelScore { label: &names[i], score }).collect();
-                ClassifyItem { index, image, labels: Some(labels), error: None }
-            }
-            Err(error) => ClassifyItem { index, image, labels: None, error: Some(error) },
-        })
-        .collect();
+    let data = per_photo(&images, results, |index, image, result| match result {
+        Ok(embedding) => {
+            let best = top_labels(&embedding, label_embeddings, top_k);
+            let labels = best.into_iter().map(|(i, score)| LabelScore { label: &names[i], score }).collect();
+            ClassifyItem { index, image, labels: Some(labels), error: None }
+        }
+        Err(error) => ClassifyItem { index, image, labels: None, error: Some(error) },
+    });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());
-    let response =
-        with_server_timing(ClassifyResponse { model: &pipeline.model().id, data, timings_ms: &timings_ms }, &timings_ms);
+    let response = with_server_timing(
+        ClassifyResponse { model: &pipeline.model().id, data, timings_ms: &timings_ms },
+        &timings_ms,
+    );
     Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
 }
 

@@ -11,7 +11,7 @@ use ort::{
     value::{DynTensor, Tensor, TensorElementType},
 };
 
-use super::{Model, ModelError, inference, load, session_builder};
+use super::{Model, ModelError, embeddings, inference, load, session_builder};
 use crate::{
     config::Settings,
     tokenize::{CONTEXT, END, START},
@@ -62,7 +62,8 @@ impl TextModel {
             Some(TensorElementType::Int32) => "int32",
             other => return Err(ModelError::Load(format!("text input ids must be int64 or int32, not {other:?}"))),
         };
-        let output = session.outputs().first().ok_or_else(|| ModelError::Load("the text graph has no output".into()))?;
+        let output =
+            session.outputs().first().ok_or_else(|| ModelError::Load("the text graph has no output".into()))?;
         let info = TextModelInfo {
             id,
             provider,
@@ -91,10 +92,8 @@ impl TextModel {
     /// L2-normalised) embedding per text.
     pub fn run(&mut self, ids: &[i64], n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
         let shape = [n as i64, CONTEXT as i64];
-        let mut feeds: Vec<(Cow<str>, SessionInputValue)> = vec![(
-            Cow::Owned(self.info.input_name.clone()),
-            self.tensor(shape, ids.to_vec())?.into(),
-        )];
+        let mut feeds: Vec<(Cow<str>, SessionInputValue)> =
+            vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids.to_vec())?.into())];
         if let Some(name) = &self.info.mask_name {
             // 1 up to and including each row's last end token (id 0 is a real token, "!").
             let mask = ids
@@ -107,14 +106,7 @@ impl TextModel {
             feeds.push((Cow::Owned(name.clone()), self.tensor(shape, mask)?.into()));
         }
         let outputs = self.session.run(feeds).map_err(inference)?;
-        let output = outputs
-            .get(self.info.output_name.as_str())
-            .ok_or_else(|| ModelError::Inference(format!("no output named '{}'", self.info.output_name)))?;
-        let (shape, values) = output.try_extract_tensor::<f32>().map_err(inference)?;
-        if shape.len() != 2 || shape[0] != n as i64 {
-            return Err(ModelError::Inference(format!("expected text output [{n}, dim], got {shape}")));
-        }
-        Ok(values.chunks_exact(shape[1] as usize).map(<[f32]>::to_vec).collect())
+        embeddings(&outputs, &self.info.output_name, n)
     }
 
     /// An int64 tensor, or int32 for graphs that declare their ids so (every CLIP id fits).
