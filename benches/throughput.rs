@@ -290,6 +290,8 @@ fn main() -> anyhow::Result<()> {
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_MODEL", &model)
         .env("CLIPFN_PROVIDER", &provider)
+        // CUDA's libraries (cuBLAS, cuDNN) may be found only through the caller's library path.
+        .env("LD_LIBRARY_PATH", &std::env::var("LD_LIBRARY_PATH").unwrap_or_default())
         .env("CLIPFN_BATCH_SIZE", "64")
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
         .start();
@@ -321,9 +323,10 @@ fn main() -> anyhow::Result<()> {
     writeln!(md, "# clipfn benchmark\n")?;
     writeln!(
         md,
-        "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
+        "Machine: {} cores, {}. Model: {} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
         std::thread::available_parallelism()?.get(),
         cpu_name(),
+        Path::new(&model).file_name().unwrap_or_default().to_string_lossy(),
         photos.len()
     )?;
     writeln!(

@@ -5,8 +5,17 @@
 //! (no percent-decoding) and may not climb out of their root: `..`, `.`, empty segments and
 //! absolute keys are refused, and for `file://` roots the real path (symlinks followed) must stay
 //! inside the root's real path.
+//!
+//! Besides object stores, a reference may be an `http(s)://` URL under an allowed prefix (web.rs,
+//! with the SSRF guard in allowlist.rs and address.rs) or an inline `data:` URI (inline.rs). Every
+//! kind ends the same way: bytes for the decode stage, or this photo's error.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+mod address;
+mod allowlist;
+mod inline;
+mod web;
+
+use std::{borrow::Cow, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -31,6 +40,14 @@ pub enum SourceError {
     TooLarge { size: u64, limit: u64 },
     #[error("fetch failed: {0}")]
     Fetch(String),
+    /// A signed URL whose signature has expired, as the server's error body says.
+    #[error("the signature of {0} has expired")]
+    Expired(String),
+    /// A data URI whose payload cannot be read.
+    #[error("{0}")]
+    BadInline(String),
+    #[error("the data URI's type '{0}' is not an image")]
+    NotAnImage(String),
     /// A root or model URI in the configuration cannot be used.
     #[error("{0}")]
     Config(String),
@@ -72,6 +89,45 @@ pub struct Source {
     max_bytes: u64,
     io_slots: Semaphore,
     client: ClientSettings,
+    /// Present when CLIPFN_ALLOWED_SOURCES lists `http(s)://` prefixes.
+    web: Option<web::WebSource>,
+}
+
+/// The kinds of reference, each with its own backend.
+enum Reference {
+    /// `data:image/...;base64,...`
+    Inline,
+    /// `http(s)://` under an allowed prefix
+    Web,
+    /// A bare key or a `gs://`, `s3://`, `file://` URI
+    Object,
+}
+
+impl Reference {
+    fn of(reference: &str) -> Self {
+        if inline::is_inline(reference) {
+            Reference::Inline
+        } else if web::is_web(reference) {
+            Reference::Web
+        } else {
+            Reference::Object
+        }
+    }
+}
+
+/// A reference as responses and logs show it: a data URI without its payload, a URL without its
+/// query (which may hold a signature).
+pub fn shown(reference: &str) -> Cow<'_, str> {
+    match Reference::of(reference) {
+        Reference::Inline => Cow::Owned(inline::shown(reference)),
+        Reference::Web => Cow::Borrowed(reference.split(['?', '#']).next().unwrap_or_default()),
+        Reference::Object => Cow::Borrowed(reference),
+    }
+}
+
+/// Whether a reference carries its photo in the request (allowed a larger request body).
+pub fn is_inline(reference: &str) -> bool {
+    inline::is_inline(reference)
 }
 
 #[derive(Clone, Copy)]
@@ -86,24 +142,44 @@ impl Source {
             timeout: Duration::from_millis(settings.fetch_timeout_ms),
             retries: settings.fetch_retries,
         };
+        let (web_prefixes, object_sources): (Vec<&String>, Vec<&String>) =
+            settings.allowed_sources.iter().partition(|prefix| web::is_web(prefix));
         let roots = settings
             .store
             .iter()
-            .chain(&settings.allowed_sources)
+            .chain(object_sources)
             .map(|uri| Root::new(uri, client))
             .collect::<Result<Vec<_>, _>>()?;
+        let web = if web_prefixes.is_empty() {
+            None
+        } else {
+            Some(web::WebSource::new(web_prefixes.into_iter().map(String::as_str), settings)?)
+        };
         Ok(Source {
             roots,
             has_store: settings.store.is_some(),
             max_bytes: settings.max_image_bytes,
             io_slots: Semaphore::new(settings.fetch_concurrency),
             client,
+            web,
         })
     }
 
-    /// Fetches one photo, waiting for an I/O slot so that a 100-photo request cannot open 100
-    /// connections at once.
+    /// Fetches one photo from wherever its reference points.
     pub async fn fetch(&self, reference: &str) -> Result<Bytes, SourceError> {
+        match Reference::of(reference) {
+            Reference::Inline => inline::decode(reference, self.max_bytes),
+            Reference::Web => match &self.web {
+                Some(web) => web.fetch(reference, &self.io_slots).await,
+                None => Err(SourceError::Forbidden("no http(s) prefix is in CLIPFN_ALLOWED_SOURCES".into())),
+            },
+            Reference::Object => self.fetch_object(reference).await,
+        }
+    }
+
+    /// Fetches one object, waiting for an I/O slot so that a 100-photo request cannot open 100
+    /// connections at once.
+    async fn fetch_object(&self, reference: &str) -> Result<Bytes, SourceError> {
         let (root, key) = self.resolve(reference)?;
         let _slot = self.io_slots.acquire().await.expect("semaphore is never closed");
         let (store, path): (&dyn ObjectStore, ObjectPath) = match &root.backend {

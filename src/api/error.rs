@@ -73,12 +73,15 @@ pub fn item_error(e: &ItemError) -> ErrorBody {
     use crate::decode::DecodeError;
     let code = match e {
         ItemError::Source(SourceError::NotFound(_)) => "not_found",
-        ItemError::Source(SourceError::Forbidden(_)) => "forbidden",
+        ItemError::Source(SourceError::Forbidden(_) | SourceError::Expired(_)) => "forbidden",
         ItemError::Source(SourceError::TooLarge { .. }) => "too_large",
         ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => "fetch_failed",
-        ItemError::Decode(DecodeError::Unsupported(_)) => "unsupported_format",
+        ItemError::Decode(DecodeError::Unsupported(_)) | ItemError::Source(SourceError::NotAnImage(_)) => {
+            "unsupported_format"
+        }
         ItemError::Decode(DecodeError::TooManyPixels { .. }) => "too_large",
         ItemError::Decode(DecodeError::Failed(_) | DecodeError::Timeout(_))
+        | ItemError::Source(SourceError::BadInline(_))
         | ItemError::DecoderPanic
         | ItemError::Preprocess(_) => "decode_failed",
         ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => "inference_failed",

@@ -5,6 +5,7 @@ mod text;
 mod types;
 
 use std::{
+    borrow::Cow,
     sync::{
         Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
@@ -36,7 +37,7 @@ use crate::{
     gpu,
     metrics::Metrics,
     pipeline::{Pipeline, Timings},
-    telemetry,
+    source, telemetry,
 };
 
 /// What every handler shares. The pipeline appears once the model is loaded and warmed up.
@@ -73,7 +74,7 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.settings.max_body_bytes;
+    let body_limit = transport_body_limit(&state.settings);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -197,8 +198,9 @@ fn answer(state: &AppState, endpoint: &'static str, started: Instant, outcome: A
 }
 
 async fn embed_request(state: &AppState, body: Result<Bytes, BytesRejection>, started: Instant) -> Answered {
-    let request: EmbedRequest =
+    let (request, size): (EmbedRequest, _) =
         json_body(body, &state.settings, r#"{"images": ["key", ...]} or {"texts": ["...", ...]}"#)?;
+    check_body_size(size, request.images.as_deref().unwrap_or_default(), &state.settings)?;
     match (request.images, request.texts) {
         (Some(images), None) => embed_images(state, images, started).await,
         (None, Some(texts)) => text::embed_texts(state, texts).await,
@@ -249,13 +251,18 @@ async fn photo_results(
     Ok((results, timings))
 }
 
-/// One answer per photo, in order, from its index, its reference and its result.
+/// One answer per photo, in order, from its index, its reference as shown and its result.
 fn per_photo<'a, T>(
     images: &'a [String],
     results: Vec<Result<Vec<f32>, ErrorBody>>,
-    answer: impl Fn(usize, &'a str, Result<Vec<f32>, ErrorBody>) -> T,
+    answer: impl Fn(usize, Cow<'a, str>, Result<Vec<f32>, ErrorBody>) -> T,
 ) -> Vec<T> {
-    images.iter().zip(results).enumerate().map(|(index, (image, result))| answer(index, image, result)).collect()
+    images
+        .iter()
+        .zip(results)
+        .enumerate()
+        .map(|(index, (image, result))| answer(index, source::shown(image), result))
+        .collect()
 }
 
 /// `body` with its stage timings also in a `Server-Timing` header, for browser and proxy tooling.
@@ -267,17 +274,33 @@ fn with_server_timing(body: impl serde::Serialize, timings_ms: &TimingsMs) -> Re
     response
 }
 
-/// The body as JSON of type `T`; `example` shows the expected shape in the error.
+/// The most any request body may be: requests with inline photos get the larger limit, and the
+/// smaller one for the rest is checked once the body is parsed (`check_body_size`).
+fn transport_body_limit(settings: &Settings) -> usize {
+    settings.max_body_bytes.max(settings.max_inline_body_bytes)
+}
+
+/// The body as JSON of type `T`, and its size; `example` shows the expected shape in the error.
 fn json_body<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     settings: &Settings,
     example: &str,
-) -> Result<T, ApiError> {
+) -> Result<(T, usize), ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(settings.max_body_bytes),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(transport_body_limit(settings)),
         _ => ApiError::BadRequest(rejection.body_text()),
     })?;
-    serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("body must be JSON like {example}: {e}")))
+    let parsed = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("body must be JSON like {example}: {e}")))?;
+    Ok((parsed, body.len()))
+}
+
+/// Bodies over CLIPFN_MAX_BODY_BYTES are for requests with inline photos only.
+fn check_body_size(size: usize, images: &[String], settings: &Settings) -> Result<(), ApiError> {
+    if size > settings.max_body_bytes && !images.iter().any(|image| source::is_inline(image)) {
+        return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
+    }
+    Ok(())
 }
 
 fn check_images(images: Vec<String>, settings: &Settings) -> Result<Vec<String>, ApiError> {

@@ -12,7 +12,7 @@ use base64::Engine;
 use serde_json::Value;
 
 use super::{
-    Answered, AppState, Counts, answer, check_images,
+    Answered, AppState, Counts, answer, check_body_size, check_images,
     error::ApiError,
     json_body, per_photo, photo_results,
     types::{
@@ -60,8 +60,9 @@ pub(super) async fn embeddings(State(state): State<AppState>, body: Result<Bytes
 }
 
 async fn embeddings_request(state: &AppState, body: Result<Bytes, BytesRejection>) -> Answered {
-    let request: EmbeddingsRequest =
+    let (request, size): (EmbeddingsRequest, _) =
         json_body(body, &state.settings, r#"{"input": "text" | ["text", ...], "model": "..."}"#)?;
+    check_body_size(size, &[], &state.settings)?;
     let base64 = match request.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -107,11 +108,12 @@ pub(super) async fn classify(State(state): State<AppState>, body: Result<Bytes, 
 }
 
 async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>, started: Instant) -> Answered {
-    let request: ClassifyRequest = json_body(
+    let (request, size): (ClassifyRequest, _) = json_body(
         body,
         &state.settings,
         r#"{"images": ["key", ...], "labels": ["beach", ...]} or {"images": [...], "label_set": "NAME"}"#,
     )?;
+    check_body_size(size, &request.images, &state.settings)?;
     let images = check_images(request.images, &state.settings)?;
     let top_k = match request.top_k {
         None => DEFAULT_TOP_K,
