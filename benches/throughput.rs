@@ -498,6 +498,7 @@ fn query_under_backlog(
         .env("CLIPFN_MODEL", image_model)
         .env("CLIPFN_TEXT_MODEL", text_model)
         .env("CLIPFN_PROVIDER", provider)
+        .env("LD_LIBRARY_PATH", &std::env::var("LD_LIBRARY_PATH").unwrap_or_default())
         .env("CLIPFN_BATCH_SIZE", "64")
         .env("CLIPFN_MAX_IMAGES", "256")
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")

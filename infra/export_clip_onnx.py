@@ -56,41 +56,26 @@ def parse_args() -> argparse.Namespace:
 
 
 def load_model(args: argparse.Namespace, tower: str):
+    import transformers
+
     if tower == "text":
-        return load_text_model(args)
-    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
-
+        config_class, model_class = transformers.CLIPTextConfig, transformers.CLIPTextModelWithProjection
+        shape = {"max_position_embeddings": CONTEXT}
+    else:
+        config_class, model_class = transformers.CLIPVisionConfig, transformers.CLIPVisionModelWithProjection
+        shape = {"image_size": IMAGE_SIZE, "patch_size": 32}
     if args.random_init:
-        config = CLIPVisionConfig(
+        config = config_class(
             hidden_size=64,
             intermediate_size=128,
             num_hidden_layers=2,
             num_attention_heads=2,
             projection_dim=32,
-            image_size=IMAGE_SIZE,
-            patch_size=32,
+            **shape,
         )
-        model = CLIPVisionModelWithProjection(config)
+        model = model_class(config)
     else:
-        model = CLIPVisionModelWithProjection.from_pretrained(args.model)
-    return model.eval()
-
-
-def load_text_model(args: argparse.Namespace):
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
-
-    if args.random_init:
-        config = CLIPTextConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            projection_dim=32,
-            max_position_embeddings=CONTEXT,
-        )
-        model = CLIPTextModelWithProjection(config)
-    else:
-        model = CLIPTextModelWithProjection.from_pretrained(args.model)
+        model = model_class.from_pretrained(args.model)
     return model.eval()
 
 
