@@ -412,6 +412,7 @@ fn without_a_text_model_text_endpoints_say_404_and_photos_work() {
         ("/v1/embed", json!({"texts": ["beach"]})),
         ("/v1/embeddings", json!({"input": "beach", "model": "clip"})),
         ("/v1/classify", json!({"images": ["p.jpg"], "labels": ["beach"]})),
+        ("/v1/classify", json!({"images": ["p.jpg"], "label_set": "places"})),
     ];
     for (path, body) in requests {
         let (status, response) = server.post_json(path, &body);

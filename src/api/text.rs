@@ -130,8 +130,9 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
         (None, Some(name)) => Asked::Set(name),
     };
     let pipeline = state.ready_pipeline()?;
+    pipeline.text_model().ok_or(TextError::NotConfigured)?;
     let deadline = deadline(&state.settings);
-    // Labels before photos: a bad set or a missing text model answers before any fetch.
+    // Labels before photos: a bad set answers before any fetch.
     let embedded;
     let (names, label_embeddings) = match &asked {
         Asked::Labels(labels) => {
