@@ -300,11 +300,13 @@ fn main() -> anyhow::Result<()> {
         .sum::<f64>()
         / photos.len() as f64;
 
+    // The report names the model by file only: it is published, the machine's paths are not.
+    let model_file = Path::new(&model).file_name().map_or(model.clone(), |n| n.to_string_lossy().into_owned());
     let mut md = String::new();
     writeln!(md, "# clipfn benchmark\n")?;
     writeln!(
         md,
-        "Machine: {} cores, {}. Model: {model} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
+        "Machine: {} cores, {}. Model: {model_file} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
         std::thread::available_parallelism()?.get(),
         cpu_name(),
         photos.len()

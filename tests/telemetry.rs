@@ -536,6 +536,97 @@ fn lambda_invocations_flush_spans_and_metrics_before_answering() {
     });
 }
 
+/// A Lambda Runtime API that hands out `event` `count` times, one invocation after the other, and
+/// reports how long each took from being handed out to being answered.
+fn timed_lambda_runtime_api(event: Value, count: usize) -> (String, std::sync::mpsc::Receiver<Duration>) {
+    let (answered, answers) = std::sync::mpsc::channel();
+    let handed_out: Arc<Mutex<(usize, Option<Instant>)>> = Arc::new(Mutex::new((0, None)));
+    let handing = Arc::clone(&handed_out);
+    let next = move || {
+        let handing = Arc::clone(&handing);
+        let event = event.clone();
+        async move {
+            let id = {
+                let mut state = handing.lock().unwrap();
+                if state.0 == count {
+                    None
+                } else {
+                    *state = (state.0 + 1, Some(Instant::now()));
+                    Some(state.0)
+                }
+            };
+            let Some(id) = id else {
+                std::future::pending::<()>().await; // hold the long poll, as the real service does
+                unreachable!()
+            };
+            let deadline =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
+            (
+                [
+                    ("lambda-runtime-aws-request-id", format!("invocation-{id}")),
+                    ("lambda-runtime-deadline-ms", deadline.to_string()),
+                    (
+                        "lambda-runtime-invoked-function-arn",
+                        "arn:aws:lambda:us-east-1:123456789012:function:clipfn".into(),
+                    ),
+                ],
+                event.to_string(),
+            )
+        }
+    };
+    let respond = move || {
+        let took = handed_out.lock().unwrap().1.map(|at| at.elapsed());
+        let _ = answered.send(took.unwrap());
+        async {}
+    };
+    let app = Router::new()
+        .route("/2018-06-01/runtime/invocation/next", axum::routing::get(next))
+        .route("/2018-06-01/runtime/invocation/{id}/response", post(respond));
+    (serve_on_thread(app), answers)
+}
+
+/// The median time of five invocations of the function, exporting to `collector` if given.
+fn median_invocation(collector: Option<&str>) -> Duration {
+    let event_path = common::repo().join("events/apigw-v2-embed-malformed.json");
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(event_path).unwrap()).unwrap();
+    let (runtime_api, answers) = timed_lambda_runtime_api(event, 5);
+    let store = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_clipfn"));
+    command
+        .arg("serve")
+        .env_clear()
+        .env("ORT_DYLIB_PATH", common::setup_var("ORT_DYLIB_PATH"))
+        .env("CLIPFN_MODEL", common::setup_var("CLIPFN_TEST_MODEL"))
+        .env("CLIPFN_STORE", format!("file://{}", store.path().display()))
+        .env("CLIPFN_BATCH_SIZE", "4")
+        .env("AWS_LAMBDA_RUNTIME_API", &runtime_api)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "clipfn")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3008")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(endpoint) = collector {
+        command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+    }
+    let _function = common::Proc(command.spawn().unwrap());
+    let mut times: Vec<Duration> =
+        (0..5).map(|_| answers.recv_timeout(Duration::from_secs(60)).expect("the function answered")).collect();
+    times.sort();
+    times[2]
+}
+
+#[test]
+fn a_collector_that_never_answers_adds_at_most_250_ms_to_an_invocation() {
+    // Accepts connections (the kernel completes them) and never reads or answers.
+    let collector = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", collector.local_addr().unwrap());
+    let without = median_invocation(None);
+    let stuck = median_invocation(Some(&endpoint));
+    println!("median invocation: {without:?} without a collector, {stuck:?} with one that never answers");
+    assert!(stuck < without + Duration::from_millis(250), "{stuck:?} against {without:?} without a collector");
+}
+
 /// The log once it holds `needle` (stderr is written as events happen), for at most 10 s.
 fn wait_for_log(path: &Path, needle: &str) -> String {
     let until = Instant::now() + Duration::from_secs(10);

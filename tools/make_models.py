@@ -11,12 +11,18 @@ models built here from scratch with the `onnx` helpers (no torch):
                   therefore changes the embedding clearly.
   --kind vit-b32  exactly the CLIP ViT-B/32 image tower (87.8M params) for
                   realistic benchmark timings; its outputs are meaningless.
+  --kind poison   the test model (same weights, same embeddings) plus a Reshape
+                  whose target shape depends on the data: a batch holding an
+                  all-white photo fails at run time, as a photo that trips a
+                  model bug would. Tests that one bad photo costs only itself.
+  --kind fixed-batch  the test model with its batch dimension fixed at 1, which
+                  clipfn must refuse at start-up.
 
-Both: input "pixel_values" float32 [N,3,224,224] (dynamic N), output
+All: input "pixel_values" float32 [N,3,224,224] (dynamic N, except fixed-batch), output
 "image_embeds" float32 [N,512] (NOT L2-normalised, like CLIP's projection
 output), opset 17, metadata_props "clipfn.model_id". Same seed -> same bytes.
 
-Usage: make_models.py --kind test|vit-b32 [--out PATH] [--seed N] [--check]
+Usage: make_models.py --kind test|vit-b32|poison|fixed-batch [--out PATH] [--seed N] [--check]
 """
 import argparse
 import hashlib
@@ -33,8 +39,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = {
     "test": os.path.join(REPO, ".cache/models/clip-test.onnx"),
     "vit-b32": os.path.join(REPO, ".cache/models/vit-b32-random.onnx"),
+    "poison": os.path.join(REPO, ".cache/models/clip-poison.onnx"),
+    "fixed-batch": os.path.join(REPO, ".cache/models/clip-fixed-batch.onnx"),
 }
-MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1"}
+MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1",
+            "poison": "clipfn-test-poison-v1", "fixed-batch": "clipfn-test-fixed-batch-v1"}
+KINDS = list(MODEL_ID)
+# Normalised CLIP input of a pure white pixel is at least (1 - 0.4815) / 0.2686 = 1.93 in every
+# channel; no real photo has every pixel above 1.9 (RGB >= 253).
+WHITE_FLOOR = 1.9
 
 
 class Graph:
@@ -71,7 +84,7 @@ class Graph:
         return self.op("LayerNormalization", [x, g, b], axis=-1, epsilon=1e-5)
 
 
-def build_test(g):
+def build_test(g, poison=False):
     """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*14*14, linear -> 512."""
     # Weight scales: each conv output sums 768 normalised pixels, so std 1/sqrt(768)
     # keeps tanh mostly in its linear range; likewise 1/sqrt(1568) for the projection.
@@ -80,9 +93,24 @@ def build_test(g):
     x = g.op("Conv", ["pixel_values", w, b], kernel_shape=[16, 16], strides=[16, 16])
     x = g.op("Tanh", [x])
     x = g.op("Flatten", [x], axis=1)  # [N, 1568]: keeps position information
+    if poison:
+        x = poison_guard(g, x, 8 * 14 * 14)
     w2 = g.randn("proj.weight", (8 * 14 * 14, 512), 1.0 / np.sqrt(8 * 14 * 14))
     b2 = g.randn("proj.bias", (512,), 0.1)
     return g.op("Add", [g.op("MatMul", [x, w2]), b2])
+
+
+def poison_guard(g, x, width):
+    """Reshape x [N, width] to [-1, width + k], k = 1 when some photo in the batch is all white:
+    the identity for ordinary batches, a run-time shape error (N * width is never a multiple of
+    width + 1 here) for a batch holding a white photo."""
+    lowest = g.op("ReduceMin", ["pixel_values"], axes=[1, 2, 3], keepdims=0)  # [N]
+    white = g.op("Cast", [g.op("Greater", [lowest, g.const("white_floor", np.array(WHITE_FLOOR, np.float32))])],
+                 to=TensorProto.FLOAT)
+    k = g.op("Cast", [g.op("ReduceMax", [white], keepdims=1)], to=TensorProto.INT64)  # [1]
+    cols = g.op("Add", [g.const("guard_width", np.array([width], np.int64)), k])
+    shape = g.op("Concat", [g.const("guard_rows", np.array([-1], np.int64)), cols], axis=0)
+    return g.op("Reshape", [x, shape])
 
 
 def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
@@ -133,12 +161,13 @@ def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
 
 def build(kind, seed):
     g = Graph(np.random.default_rng(seed))
-    out = build_test(g) if kind == "test" else build_vit_b32(g)
+    out = build_vit_b32(g) if kind == "vit-b32" else build_test(g, poison=kind == "poison")
     g.nodes.append(helper.make_node("Identity", [out], ["image_embeds"], name="image_embeds"))
+    batch = 1 if kind == "fixed-batch" else "N"
     graph = helper.make_graph(
-        g.nodes, f"clipfn_{kind}",
-        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["N", 3, 224, 224])],
-        [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["N", 512])],
+        g.nodes, f"clipfn_{kind}".replace("-", "_"),
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [batch, 3, 224, 224])],
+        [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, [batch, 512])],
         initializer=g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="clipfn-tools-make_models", producer_version="1")
@@ -154,23 +183,33 @@ def build(kind, seed):
 
 
 def check(path):
-    """Run a batch of 2 through ONNX Runtime; returns the output and the time."""
+    """Run a batch of 2 (1 for fixed-batch) through ONNX Runtime; returns the output and the time."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    batch = sess.get_inputs()[0].shape[0]
+    n = batch if isinstance(batch, int) else 2
+    x = np.random.default_rng(1).standard_normal((n, 3, 224, 224)).astype(np.float32)
     sess.run(None, {"pixel_values": x})  # warm-up
     t = time.perf_counter()
     (y,) = sess.run(None, {"pixel_values": x})
     dt = time.perf_counter() - t
-    assert y.shape == (2, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    assert y.shape == (n, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    if sess.get_modelmeta().custom_metadata_map.get("clipfn.kind") == "poison":
+        white = np.full((1, 3, 224, 224), 2.0, np.float32)  # above WHITE_FLOOR everywhere
+        try:
+            sess.run(None, {"pixel_values": np.concatenate([x, white])})
+        except Exception:  # onnxruntime raises its own Fail/RuntimeException types
+            pass
+        else:
+            raise AssertionError("the poison model ran a batch holding a white photo")
     return y, dt
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=["test", "vit-b32"], required=True)
+    ap.add_argument("--kind", choices=KINDS, required=True)
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--check", action="store_true", help="run a batch of 2 with onnxruntime")
@@ -190,9 +229,9 @@ def main():
           f"sha256={sha[:16]} built in {t_build:.1f}s")
     if a.check:
         y, dt = check(out)
-        cos = float(y[0] @ y[1] / np.linalg.norm(y[0]) / np.linalg.norm(y[1]))
-        print(f"  onnxruntime: out {y.shape}, batch of 2 in {dt*1000:.1f} ms (1 thread), "
-              f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y1)={cos:.3f}")
+        cos = float(y[0] @ y[-1] / np.linalg.norm(y[0]) / np.linalg.norm(y[-1]))
+        print(f"  onnxruntime: out {y.shape}, batch of {len(y)} in {dt*1000:.1f} ms (1 thread), "
+              f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y_last)={cos:.3f}")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ model() {  # model KIND FILE
   echo "setup: model $2 generated in $(( $(date +%s) - t ))s"
 }
 model test clip-test.onnx
+model poison clip-poison.onnx          # fails on a batch holding an all-white photo
+model fixed-batch clip-fixed-batch.onnx  # batch dimension fixed at 1: refused at start-up
 if (( BENCH )); then model vit-b32 vit-b32-random.onnx; fi
 
 # 4. photos
