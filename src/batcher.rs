@@ -81,12 +81,15 @@ impl Health {
     }
 }
 
-/// Marks the worker stopped when its thread ends, however it ends (a panic included).
+/// Marks the worker stopped when its thread dies (a panic the worker does not catch). Its orderly
+/// end, when the batcher is dropped at exit, is not a failure.
 struct StopWatch(Health);
 
 impl Drop for StopWatch {
     fn drop(&mut self) {
-        self.0.fail(Unhealthy::WorkerStopped);
+        if thread::panicking() {
+            self.0.fail(Unhealthy::WorkerStopped);
+        }
     }
 }
 

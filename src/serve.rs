@@ -5,6 +5,7 @@
 //! (`shutting_down`), the telemetry flush and the exit 0.
 
 use std::{
+    future::IntoFuture,
     net::Ipv4Addr,
     sync::Arc,
     time::{Duration, Instant},
@@ -39,7 +40,8 @@ pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow
     let serve = async {
         let (signalled, signal) = oneshot::channel();
         let server = axum::serve(listener, api::router(state.clone()))
-            .with_graceful_shutdown(shutdown_signal(state.clone(), signalled));
+            .with_graceful_shutdown(shutdown_signal(state.clone(), signalled))
+            .into_future();
         tokio::pin!(server);
         let exit_by = tokio::select! {
             result = &mut server => {

@@ -130,7 +130,8 @@ fn sigterm_under_load_exits_zero_within_9_s_even_when_the_collector_never_answer
 
 #[test]
 fn a_model_without_a_dynamic_batch_dimension_is_refused_naming_it() {
-    let stderr = failed_start(&[("CLIPFN_MODEL", &common::model("clip-fixed-batch.onnx"))]);
+    let model = common::model("clip-fixed-batch.onnx");
+    let stderr = failed_start(&[("CLIPFN_MODEL", model.as_str())]);
     assert!(stderr.contains("batch dimension") && stderr.contains("pixel_values"), "{stderr}");
 }
 

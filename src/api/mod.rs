@@ -98,7 +98,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embed", only("POST", post(embed)))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
+        .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response()))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
