@@ -19,7 +19,7 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::{
-    ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig,
+    ClientConfigKey, GetResultPayload, ObjectStore, ObjectStoreExt, RetryConfig,
     aws::{AmazonS3Builder, AmazonS3ConfigKey},
     gcp::{GoogleCloudStorageBuilder, GoogleConfigKey},
     local::LocalFileSystem,
@@ -294,6 +294,11 @@ async fn get_bounded(
         }
         None => None,
     };
+    // A local file's size is exact: one blocking read, not object_store's 8 KiB chunks.
+    if matches!(result.payload, GetResultPayload::File(..)) {
+        let bytes = result.bytes().await.map_err(|e| classify(e, path))?;
+        return Ok(Fetched { bytes, _budget: reserved });
+    }
     let mut body = BytesMut::with_capacity(size as usize);
     let mut stream = result.into_stream();
     while let Some(chunk) = stream.next().await {
