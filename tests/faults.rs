@@ -68,7 +68,7 @@ fn a_failing_store_gives_a_fixed_message_and_the_detail_goes_to_the_log_with_the
     let store = HeldStore::start(dir.path());
     let log = dir.path().join("server.log");
     let server = gcs_env(ServerConfig::local(Path::new("/")), store.port)
-        .env("CLIPFN_STORE", "gs://photos/albums")
+        .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_LOG_FORMAT", "json")
         .stderr_to(&log)
         .start();
@@ -87,7 +87,7 @@ fn a_failing_store_gives_a_fixed_message_and_the_detail_goes_to_the_log_with_the
     assert_eq!(item(&body, 2), Err("not_found".into()));
     assert_eq!(body["data"][2]["error"]["message"], "no object at 'missing.jpg'");
     let errors = format!("{} {}", body["data"][1]["error"], body["data"][2]["error"]);
-    for internal in ["127.0.0.1", "http", "albums", "internal.example", "500"] {
+    for internal in ["127.0.0.1", "http", "photos/", "internal.example", "500"] {
         assert!(!errors.contains(internal), "'{internal}' reached the client: {errors}");
     }
 
