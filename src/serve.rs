@@ -38,18 +38,20 @@ pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow
     };
     let window = Duration::from_secs(settings.shutdown_grace_s);
     let serve = async {
-        let (signalled, signal) = oneshot::channel();
+        let (signalled, mut signal) = oneshot::channel();
         let server = axum::serve(listener, api::router(state.clone()))
             .with_graceful_shutdown(shutdown_signal(state.clone(), signalled))
             .into_future();
         tokio::pin!(server);
-        let exit_by = tokio::select! {
+        let signalled_at = tokio::select! {
+            Ok(at) = &mut signal => at,
+            // With no connection open, the server ends in the same poll that saw the signal.
             result = &mut server => {
                 result.context("serving HTTP")?;
-                anyhow::bail!("the HTTP server stopped without a shutdown signal");
+                signal.try_recv().context("the HTTP server stopped without a shutdown signal")?
             }
-            Ok(at) = signal => at + window,
         };
+        let exit_by = signalled_at + window;
         // Accepted requests finish, until the time after the drain is all that is left.
         let after_drain = AFTER_DRAIN.min(window / 4);
         let give_up_at = exit_by - after_drain;
@@ -61,7 +63,7 @@ pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow
                 tracing::warn!("connections still open; closing them");
             }
         }
-        Ok(exit_by)
+        anyhow::Ok(exit_by)
     };
     // A model that cannot load ends the process with its error: such a container can never be
     // ready. A shutdown while the model still loads ends the process too, without waiting for it.
