@@ -267,7 +267,7 @@ async fn embed_request(
                 let error = item_error(&e, image);
                 // Where the detail can say something the code does not, it goes to the log line
                 // (with the trace id), not to the client. The others' detail names the key.
-                if matches!(error.code, "fetch_failed" | "decode_failed" | "inference_failed") {
+                if matches!(error.code, "fetch_failed" | "decode_failed" | "unsupported_format" | "inference_failed") {
                     tracing::warn!(index, code = error.code, error = %e, "photo failed");
                 }
                 state.metrics.photo(Some(error.code));
