@@ -281,6 +281,8 @@ fn main() -> anyhow::Result<()> {
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_MODEL", &model)
         .env("CLIPFN_PROVIDER", &provider)
+        // CUDA's libraries (cuBLAS, cuDNN) may be found only through the caller's library path.
+        .env("LD_LIBRARY_PATH", &std::env::var("LD_LIBRARY_PATH").unwrap_or_default())
         .env("CLIPFN_BATCH_SIZE", "64")
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
         .start();
@@ -300,15 +302,14 @@ fn main() -> anyhow::Result<()> {
         .sum::<f64>()
         / photos.len() as f64;
 
-    // The report names the model by file only: it is published, the machine's paths are not.
-    let model_file = Path::new(&model).file_name().map_or(model.clone(), |n| n.to_string_lossy().into_owned());
     let mut md = String::new();
     writeln!(md, "# clipfn benchmark\n")?;
     writeln!(
         md,
-        "Machine: {} cores, {}. Model: {model_file} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
+        "Machine: {} cores, {}. Model: {} (ViT-B/32 architecture, random weights), {provider} execution provider. Photos: {} real camera JPEGs, mean {mean_mp:.1} MP. Medians of {runs} runs.\n",
         std::thread::available_parallelism()?.get(),
         cpu_name(),
+        Path::new(&model).file_name().unwrap_or_default().to_string_lossy(),
         photos.len()
     )?;
     writeln!(

@@ -86,6 +86,16 @@ pub struct Settings {
     pub max_fetched_bytes: u64,
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Body size allowed to a request that carries `data:` URI photos.
+    #[serde(default = "defaults::max_inline_body_bytes")]
+    pub max_inline_body_bytes: usize,
+    /// Lets `http(s)://` sources resolve to loopback and private addresses: for tests and local
+    /// stacks only (the terraform never sets it).
+    #[serde(default)]
+    pub allow_private_sources: bool,
+    /// `http(s)://` fetches in flight per host.
+    #[serde(default = "defaults::max_fetches_per_host")]
+    pub max_fetches_per_host: usize,
     #[serde(default = "defaults::request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// Concurrent object fetches per process.
@@ -151,6 +161,12 @@ mod defaults {
     }
     pub fn max_body_bytes() -> usize {
         MIB as usize
+    }
+    pub fn max_inline_body_bytes() -> usize {
+        32 * MIB as usize
+    }
+    pub fn max_fetches_per_host() -> usize {
+        8
     }
     pub fn request_timeout_ms() -> u64 {
         60_000
@@ -221,6 +237,8 @@ impl Settings {
             ("CLIPFN_DECODE_TIMEOUT_MS", self.decode_timeout_ms),
             ("CLIPFN_MAX_QUEUED_IMAGES", self.max_queued_images as u64),
             ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
+            ("CLIPFN_MAX_INLINE_BODY_BYTES", self.max_inline_body_bytes as u64),
+            ("CLIPFN_MAX_FETCHES_PER_HOST", self.max_fetches_per_host as u64),
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
             ("CLIPFN_FETCH_CONCURRENCY", self.fetch_concurrency as u64),
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
@@ -313,6 +331,8 @@ mod tests {
         assert_eq!(s.max_image_bytes, 25 * MIB);
         assert_eq!(s.provider, Provider::Auto);
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
+        assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
+        assert!(!s.allow_private_sources);
     }
 
     #[test]

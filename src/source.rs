@@ -7,10 +7,20 @@
 //! inside the root's real path. A root given as a plain path (`./photos`, `/srv/photos`) is the
 //! `file://` root of that folder.
 //!
+//! Besides object stores, a reference may be an `http(s)://` URL under an allowed prefix (web.rs,
+//! with the SSRF guard in allowlist.rs and address.rs) or an inline `data:` URI (inline.rs). Every
+//! kind ends the same way: bytes for the decode stage, or this photo's error.
+//!
 //! Fetched bytes count against a byte budget (`CLIPFN_MAX_FETCHED_BYTES`) from the moment their size
 //! is known until they are decoded, so a flood of large photos waits in the store, not in memory.
 
+mod address;
+mod allowlist;
+mod inline;
+mod web;
+
 use std::{
+    borrow::Cow,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -39,6 +49,14 @@ pub enum SourceError {
     TooLarge { size: u64, limit: u64 },
     #[error("fetch failed: {0}")]
     Fetch(String),
+    /// A signed URL whose signature has expired, as the server's error body says.
+    #[error("the signature of {0} has expired")]
+    Expired(String),
+    /// A data URI whose payload cannot be read.
+    #[error("{0}")]
+    BadInline(String),
+    #[error("the data URI's type '{0}' is not an image")]
+    NotAnImage(String),
     /// A root or model URI in the configuration cannot be used.
     #[error("{0}")]
     Config(String),
@@ -83,6 +101,45 @@ pub struct Source {
     /// Fetched bytes not yet decoded, counted in KiB.
     budget: Arc<Semaphore>,
     client: ClientSettings,
+    /// Present when CLIPFN_ALLOWED_SOURCES lists `http(s)://` prefixes.
+    web: Option<web::WebSource>,
+}
+
+/// The kinds of reference, each with its own backend.
+enum Reference {
+    /// `data:image/...;base64,...`
+    Inline,
+    /// `http(s)://` under an allowed prefix
+    Web,
+    /// A bare key or a `gs://`, `s3://`, `file://` URI
+    Object,
+}
+
+impl Reference {
+    fn of(reference: &str) -> Self {
+        if inline::is_inline(reference) {
+            Reference::Inline
+        } else if web::is_web(reference) {
+            Reference::Web
+        } else {
+            Reference::Object
+        }
+    }
+}
+
+/// A reference as responses and logs show it: a data URI without its payload, a URL without its
+/// query (which may hold a signature).
+pub fn shown(reference: &str) -> Cow<'_, str> {
+    match Reference::of(reference) {
+        Reference::Inline => Cow::Owned(inline::shown(reference)),
+        Reference::Web => Cow::Borrowed(reference.split(['?', '#']).next().unwrap_or_default()),
+        Reference::Object => Cow::Borrowed(reference),
+    }
+}
+
+/// Whether a reference carries its photo in the request (allowed a larger request body).
+pub fn is_inline(reference: &str) -> bool {
+    inline::is_inline(reference)
 }
 
 /// A photo's bytes. They hold their share of the fetched-bytes budget until dropped, which the
@@ -104,9 +161,15 @@ impl Source {
             timeout: Duration::from_millis(settings.fetch_timeout_ms),
             retries: settings.fetch_retries,
         };
+        let (web_prefixes, object_sources): (Vec<&String>, Vec<&String>) =
+            settings.allowed_sources.iter().partition(|prefix| web::is_web(prefix));
         let store = settings.store.as_deref().map(|uri| Root::new(uri, client)).transpose()?;
-        let allowed =
-            settings.allowed_sources.iter().map(|uri| Root::new(uri, client)).collect::<Result<Vec<_>, _>>()?;
+        let allowed = object_sources.into_iter().map(|uri| Root::new(uri, client)).collect::<Result<Vec<_>, _>>()?;
+        let web = if web_prefixes.is_empty() {
+            None
+        } else {
+            Some(web::WebSource::new(web_prefixes.into_iter().map(String::as_str), settings)?)
+        };
         Ok(Source {
             store,
             allowed,
@@ -114,12 +177,26 @@ impl Source {
             io_slots: Semaphore::new(settings.fetch_concurrency),
             budget: Arc::new(Semaphore::new(kib(settings.max_fetched_bytes))),
             client,
+            web,
         })
     }
 
-    /// Fetches one photo, waiting for an I/O slot so that a 100-photo request cannot open 100
-    /// connections at once, and for its size in the byte budget before reading the body.
+    /// Fetches one photo from wherever its reference points.
     pub async fn fetch(&self, reference: &str) -> Result<Fetched, SourceError> {
+        match Reference::of(reference) {
+            // Already in memory, within the request body's limit.
+            Reference::Inline => Ok(Fetched { bytes: inline::decode(reference, self.max_bytes)?, _budget: None }),
+            Reference::Web => match &self.web {
+                Some(web) => web.fetch(reference, &self.io_slots, &self.budget).await,
+                None => Err(SourceError::Forbidden("no http(s) prefix is in CLIPFN_ALLOWED_SOURCES".into())),
+            },
+            Reference::Object => self.fetch_object(reference).await,
+        }
+    }
+
+    /// Fetches one object, waiting for an I/O slot so that a 100-photo request cannot open 100
+    /// connections at once, and for its size in the byte budget before reading the body.
+    async fn fetch_object(&self, reference: &str) -> Result<Fetched, SourceError> {
         let (root, key) = self.resolve(reference)?;
         let _slot = self.io_slots.acquire().await.expect("semaphore is never closed");
         let (store, path): (&dyn ObjectStore, ObjectPath) = match &root.backend {
@@ -243,6 +320,12 @@ fn kib(bytes: u64) -> usize {
     usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX)
 }
 
+/// Waits until `bytes` fit in the fetched-bytes budget, and holds them.
+async fn reserve(budget: &Arc<Semaphore>, bytes: u64) -> OwnedSemaphorePermit {
+    let units = u32::try_from(kib(bytes)).unwrap_or(u32::MAX);
+    Arc::clone(budget).acquire_many_owned(units).await.expect("semaphore is never closed")
+}
+
 fn config_error(e: impl std::fmt::Display) -> SourceError {
     SourceError::Config(e.to_string())
 }
@@ -288,10 +371,7 @@ async fn get_bounded(
         return Err(SourceError::TooLarge { size, limit });
     }
     let reserved = match budget {
-        Some(budget) => {
-            let units = u32::try_from(kib(size)).unwrap_or(u32::MAX);
-            Some(Arc::clone(budget).acquire_many_owned(units).await.expect("semaphore is never closed"))
-        }
+        Some(budget) => Some(reserve(budget, size).await),
         None => None,
     };
     // A local file's size is exact: one blocking read, not object_store's 8 KiB chunks.

@@ -167,6 +167,11 @@ variable "extra_env" {
     condition     = alltrue([for name in keys(var.extra_env) : !contains(["PORT", "CLIPFN_MODEL", "CLIPFN_STORE", "CLIPFN_PROVIDER", "CLIPFN_BATCH_SIZE", "CLIPFN_MAX_IMAGES", "CLIPFN_ALLOWED_SOURCES", "RUST_LOG"], name)])
     error_message = "extra_env must not set variables that this module manages (PORT, CLIPFN_MODEL, CLIPFN_STORE, CLIPFN_PROVIDER, CLIPFN_BATCH_SIZE, CLIPFN_MAX_IMAGES, CLIPFN_ALLOWED_SOURCES, RUST_LOG)."
   }
+
+  validation {
+    condition     = !contains(keys(var.extra_env), "CLIPFN_ALLOW_PRIVATE_SOURCES")
+    error_message = "extra_env must not set CLIPFN_ALLOW_PRIVATE_SOURCES: it lets photo URLs reach loopback and private addresses, for tests and local stacks only."
+  }
 }
 
 variable "ingress" {

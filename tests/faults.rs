@@ -83,7 +83,7 @@ fn a_failing_store_gives_a_fixed_message_and_the_detail_goes_to_the_log_with_the
     let body: Value = response.json().unwrap();
     assert!(item(&body, 0).is_ok(), "{body}");
     assert_eq!(item(&body, 1), Err("fetch_failed".into()));
-    assert_eq!(body["data"][1]["error"]["message"], "'error.jpg' could not be read from the store");
+    assert_eq!(body["data"][1]["error"]["message"], "'error.jpg' could not be read from its source");
     assert_eq!(item(&body, 2), Err("not_found".into()));
     assert_eq!(body["data"][2]["error"]["message"], "no object at 'missing.jpg'");
     let errors = format!("{} {}", body["data"][1]["error"], body["data"][2]["error"]);

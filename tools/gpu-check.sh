@@ -27,12 +27,12 @@ print(json.dumps({"images": names}))
 PY
 
 run() {  # run NAME PROVIDER NORMALIZE DYLIB
-  env -i PATH="$PATH" ORT_DYLIB_PATH="$4" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$photos")" \
+  env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$4" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$photos")" \
     CLIPFN_PROVIDER="$2" CLIPFN_NORMALIZE="$3" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
     "$bin" replay "$work/request.json" "$work/request.json" >"$work/$1.jsonl"
 }
 # /readyz on CUDA names the device and its memory in use (NVML).
-env -i PATH="$PATH" ORT_DYLIB_PATH="$ORT_GPU_DYLIB" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_PROVIDER=cuda PORT=18080 \
+env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$ORT_GPU_DYLIB" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_PROVIDER=cuda PORT=18080 \
   CLIPFN_LOG_FORMAT=text RUST_LOG=warn "$bin" serve &
 server=$!
 for _ in $(seq 600); do curl -sf localhost:18080/readyz >"$work/readyz.json" && break; sleep 0.1; done

@@ -81,31 +81,37 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The stable per-photo error code, with its fixed message naming the photo's reference.
+/// The stable per-photo error code, with its fixed message naming the photo's reference as the
+/// response shows it.
 pub fn item_error(e: &ItemError, image: &str) -> ErrorBody {
     use crate::decode::DecodeError;
-    let code = match e {
-        ItemError::Source(SourceError::NotFound(_)) => "not_found",
-        ItemError::Source(SourceError::Forbidden(_)) => "forbidden",
-        ItemError::Source(SourceError::TooLarge { .. }) => "too_large",
-        ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => "fetch_failed",
-        ItemError::Decode(DecodeError::Unsupported(_)) => "unsupported_format",
-        ItemError::Decode(DecodeError::TooManyPixels { .. }) => "too_large",
+    let (code, message) = match e {
+        ItemError::Source(SourceError::NotFound(_)) => ("not_found", format!("no object at '{image}'")),
+        ItemError::Source(SourceError::Forbidden(_)) => {
+            ("forbidden", format!("'{image}' is outside the allowed sources, or the store refused access"))
+        }
+        // The one refusal a client can fix by itself: sign the URL again.
+        ItemError::Source(SourceError::Expired(_)) => ("forbidden", format!("the signature of '{image}' has expired")),
+        ItemError::Source(SourceError::TooLarge { .. }) | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
+            ("too_large", format!("'{image}' is over the byte or pixel limit"))
+        }
+        ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => {
+            ("fetch_failed", format!("'{image}' could not be read from its source"))
+        }
+        ItemError::Decode(DecodeError::Unsupported(_)) | ItemError::Source(SourceError::NotAnImage(_)) => {
+            ("unsupported_format", format!("'{image}' is not a supported image format"))
+        }
         ItemError::Decode(DecodeError::Failed(_) | DecodeError::Timeout(_) | DecodeError::Crashed(_))
-        | ItemError::Preprocess(_) => "decode_failed",
-        ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => "inference_failed",
-        ItemError::DeadlineExceeded => "deadline_exceeded",
-    };
-    let message = match code {
-        "not_found" => format!("no object at '{image}'"),
-        "forbidden" => format!("'{image}' is outside the store and allowed sources, or the store refused access"),
-        "too_large" => format!("'{image}' is over the byte or pixel limit"),
-        "unsupported_format" => format!("'{image}' is not a supported image format"),
-        "decode_failed" => format!("'{image}' could not be decoded: corrupt, truncated or too slow to decode"),
-        "fetch_failed" => format!("'{image}' could not be read from the store"),
-        "inference_failed" => format!("the model failed on '{image}'"),
-        "deadline_exceeded" => format!("'{image}' was not finished within the request deadline"),
-        other => unreachable!("no message for code {other}"),
+        | ItemError::Source(SourceError::BadInline(_))
+        | ItemError::Preprocess(_) => {
+            ("decode_failed", format!("'{image}' could not be decoded: corrupt, truncated or too slow to decode"))
+        }
+        ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => {
+            ("inference_failed", format!("the model failed on '{image}'"))
+        }
+        ItemError::DeadlineExceeded => {
+            ("deadline_exceeded", format!("'{image}' was not finished within the request deadline"))
+        }
     };
     ErrorBody { code, message }
 }

@@ -36,7 +36,7 @@ use crate::{
     gpu,
     metrics::Metrics,
     pipeline::Pipeline,
-    telemetry,
+    source, telemetry,
 };
 
 /// What every handler shares. The pipeline appears once the model is loaded and warmed up.
@@ -90,7 +90,7 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.settings.max_body_bytes;
+    let body_limit = transport_body_limit(&state.settings);
     Router::new()
         .route("/healthz", only("GET", get(healthz)))
         .route("/readyz", only("GET", get(readyz)))
@@ -260,18 +260,24 @@ async fn embed_request(
         .map(|(index, (image, result))| match result {
             Ok(embedding) => {
                 state.metrics.photo(None);
-                Item { index, image, embedding: Some(embedding), error: None }
+                Item { index, image: source::shown(image), embedding: Some(embedding), error: None }
             }
             Err(e) => {
                 errors += 1;
-                let error = item_error(&e, image);
-                // Where the detail can say something the code does not, it goes to the log line
-                // (with the trace id), not to the client. The others' detail names the key.
-                if matches!(error.code, "fetch_failed" | "decode_failed" | "unsupported_format" | "inference_failed") {
-                    tracing::warn!(index, code = error.code, error = %e, "photo failed");
+                let shown = source::shown(image);
+                let error = item_error(&e, &shown);
+                // The detail goes to the log line (with the trace id), not to the client; the
+                // reference itself stays out of the log. `not_found` and `deadline_exceeded`
+                // have no detail beyond their code.
+                if !matches!(error.code, "not_found" | "deadline_exceeded") {
+                    let mut detail = e.to_string();
+                    for reference in [image, &*shown].into_iter().filter(|r| !r.is_empty()) {
+                        detail = detail.replace(reference, "<reference>");
+                    }
+                    tracing::warn!(index, code = error.code, error = %detail, "photo failed");
                 }
                 state.metrics.photo(Some(error.code));
-                Item { index, image, embedding: None, error: Some(error) }
+                Item { index, image: shown, embedding: None, error: Some(error) }
             }
         })
         .collect();
@@ -286,9 +292,15 @@ async fn embed_request(
     Ok((response, images.len(), errors))
 }
 
+/// The most any request body may be: requests with inline photos get the larger limit, and the
+/// smaller one for keys-only requests is checked once the body is parsed.
+fn transport_body_limit(settings: &Settings) -> usize {
+    settings.max_body_bytes.max(settings.max_inline_body_bytes)
+}
+
 fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings) -> Result<Vec<String>, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(settings.max_body_bytes),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(transport_body_limit(settings)),
         _ => ApiError::BadRequest(rejection.body_text()),
     })?;
     let request: EmbedRequest = serde_json::from_slice(&body)
@@ -299,6 +311,9 @@ fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings)
             "images must hold 1 to {} references, got {count}",
             settings.max_images
         )));
+    }
+    if body.len() > settings.max_body_bytes && !request.images.iter().any(|image| source::is_inline(image)) {
+        return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
     }
     Ok(request.images)
 }

@@ -1,5 +1,7 @@
 //! Request and response bodies of the HTTP API.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::error::ErrorBody;
@@ -22,7 +24,8 @@ pub struct EmbedResponse<'a> {
 #[derive(Serialize)]
 pub struct Item<'a> {
     pub index: usize,
-    pub image: &'a str,
+    /// The reference as sent, shortened for data URIs and without a URL's query.
+    pub image: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]

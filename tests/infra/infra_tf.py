@@ -372,6 +372,23 @@ def check_model_and_store_env(cfg: TerraformConfig) -> None:
     assert "PORT" not in env, "Cloud Run sets PORT itself"
 
 
+def check_private_sources_never_allowed(cfg: TerraformConfig) -> None:
+    """CLIPFN_ALLOW_PRIVATE_SOURCES opens loopback and private networks to photo URLs: the deployment never
+    sets it, and extra_env refuses it."""
+    name = "CLIPFN_ALLOW_PRIVATE_SOURCES"
+    assert name not in _env(cfg), f"the container sets {name}"
+    defaults = {k: v.get("default") for k, v in cfg.variables.items()}
+    for what, value in [("a resource", cfg.resources), ("a local", cfg.locals), ("a variable default", defaults)]:
+        assert name not in str(value), f"{what} names {name}"
+    example = cfg.directory / "terraform.tfvars.example"
+    if example.exists():
+        settings = [line for line in example.read_text().splitlines() if not line.lstrip().startswith("#")]
+        assert not any(name in line for line in settings), f"terraform.tfvars.example sets {name}"
+    refusal = f'!contains(keys(var.extra_env), "{name}")'
+    conditions = validation_conditions(cfg, "extra_env")
+    assert any(refusal in c for c in conditions), f"extra_env must be validated with {refusal}"
+
+
 def check_gpu_zonal_redundancy_variable(cfg: TerraformConfig) -> None:
     template = cfg.template()
     assert expression(template.get("gpu_zonal_redundancy_disabled")) == "var.gpu_zonal_redundancy_disabled", (
@@ -415,6 +432,7 @@ ALL_CHECKS = [
     check_invoker_is_backend,
     check_runtime_identity_read_only,
     check_model_and_store_env,
+    check_private_sources_never_allowed,
     check_gpu_zonal_redundancy_variable,
     check_artifact_registry_output,
     check_buckets_private,

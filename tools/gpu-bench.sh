@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Every GPU figure in one run, for a machine with an NVIDIA GPU (docs/bench/gpu.md holds the last one):
+#   1. tools/gpu-check.sh on the test model and on the ViT-B/32-architecture model: CUDA used,
+#      CUDA embeddings equal CPU's in both normalisation modes;
+#   2. the throughput bench with CLIPFN_BENCH_PROVIDER=cuda: raw inference by batch size and the
+#      release server end to end (photos from fake-gcs-server, concurrency 2 as deployed).
+#
+#   ORT_GPU_DYLIB=/path/to/libonnxruntime.so.1.31.1   (onnxruntime-gpu's, its CUDA libraries on
+#                                                      LD_LIBRARY_PATH)
+#   CLIPFN_BENCH_BIN=target/release/deps/throughput-HASH   (cargo bench --bench throughput --no-run)
+#   OUT_DIR=target/gpu-bench tools/gpu-bench.sh
+#
+# Paths to photos, models, fake-gcs-server and Python come from .cache/clipfn.env
+# (tools/setup.sh --bench writes it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${ORT_GPU_DYLIB:?set ORT_GPU_DYLIB to the libonnxruntime.so of onnxruntime-gpu}"
+: "${CLIPFN_BENCH_BIN:?set CLIPFN_BENCH_BIN to the throughput bench executable}"
+out=${OUT_DIR:-target/gpu-bench}
+mkdir -p "$out"
+set -a; . .cache/clipfn.env; set +a
+export ORT_GPU_DYLIB
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+for model in "$CLIPFN_TEST_MODEL" "$CLIPFN_BENCH_MODEL"; do
+  CLIPFN_MODEL=$model PHOTOS="$CLIPFN_PHOTOS_DIR/wallpapers" tools/gpu-check.sh 2>&1 \
+    | tee "$out/gpu-check-$(basename "$model" .onnx).log"
+done
+ORT_DYLIB_PATH=$ORT_GPU_DYLIB CLIPFN_BENCH_PROVIDER=cuda CLIPFN_BENCH_OUT="$out" \
+  CLIPFN_BENCH_RUNS="${CLIPFN_BENCH_RUNS:-10}" CLIPFN_BENCH_SECONDS="${CLIPFN_BENCH_SECONDS:-30}" \
+  "$CLIPFN_BENCH_BIN" 2>&1 | tee "$out/bench.log"
