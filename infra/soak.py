@@ -258,7 +258,8 @@ def report(args, soak_result, fault_result, recovery_result, path):
         f"## 1. Soak ({mark(s['ok'])})",
         "",
         f"The seed team's load shape (infra/k6/load.js: 30-50 photos a request, 3-5 s think time) with "
-        f"{args.vus} virtual users instead of 30 (scaled to this machine), for {args.minutes} minutes.",
+        f"{args.vus} virtual users instead of 30 (scaled to this machine), for {args.minutes} minutes."
+        + (" A short run, not the full 10 minutes (`infra/soak.sh` without `--minutes`)." if args.minutes < 10 else ""),
         "",
         "| requests | failed requests | failed checks | p50 s | p95 s | RSS after warm-up | RSS at the end | change | RSS max |",
         "|---|---|---|---|---|---|---|---|---|",
