@@ -349,7 +349,11 @@ pub(crate) mod fake {
     use std::sync::atomic::{AtomicU8, Ordering};
 
     use super::*;
-    use crate::{config::Provider, preprocess::Layout};
+    use crate::{
+        config::Provider,
+        model::Weights,
+        preprocess::{Layout, Transform},
+    };
 
     pub const DEVICE_OK: u8 = 0;
     /// Every run and the warm-up input fail.
@@ -367,11 +371,14 @@ pub(crate) mod fake {
         pub fn new(batch_size: usize, image_size: u32) -> (Self, Arc<AtomicU8>) {
             let info = ModelInfo {
                 id: "fake".into(),
+                file: "fake.onnx".into(),
+                precision: Weights::Fp32,
                 provider: Provider::Cpu,
                 fallback_reason: None,
                 input_name: "pixel_values".into(),
                 output_name: "image_embeds".into(),
                 image_size,
+                preprocessing: Transform::clip(image_size),
                 input_layout: Layout::NormalizedNchw,
                 dim: 2,
                 batch_size,

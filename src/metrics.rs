@@ -13,7 +13,7 @@ use opentelemetry::{
     metrics::{Counter, Gauge, Histogram, Meter, ObservableGauge, UpDownCounter},
 };
 
-use crate::config::Provider;
+use crate::model::ModelInfo;
 
 /// Seconds, from 1 ms to 1 min: a photo fetch, a decode and a batch all land well inside.
 const SECONDS_BUCKETS: &[f64] =
@@ -156,10 +156,16 @@ impl Metrics {
         self.batch_failures.add(1, &[KeyValue::new("cause", cause)]);
     }
 
-    pub fn model_loaded(&self, duration: Duration, model: &str, provider: Provider) {
+    /// The model is loaded; the gauge's attributes name what runs (file and precision too).
+    pub fn model_loaded(&self, duration: Duration, model: &ModelInfo) {
         self.model_load.record(
             duration.as_secs_f64(),
-            &[KeyValue::new("model", model.to_string()), KeyValue::new("provider", provider.as_str())],
+            &[
+                KeyValue::new("model", model.id.clone()),
+                KeyValue::new("provider", model.provider.as_str()),
+                KeyValue::new("file", model.file.clone()),
+                KeyValue::new("precision", model.precision.as_str()),
+            ],
         );
     }
 
