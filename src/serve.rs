@@ -43,19 +43,19 @@ pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow
             .with_graceful_shutdown(shutdown_signal(state.clone(), signalled))
             .into_future();
         tokio::pin!(server);
-        let signalled_at = tokio::select! {
-            Ok(at) = &mut signal => at,
+        let (signalled_at, drained) = tokio::select! {
+            Ok(at) = &mut signal => (at, false),
             // With no connection open, the server ends in the same poll that saw the signal.
             result = &mut server => {
                 result.context("serving HTTP")?;
-                signal.try_recv().context("the HTTP server stopped without a shutdown signal")?
+                (signal.try_recv().context("the HTTP server stopped without a shutdown signal")?, true)
             }
         };
         let exit_by = signalled_at + window;
         // Accepted requests finish, until the time after the drain is all that is left.
         let after_drain = AFTER_DRAIN.min(window / 4);
         let give_up_at = exit_by - after_drain;
-        if tokio::time::timeout_at(give_up_at.into(), &mut server).await.is_err() {
+        if !drained && tokio::time::timeout_at(give_up_at.into(), &mut server).await.is_err() {
             tracing::warn!("drain time over; requests still in flight answer shutting_down");
             state.give_up_in_flight();
             let answered_by = give_up_at + after_drain / 3;
