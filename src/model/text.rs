@@ -13,7 +13,7 @@ use ort::{
 
 use super::{Model, ModelError, embeddings, inference, load, session_builder};
 use crate::{
-    config::Settings,
+    config::{Provider, Settings},
     tokenize::{CONTEXT, END, START},
 };
 
@@ -21,7 +21,8 @@ use crate::{
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TextModelInfo {
     pub id: String,
-    pub provider: &'static str,
+    /// `Cuda` or `Cpu`: the image tower's.
+    pub provider: Provider,
     pub input_name: String,
     /// Present when the graph takes an attention mask.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,7 +45,7 @@ impl TextModel {
     /// batch of empty texts, which also reveals the embedding size.
     pub fn load(image: &Model, settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
         let provider = image.info.provider;
-        let session = session_builder(&image._environment, settings, provider == "cuda")?
+        let session = session_builder(&image._environment, settings, provider == Provider::Cuda)?
             .commit_from_memory(bytes)
             .map_err(load)?;
         let inputs = session.inputs();
