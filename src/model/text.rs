@@ -41,8 +41,8 @@ pub struct TextModel {
 }
 
 impl TextModel {
-    /// Builds the session beside `image` (same environment, same provider) and runs one warm-up
-    /// batch of empty texts, which also reveals the embedding size.
+    /// Builds the session beside `image` (same environment, same provider) and runs warm-up
+    /// batches of empty texts, which also reveal the embedding size.
     pub fn load(image: &Model, settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
         let provider = image.info.provider;
         let session = session_builder(&image._environment, settings, provider == Provider::Cuda)?
@@ -77,11 +77,14 @@ impl TextModel {
             batch_size: settings.batch_size,
         };
         let mut model = TextModel { session, info };
-        // Start and end tokens only: the empty text.
+        // Start and end tokens only: the empty text. At 1 (a search query) and the full batch, as
+        // the image tower, so that no request pays for a first run at a new shape.
         let mut empty = vec![0; CONTEXT];
         empty[..2].copy_from_slice(&[START, END]);
-        let batch = empty.repeat(settings.batch_size);
-        let embeddings = model.run(&batch, settings.batch_size)?;
+        let mut embeddings = Vec::new();
+        for n in [1, settings.batch_size] {
+            embeddings = model.run(&empty.repeat(n), n)?;
+        }
         model.info.dim = embeddings.first().map_or(0, Vec::len);
         if model.info.dim == 0 {
             return Err(ModelError::Load("the text model returned empty embeddings".into()));
