@@ -18,13 +18,24 @@ pub enum LogFormat {
 }
 
 /// Which ONNX Runtime execution provider runs the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// CUDA when it can be used, else CPU; the log and /readyz say which.
     Auto,
     /// CUDA or a start-up error.
     Cuda,
     Cpu,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Auto => "auto",
+            Provider::Cuda => "cuda",
+            Provider::Cpu => "cpu",
+        }
+    }
 }
 
 /// Which weights of a model folder run (`CLIPFN_PRECISION`).
@@ -52,6 +63,21 @@ pub enum Normalize {
 pub struct Settings {
     /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).
     pub model: String,
+    /// Path or object URI of the same CLIP's ONNX text encoder; unset, the text endpoints say 404.
+    #[serde(default)]
+    pub text_model: Option<String>,
+    /// Texts (or labels) per request.
+    #[serde(default = "defaults::max_texts")]
+    pub max_texts: usize,
+    /// Characters per text.
+    #[serde(default = "defaults::max_text_chars")]
+    pub max_text_chars: usize,
+    /// Path or object URI of the label sets' JSON file, embedded during warm-up.
+    #[serde(default)]
+    pub labels: Option<String>,
+    /// Prompt embeddings kept for ad-hoc labels (LRU); 0 keeps none.
+    #[serde(default = "defaults::text_cache")]
+    pub text_cache: usize,
     /// Root that bare keys resolve against: `gs://bucket[/prefix]`, `s3://bucket[/prefix]`, `file:///dir`.
     #[serde(default)]
     pub store: Option<String>,
@@ -82,6 +108,9 @@ pub struct Settings {
     /// Photos admitted at once across all requests; past this a request gets 503 + Retry-After.
     #[serde(default = "defaults::max_queued_images")]
     pub max_queued_images: usize,
+    /// Fetched photo bytes held in memory until decoded, across requests; fetches wait past it.
+    #[serde(default = "defaults::max_fetched_bytes")]
+    pub max_fetched_bytes: u64,
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
     /// Body size allowed to a request that carries `data:` URI photos.
@@ -116,7 +145,8 @@ pub struct Settings {
     pub output_name: Option<String>,
     #[serde(default)]
     pub image_size: Option<u32>,
-    /// Seconds a draining server waits for accepted requests on SIGTERM.
+    /// Seconds from SIGTERM to exit, everything included: the drain, the answers to requests still
+    /// in flight then, and the telemetry flush.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
     /// `clipfn backfill`: photos per Parquet file, the unit a retried task redoes.
@@ -159,6 +189,9 @@ mod defaults {
     pub fn max_queued_images() -> usize {
         512
     }
+    pub fn max_fetched_bytes() -> u64 {
+        256 * MIB
+    }
     pub fn max_body_bytes() -> usize {
         MIB as usize
     }
@@ -181,7 +214,16 @@ mod defaults {
         3
     }
     pub fn shutdown_grace_s() -> u64 {
-        10
+        8
+    }
+    pub fn max_texts() -> usize {
+        256
+    }
+    pub fn max_text_chars() -> usize {
+        2000
+    }
+    pub fn text_cache() -> usize {
+        4096
     }
     pub fn backfill_chunk() -> usize {
         5000
@@ -251,6 +293,8 @@ impl Settings {
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
             ("CLIPFN_FETCH_CONCURRENCY", self.fetch_concurrency as u64),
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
+            ("CLIPFN_MAX_TEXTS", self.max_texts as u64),
+            ("CLIPFN_MAX_TEXT_CHARS", self.max_text_chars as u64),
             ("CLIPFN_BACKFILL_CHUNK", self.backfill_chunk as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -262,8 +306,19 @@ impl Settings {
                 self.max_images, self.max_queued_images
             )));
         }
+        if self.max_fetched_bytes < self.max_image_bytes {
+            return Err(ConfigError(format!(
+                "CLIPFN_MAX_FETCHED_BYTES ({}) must be at least CLIPFN_MAX_IMAGE_BYTES ({}), or the largest photo could never be read",
+                self.max_fetched_bytes, self.max_image_bytes
+            )));
+        }
         if self.model.trim().is_empty() {
             return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
+        }
+        if self.labels.is_some() && self.text_model.is_none() {
+            return Err(ConfigError(
+                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into(),
+            ));
         }
         Ok(())
     }
@@ -338,6 +393,7 @@ mod tests {
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
+        assert_eq!((s.text_model, s.max_texts, s.max_text_chars, s.text_cache), (None, 256, 2000, 4096));
     }
 
     #[test]
@@ -359,6 +415,9 @@ mod tests {
         let bad_format =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
         assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");
+        let labels_alone =
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LABELS", "l.json")])).unwrap_err().to_string();
+        assert!(labels_alone.contains("CLIPFN_TEXT_MODEL"), "{labels_alone}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! `clipfn.photo.index`), and their durations go to `clipfn_stage_duration_seconds`.
 
 use std::{
+    collections::BTreeMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -18,13 +19,16 @@ use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
-    batcher::{BatchError, Batcher, Overloaded},
+    batcher::{BatchError, Batcher, Overloaded, Unhealthy},
     config::Settings,
     decode::{DecodeError, DecodeOptions, decode},
+    labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo, Runtime, read_image_model},
+    model::{Model, ModelInfo, Runtime, TextModel, TextModelInfo, read_image_model},
+    panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
+    text::{TextEmbedding, TextEncoder, TextError},
 };
 
 /// Why one photo has no embedding.
@@ -38,27 +42,41 @@ pub enum ItemError {
     Preprocess(#[from] PreprocessError),
     #[error(transparent)]
     Batch(#[from] BatchError),
-    #[error("the decoder crashed on this file")]
-    DecoderPanic,
     #[error("not finished within the request deadline")]
     DeadlineExceeded,
 }
 
-/// Wall-clock spans of each stage for one request: from the first photo entering the stage to
-/// the last one leaving it.
+/// When each stage ran: for one photo, from entering the stage to leaving it; for a request, from
+/// the first photo entering the stage to the last one leaving it.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timings {
-    pub fetch: Span,
-    pub decode: Span,
-    pub queue: Span,
-    pub inference: Span,
+    pub fetch: Interval,
+    pub decode: Interval,
+    pub queue: Interval,
+    pub inference: Interval,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Span(Option<(Instant, Instant)>);
+impl Timings {
+    /// Widens each stage's interval to also cover `other`'s.
+    fn cover(&mut self, other: &Timings) {
+        self.fetch.cover(other.fetch);
+        self.decode.cover(other.decode);
+        self.queue.cover(other.queue);
+        self.inference.cover(other.inference);
+    }
+}
 
-impl Span {
-    fn cover(&mut self, start: Instant, end: Instant) {
+/// A stretch of wall-clock time; empty until a stage records one.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Interval(Option<(Instant, Instant)>);
+
+impl Interval {
+    fn new(start: Instant, end: Instant) -> Self {
+        Interval(Some((start, end)))
+    }
+
+    fn cover(&mut self, other: Interval) {
+        let Some((start, end)) = other.0 else { return };
         self.0 = Some(match self.0 {
             None => (start, end),
             Some((s, e)) => (s.min(start), e.max(end)),
@@ -82,6 +100,10 @@ pub struct Embedding {
 pub struct Pipeline {
     source: Source,
     batcher: Batcher,
+    /// Present when CLIPFN_TEXT_MODEL is set.
+    text: Option<TextEncoder>,
+    /// CLIPFN_LABELS, embedded during warm-up.
+    label_sets: BTreeMap<String, EmbeddedLabels>,
     cpu_slots: Arc<Semaphore>,
     max_pixels: u64,
     metrics: Arc<Metrics>,
@@ -90,9 +112,13 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(settings: &Settings, source: Source, batcher: Batcher, metrics: Arc<Metrics>) -> Self {
+        let text =
+            batcher.text_info().map(|t| TextEncoder::new(t.id.clone(), settings.text_cache, Arc::clone(&metrics)));
         Pipeline {
             source,
             batcher,
+            text,
+            label_sets: BTreeMap::new(),
             cpu_slots: Arc::new(Semaphore::new(settings.decode_threads())),
             max_pixels: settings.max_image_pixels,
             metrics,
@@ -119,17 +145,76 @@ impl Pipeline {
         .instrument(span.clone())
         .await?;
         let info = &model.info;
-        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider);
+        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider.as_str());
         metrics.model_loaded(started.elapsed(), info);
         tracing::info!(
-            model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider,
+            model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider.as_str(),
             fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
+        let (model, text_model) = load_text_model(&source, settings, model).await?;
         let batch_wait = Duration::from_millis(settings.batch_wait_ms);
-        let batcher = Batcher::start(model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
-        Ok(Pipeline::new(settings, source, batcher, metrics))
+        let batcher = Batcher::start(model, text_model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
+        let mut pipeline = Pipeline::new(settings, source, batcher, metrics);
+        if let Some(location) = &settings.labels {
+            pipeline.label_sets = pipeline.embed_label_sets(location).await?;
+        }
+        Ok(pipeline)
+    }
+
+    /// Reads CLIPFN_LABELS and embeds every set, so that classifying over a set costs image
+    /// inference only.
+    async fn embed_label_sets(&self, location: &str) -> anyhow::Result<BTreeMap<String, EmbeddedLabels>> {
+        let started = Instant::now();
+        let bytes = self.source.fetch_config_object(location).await.context("reading CLIPFN_LABELS")?;
+        let sets = parse_sets(&bytes).context("CLIPFN_LABELS")?;
+        let mut embedded = BTreeMap::new();
+        for (name, labels) in sets {
+            let embeddings =
+                self.label_embeddings(&labels, None).await.with_context(|| format!("label set '{name}'"))?;
+            embedded.insert(name, EmbeddedLabels { labels, embeddings });
+        }
+        tracing::info!(sets = embedded.len(), ms = started.elapsed().as_millis() as u64, "label sets embedded");
+        Ok(embedded)
+    }
+
+    /// The text tower, when there is one.
+    pub fn text_model(&self) -> Option<&TextModelInfo> {
+        self.batcher.text_info()
+    }
+
+    pub fn label_set(&self, name: &str) -> Option<&EmbeddedLabels> {
+        self.label_sets.get(name)
+    }
+
+    pub fn label_set_names(&self) -> Vec<&str> {
+        self.label_sets.keys().map(String::as_str).collect()
+    }
+
+    /// Embeds texts (L2-normalised, in order) on the text tower, or none if `deadline` passes.
+    pub async fn embed_texts(
+        &self,
+        texts: &[String],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<TextEmbedding>, TextError> {
+        let encoder = self.text.as_ref().ok_or(TextError::NotConfigured)?;
+        let work = encoder.embed(&self.batcher, texts);
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, work).await.unwrap_or(Err(TextError::DeadlineExceeded)),
+            None => work.await,
+        }
+    }
+
+    /// Each label's embedding: the normalised mean of its prompts' embeddings.
+    pub async fn label_embeddings(
+        &self,
+        labels: &Labels,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<Vec<f32>>, TextError> {
+        let prompts = self.embed_texts(&labels.prompts(), deadline).await?;
+        let prompts: Vec<&[f32]> = prompts.iter().map(|p| &p.embedding[..]).collect();
+        Ok(labels.embeddings(&prompts))
     }
 
     pub fn model(&self) -> &ModelInfo {
@@ -138,6 +223,11 @@ impl Pipeline {
 
     pub fn in_flight(&self) -> usize {
         self.batcher.in_flight()
+    }
+
+    /// Whether the model worker can still serve (see `batcher`).
+    pub fn health(&self) -> Result<(), Unhealthy> {
+        self.batcher.health().check()
     }
 
     /// Embeds every photo, answering each index exactly once and in order. Photos not done by
@@ -150,18 +240,18 @@ impl Pipeline {
         let _places = self.batcher.admit(images.len())?;
         let mut timings = Timings::default();
         let photos = images.iter().enumerate().map(|(index, image)| async move {
-            let mut stamps = Stamps::default();
-            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut stamps))
+            let mut photo = Timings::default();
+            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut photo, &mut None))
                 .await
                 .unwrap_or(Err(ItemError::DeadlineExceeded));
-            (result, stamps)
+            (result, photo)
         });
         let done = futures::future::join_all(photos).await;
         let results = done
             .into_iter()
-            .map(|(result, stamps)| {
-                stamps.add_to(&mut timings);
-                result
+            .map(|(result, photo)| {
+                timings.cover(&photo);
+                result.map(l2_normalized)
             })
             .collect();
         Ok((results, timings))
@@ -179,15 +269,16 @@ impl Pipeline {
         let photos = images.into_iter().enumerate().map(move |(index, image)| {
             let _held_while_the_stream_lives = &places;
             async move {
-                let mut stamps = Stamps::default();
-                let result = self.embed_one(index, &image, &mut stamps).await;
-                Embedding { image, result, bytes: stamps.bytes }
+                let mut bytes = None;
+                let result = self.embed_one(index, &image, &mut Timings::default(), &mut bytes).await;
+                Embedding { image, result: result.map(l2_normalized), bytes }
             }
         });
         Ok(futures::stream::iter(photos).buffered(window))
     }
 
-    async fn embed_one(&self, index: usize, image: &str, stamps: &mut Stamps) -> ItemResult {
+    /// One photo through the stages; `size` gets its byte count once fetched.
+    async fn embed_one(&self, index: usize, image: &str, timings: &mut Timings, size: &mut Option<u64>) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -197,12 +288,12 @@ impl Pipeline {
             otel.status_code = Empty
         );
         let start = Instant::now();
-        let bytes = self.source.fetch(image).instrument(span.clone()).await;
-        stamps.fetch = Some((start, Instant::now()));
+        let fetched = self.source.fetch(image).instrument(span.clone()).await;
+        timings.fetch = Interval::new(start, Instant::now());
         self.metrics.stage(Stage::Fetch, start.elapsed());
-        let bytes = bytes.inspect_err(|_| failed(&span))?;
-        span.record("clipfn.photo.bytes", bytes.len() as i64);
-        stamps.bytes = Some(bytes.len() as u64);
+        let fetched = fetched.inspect_err(|_| failed(&span))?;
+        span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
+        *size = Some(fetched.bytes.len() as u64);
 
         // The slot moves into the blocking task: a photo that times out stops waiting, but its
         // decode keeps the core until it really ends, so the pool never runs over its size.
@@ -213,33 +304,67 @@ impl Pipeline {
         // JPEGs decode at the smallest DCT scale that still covers the resized photo.
         let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
-        // turns it into this photo's error and the process and the other photos carry on.
+        // turns it into this photo's error and the process and the other photos carry on. The
+        // fetched bytes (and their share of the byte budget) are let go when the decode ends.
         let in_task = span.clone();
         let work = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
             let _slot = slot;
             let _entered = in_task.enter();
-            let decoded = decode(&bytes, &options)?;
+            let decoded = decode(&fetched.bytes, &options)?;
+            drop(fetched);
             Ok(preprocess(&decoded, &transform, layout)?)
         });
         // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
         let pixels = tokio::time::timeout(self.decode_timeout, work).await;
         let queued = Instant::now();
-        stamps.decode = Some((decode_start, queued));
+        timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
         let pixels = match pixels {
             Ok(Ok(result)) => result,
-            Ok(Err(_join_error)) => Err(ItemError::DecoderPanic),
+            Ok(Err(join_error)) => {
+                let message = join_error.try_into_panic().map(|p| panics::message(p.as_ref())).unwrap_or_default();
+                Err(ItemError::Decode(DecodeError::Crashed(message)))
+            }
             Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
         };
         let pixels = pixels.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let embedded = self.batcher.embed(pixels, span).await?;
-        stamps.queue = Some((queued, embedded.started));
-        stamps.inference = Some((embedded.started, embedded.finished));
+        timings.queue = Interval::new(queued, embedded.started);
+        timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
-        Ok(l2_normalized(embedded.embedding))
+        Ok(embedded.embedding)
     }
+}
+
+/// Loads CLIPFN_TEXT_MODEL, when set, beside the image model (same environment and provider).
+async fn load_text_model(
+    source: &Source,
+    settings: &Settings,
+    model: Model,
+) -> anyhow::Result<(Model, Option<TextModel>)> {
+    let Some(location) = settings.text_model.clone() else {
+        return Ok((model, None));
+    };
+    let started = Instant::now();
+    let bytes = source.fetch_config_object(&location).await.context("reading CLIPFN_TEXT_MODEL")?;
+    let settings = settings.clone();
+    let span = tracing::Span::current();
+    let (model, text) = tokio::task::spawn_blocking(move || {
+        // Named as clients see it: the file name without `.onnx`.
+        let name = location.rsplit('/').next().unwrap_or(&location);
+        let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
+        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, id));
+        (model, text)
+    })
+    .await?;
+    let text = text.context("loading CLIPFN_TEXT_MODEL")?;
+    tracing::info!(
+        model = %text.info.id, dim = text.info.dim, attention_mask = text.info.mask_name.is_some(),
+        load_ms = started.elapsed().as_millis() as u64, "text model loaded and warmed up"
+    );
+    Ok((model, Some(text)))
 }
 
 /// Marks a stage span as the one where its photo failed.
@@ -247,34 +372,8 @@ fn failed(span: &tracing::Span) {
     span.record("otel.status_code", "ERROR");
 }
 
-/// When one photo entered and left each stage it reached, and its size once fetched.
-#[derive(Default)]
-struct Stamps {
-    bytes: Option<u64>,
-    fetch: Option<(Instant, Instant)>,
-    decode: Option<(Instant, Instant)>,
-    queue: Option<(Instant, Instant)>,
-    inference: Option<(Instant, Instant)>,
-}
-
-impl Stamps {
-    fn add_to(&self, timings: &mut Timings) {
-        let pairs = [
-            (self.fetch, &mut timings.fetch),
-            (self.decode, &mut timings.decode),
-            (self.queue, &mut timings.queue),
-            (self.inference, &mut timings.inference),
-        ];
-        for (stamp, span) in pairs {
-            if let Some((start, end)) = stamp {
-                span.cover(start, end);
-            }
-        }
-    }
-}
-
 /// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
-fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
+pub fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x /= norm);
@@ -294,12 +393,14 @@ mod tests {
     }
 
     #[test]
-    fn spans_cover_all_photos() {
+    fn request_timings_cover_all_photos() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut span = Span::default();
-        span.cover(t0 + ms(5), t0 + ms(10));
-        span.cover(t0, t0 + ms(7));
-        assert_eq!(span.duration(), ms(10));
+        let mut request = Timings::default();
+        let photo = |start, end| Timings { fetch: Interval::new(t0 + ms(start), t0 + ms(end)), ..Timings::default() };
+        request.cover(&photo(5, 10));
+        request.cover(&photo(0, 7));
+        assert_eq!(request.fetch.duration(), ms(10));
+        assert_eq!(request.decode.duration(), Duration::ZERO);
     }
 }

@@ -147,7 +147,7 @@ fn row(photo: Embedding) -> Row {
     let (embedding, error) = match photo.result {
         Ok(embedding) => (Some(embedding), None),
         Err(e) => {
-            let body = item_error(&e);
+            let body = item_error(&e, &photo.image);
             (None, Some((body.code, body.message)))
         }
     };

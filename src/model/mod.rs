@@ -10,6 +10,7 @@ mod files;
 mod folder;
 mod normalizer;
 mod preprocessor;
+mod text;
 
 use std::path::Path;
 
@@ -17,7 +18,7 @@ use ort::{
     environment::Environment,
     ep,
     session::{
-        Session,
+        Session, SessionOutputs,
         builder::{GraphOptimizationLevel, SessionBuilder},
     },
     value::TensorRef,
@@ -28,6 +29,7 @@ pub use self::{
     files::{open_folder, read_image_model},
     folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
     preprocessor::parse as parse_preprocessor_config,
+    text::{TextModel, TextModelInfo},
 };
 use crate::{
     config::{Normalize, Provider, Settings},
@@ -57,8 +59,8 @@ pub struct ModelInfo {
     /// The ONNX file that runs (relative to its folder when the model is a folder).
     pub file: String,
     pub precision: Weights,
-    /// `cuda` or `cpu`.
-    pub provider: &'static str,
+    /// `Cuda` or `Cpu`: the provider in use, never `Auto`.
+    pub provider: Provider,
     /// Why `auto` fell back to CPU, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
@@ -73,6 +75,9 @@ pub struct ModelInfo {
     /// Length of one embedding.
     pub dim: usize,
     pub batch_size: usize,
+    /// The batch sizes run at start-up (1 and `batch_size`), so that no request pays for a first
+    /// run at a new shape (on CUDA, kernel selection and memory planning take seconds).
+    pub warm_up_batches: Vec<usize>,
 }
 
 impl ModelInfo {
@@ -137,16 +142,18 @@ pub struct Model {
 }
 
 impl Model {
-    /// Builds the session from `model` and runs one warm-up batch, which also reveals the
-    /// embedding size.
+    /// Builds the session from `model`, refuses a fixed batch dimension, and warms it up at batch
+    /// 1 and at the full batch size; the warm-up also reveals the embedding size.
     pub fn load(runtime: Runtime, settings: &Settings, model: ModelFile) -> Result<Self, ModelError> {
         let Runtime { environment, on_cuda, fallback_reason } = runtime;
         let (session, on_cuda, fallback_reason) =
             build_session(&environment, settings, &model.bytes, on_cuda, fallback_reason)?;
-        let provider = if on_cuda { "cuda" } else { "cpu" };
+        let provider = if on_cuda { Provider::Cuda } else { Provider::Cpu };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
-        let side = settings.image_size.or(square_side(input.dtype().tensor_shape().map(|s| &s[..])));
+        let shape = input.dtype().tensor_shape().map(|s| &s[..]);
+        require_dynamic_batch(input.name(), shape)?;
+        let side = settings.image_size.or(square_side(shape));
         let preprocessing = match (model.preprocessing, side) {
             // The graph (or CLIPFN_IMAGE_SIZE) must take what the folder's config makes.
             (Some(transform), Some(side)) if side != transform.side() => {
@@ -181,6 +188,7 @@ impl Model {
             },
             dim: 0,
             batch_size: settings.batch_size,
+            warm_up_batches: Vec::new(),
         };
         let normalizer = match info.input_layout {
             Layout::RawNhwc => {
@@ -189,20 +197,33 @@ impl Model {
             Layout::NormalizedNchw => None,
         };
         let mut model = Model { session, normalizer, info, _environment: environment };
-        let mut zeros = Pixels::empty(model.info.input_layout, 0);
-        let one = match model.info.input_layout {
-            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; model.info.slot_len()]),
-            Layout::RawNhwc => Pixels::RawNhwc(vec![0; model.info.slot_len()]),
-        };
-        for _ in 0..settings.batch_size {
-            zeros.extend(&one);
-        }
-        let embeddings = model.run(&zeros, settings.batch_size)?;
-        model.info.dim = embeddings.first().map_or(0, Vec::len);
-        if model.info.dim == 0 {
-            return Err(ModelError::Load("the model returned empty embeddings".into()));
+        let mut sizes = vec![1, settings.batch_size];
+        sizes.dedup();
+        for n in sizes {
+            let embeddings = model.warm_up(n)?;
+            model.info.dim = embeddings.first().map_or(0, Vec::len);
+            if model.info.dim == 0 {
+                return Err(ModelError::Load("the model returned empty embeddings".into()));
+            }
+            model.info.warm_up_batches.push(n);
         }
         Ok(model)
+    }
+
+    /// Runs the known-good warm-up input again: after a failed batch, this tells a broken model or
+    /// device (every input fails) from photos that trip the model (only they fail).
+    pub fn check(&mut self) -> Result<(), ModelError> {
+        self.warm_up(1).map(drop)
+    }
+
+    /// Runs `n` black photos.
+    fn warm_up(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+        let len = n * self.info.slot_len();
+        let zeros = match self.info.input_layout {
+            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; len]),
+            Layout::RawNhwc => Pixels::RawNhwc(vec![0; len]),
+        };
+        self.run(&zeros, n)
     }
 
     /// Runs one batch of `n` preprocessed photos laid end to end in `pixels`; returns one raw
@@ -222,15 +243,18 @@ impl Model {
             _ => return Err(ModelError::Inference("photos were preprocessed for another layout".into())),
         }
         .map_err(inference)?;
-        let output = outputs
-            .get(self.info.output_name.as_str())
-            .ok_or_else(|| ModelError::Inference(format!("no output named '{}'", self.info.output_name)))?;
-        let (shape, values) = output.try_extract_tensor::<f32>().map_err(inference)?;
-        if shape.len() != 2 || shape[0] != n as i64 {
-            return Err(ModelError::Inference(format!("expected output [{n}, dim], got {shape}")));
-        }
-        Ok(values.chunks_exact(shape[1] as usize).map(<[f32]>::to_vec).collect())
+        embeddings(&outputs, &self.info.output_name, n)
     }
+}
+
+/// The `[n, dim]` output named `name`, one embedding per row.
+fn embeddings(outputs: &SessionOutputs, name: &str, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+    let output = outputs.get(name).ok_or_else(|| ModelError::Inference(format!("no output named '{name}'")))?;
+    let (shape, values) = output.try_extract_tensor::<f32>().map_err(inference)?;
+    if shape.len() != 2 || shape[0] != n as i64 {
+        return Err(ModelError::Inference(format!("expected output [{n}, dim], got {shape}")));
+    }
+    Ok(values.chunks_exact(shape[1] as usize).map(<[f32]>::to_vec).collect())
 }
 
 /// Loads the library named by ORT_DYLIB_PATH (once per process) and creates the environment.
@@ -292,6 +316,18 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
         builder = builder.with_intra_op_spinning(false).map_err(load)?;
     }
     Ok(builder)
+}
+
+/// Photos from several requests share a batch of any size up to CLIPFN_BATCH_SIZE, so the input's
+/// first dimension must be dynamic (ONNX Runtime reports it as -1).
+fn require_dynamic_batch(name: &str, shape: Option<&[i64]>) -> Result<(), ModelError> {
+    match shape {
+        Some([n, ..]) if *n >= 0 => Err(ModelError::Load(format!(
+            "input '{name}' has a fixed batch dimension of {n}; clipfn needs a dynamic batch dimension \
+             (export with dynamic axis 0, e.g. torch.onnx.export(..., dynamic_axes={{'{name}': {{0: 'batch'}}}}))"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// S of an `[N, 3, S, S]` input with a fixed S.
