@@ -168,18 +168,18 @@ struct Towers {
 
 impl Towers {
     /// Runs one batch of a single kind, laid end to end into the reused buffers.
-    fn run(&mut self, batch: &[Job], pixels: &mut Pixels, ids: &mut Vec<i64>) -> Result<Vec<Vec<f32>>, ModelError> {
+    fn run(&mut self, batch: &[Job], pixels: &mut Pixels) -> Result<Vec<Vec<f32>>, ModelError> {
         pixels.clear();
-        ids.clear();
+        let mut rows = Vec::new();
         for job in batch {
             match &job.input {
                 Input::Image(p) => pixels.extend(p),
-                Input::Text(tokens) => ids.extend_from_slice(&tokens.ids),
+                Input::Text(tokens) => rows.push(&tokens.ids[..]),
             }
         }
         match (&batch[0].input, &mut self.text) {
             (Input::Image(_), _) => self.image.run(pixels, batch.len()),
-            (Input::Text(_), Some(text)) => text.run(ids, batch.len()),
+            (Input::Text(_), Some(text)) => text.run(&rows),
             (Input::Text(_), None) => Err(ModelError::Inference("no text model is loaded".into())),
         }
     }
@@ -215,7 +215,6 @@ fn run_worker(mut towers: Towers, queues: Queues, batch_wait: Duration, metrics:
     let info = &towers.image.info;
     let max = info.batch_size;
     let mut pixels = Pixels::empty(info.input_layout, max * info.slot_len());
-    let mut ids = Vec::with_capacity(max * crate::tokenize::CONTEXT);
     let mut batch_id: u64 = 0;
     // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
     while let Some(mut batch) = next_batch(&queues, max, batch_wait) {
@@ -231,7 +230,7 @@ fn run_worker(mut towers: Towers, queues: Queues, batch_wait: Duration, metrics:
         let span = batch_span(&mut batch, batch_id, if is_text { "text" } else { "image" });
         let started = Instant::now();
         // The span ends with the run, before any reply, so it never outlives the requests it serves.
-        let result = span.in_scope(|| towers.run(&batch, &mut pixels, &mut ids));
+        let result = span.in_scope(|| towers.run(&batch, &mut pixels));
         let finished = Instant::now();
         if is_text {
             metrics.stage(Stage::TextInference, finished - started);
@@ -301,7 +300,7 @@ mod tests {
     }
 
     fn text() -> Input {
-        Input::Text(Tokens { ids: vec![0; crate::tokenize::CONTEXT], len: 2 })
+        Input::Text(Tokens { ids: vec![49406, 49407] })
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub struct Settings {
     /// Path or object URI of the same CLIP's ONNX text encoder; unset, the text endpoints say 404.
     #[serde(default)]
     pub text_model: Option<String>,
+    /// Path or object URI of the text model's Hugging Face `tokenizer.json`; unset, CLIP's BPE.
+    #[serde(default)]
+    pub text_tokenizer: Option<String>,
+    /// Tokens per text with a tokenizer.json (special tokens included), at most the file's own cap.
+    #[serde(default = "defaults::text_max_tokens")]
+    pub text_max_tokens: usize,
     /// Texts (or labels) per request.
     #[serde(default = "defaults::max_texts")]
     pub max_texts: usize,
@@ -189,6 +195,9 @@ mod defaults {
     pub fn text_cache() -> usize {
         4096
     }
+    pub fn text_max_tokens() -> usize {
+        128
+    }
 }
 
 fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -250,6 +259,7 @@ impl Settings {
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
             ("CLIPFN_MAX_TEXTS", self.max_texts as u64),
             ("CLIPFN_MAX_TEXT_CHARS", self.max_text_chars as u64),
+            ("CLIPFN_TEXT_MAX_TOKENS", self.text_max_tokens as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError(format!("{name} must be greater than 0")));
@@ -266,6 +276,11 @@ impl Settings {
         if self.labels.is_some() && self.text_model.is_none() {
             return Err(ConfigError(
                 "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into(),
+            ));
+        }
+        if self.text_tokenizer.is_some() && self.text_model.is_none() {
+            return Err(ConfigError(
+                "CLIPFN_TEXT_TOKENIZER needs CLIPFN_TEXT_MODEL, the model it tokenizes for".into(),
             ));
         }
         Ok(())
@@ -341,6 +356,7 @@ mod tests {
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
         assert_eq!((s.text_model, s.max_texts, s.max_text_chars, s.text_cache), (None, 256, 2000, 4096));
+        assert_eq!((s.text_tokenizer, s.text_max_tokens), (None, 128));
     }
 
     #[test]
@@ -362,6 +378,10 @@ mod tests {
         let labels_alone =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LABELS", "l.json")])).unwrap_err().to_string();
         assert!(labels_alone.contains("CLIPFN_TEXT_MODEL"), "{labels_alone}");
+        let tokenizer_alone = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_TEXT_TOKENIZER", "t.json")]))
+            .unwrap_err()
+            .to_string();
+        assert!(tokenizer_alone.contains("CLIPFN_TEXT_MODEL"), "{tokenizer_alone}");
     }
 
     #[test]

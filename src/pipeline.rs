@@ -27,6 +27,7 @@ use crate::{
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
     text::{TextEmbedding, TextEncoder, TextError},
+    tokenize::{JsonTokenizer, Tokenizer},
 };
 
 /// Why one photo has no embedding.
@@ -88,9 +89,17 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(settings: &Settings, source: Source, batcher: Batcher, metrics: Arc<Metrics>) -> Self {
-        let text =
-            batcher.text_info().map(|t| TextEncoder::new(t.id.clone(), settings.text_cache, Arc::clone(&metrics)));
+    /// `tokenizer` is the text tower's, when the batcher has one.
+    pub fn new(
+        settings: &Settings,
+        source: Source,
+        batcher: Batcher,
+        tokenizer: Option<Tokenizer>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let text = batcher.text_info().zip(tokenizer).map(|(t, tokenizer)| {
+            TextEncoder::new(Arc::new(tokenizer), t.id.clone(), settings.text_cache, Arc::clone(&metrics))
+        });
         Pipeline {
             source,
             batcher,
@@ -127,10 +136,11 @@ impl Pipeline {
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
-        let (model, text_model) = load_text_model(&source, settings, model).await?;
+        let (model, text) = load_text_model(&source, settings, model).await?;
+        let (text_model, tokenizer) = text.unzip();
         let batch_wait = Duration::from_millis(settings.batch_wait_ms);
         let batcher = Batcher::start(model, text_model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
-        let mut pipeline = Pipeline::new(settings, source, batcher, metrics);
+        let mut pipeline = Pipeline::new(settings, source, batcher, tokenizer, metrics);
         if let Some(location) = &settings.labels {
             pipeline.label_sets = pipeline.embed_label_sets(location).await?;
         }
@@ -280,30 +290,41 @@ impl Pipeline {
     }
 }
 
-/// Loads CLIPFN_TEXT_MODEL, when set, beside the image model (same environment and provider).
+/// Loads CLIPFN_TEXT_MODEL, when set, beside the image model (same environment and provider),
+/// with its tokenizer: CLIPFN_TEXT_TOKENIZER's tokenizer.json, else CLIP's BPE.
 async fn load_text_model(
     source: &Source,
     settings: &Settings,
     model: Model,
-) -> anyhow::Result<(Model, Option<TextModel>)> {
+) -> anyhow::Result<(Model, Option<(TextModel, Tokenizer)>)> {
     let Some(location) = settings.text_model.clone() else {
         return Ok((model, None));
     };
     let started = Instant::now();
+    let tokenizer = match &settings.text_tokenizer {
+        Some(file) => {
+            let bytes = source.fetch_config_object(file).await.context("reading CLIPFN_TEXT_TOKENIZER")?;
+            let json = JsonTokenizer::from_bytes(&bytes, settings.text_max_tokens)
+                .with_context(|| format!("CLIPFN_TEXT_TOKENIZER {file}"))?;
+            Tokenizer::Json(json)
+        }
+        None => Tokenizer::clip(),
+    };
     let bytes = source.fetch_config_object(&location).await.context("reading CLIPFN_TEXT_MODEL")?;
     let settings = settings.clone();
     let span = tracing::Span::current();
     let (model, text) = tokio::task::spawn_blocking(move || {
-        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, model_id(&location)));
-        (model, text)
+        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, model_id(&location), &tokenizer));
+        (model, text.map(|text| (text, tokenizer)))
     })
     .await?;
-    let text = text.context("loading CLIPFN_TEXT_MODEL")?;
+    let (text, tokenizer) = text.context("loading CLIPFN_TEXT_MODEL")?;
     tracing::info!(
-        model = %text.info.id, dim = text.info.dim, attention_mask = text.info.mask_name.is_some(),
-        load_ms = started.elapsed().as_millis() as u64, "text model loaded and warmed up"
+        model = %text.info.id, dim = text.info.dim, tokenizer = text.info.tokenizer,
+        attention_mask = text.info.mask_name.is_some(), load_ms = started.elapsed().as_millis() as u64,
+        "text model loaded and warmed up"
     );
-    Ok((model, Some(text)))
+    Ok((model, Some((text, tokenizer))))
 }
 
 /// Marks a stage span as the one where its photo failed.

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, gcs_env, item, setup_var};
+use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, gcs_env, item};
 
 /// A store with one real photo, `good.jpg`, and any number of held ones, `slow*.jpg`.
 fn held_store() -> (tempfile::TempDir, HeldStore) {
@@ -121,29 +121,14 @@ fn wait_exit(server: &mut Server) -> std::process::ExitStatus {
     }
 }
 
-/// Runs `clipfn serve` with a broken setting and returns its stderr; it must exit non-zero.
-fn failed_start(envs: &[(&str, &str)]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_clipfn"))
-        .arg("serve")
-        .env_clear()
-        .env("PORT", common::free_port().to_string())
-        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
-        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap();
-    assert!(!output.status.success(), "{envs:?} should stop start-up");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 #[test]
 fn bad_settings_stop_start_up_naming_the_variable() {
-    assert!(failed_start(&[("CLIPFN_BATCH_SIZE", "many")]).contains("CLIPFN_BATCH_SIZE"));
-    assert!(failed_start(&[("CLIPFN_PROVIDER", "tpu")]).contains("CLIPFN_PROVIDER"));
-    assert!(failed_start(&[("PORT", "http")]).contains("PORT"));
-    assert!(failed_start(&[("CLIPFN_MODEL", "/nonexistent/model.onnx")]).contains("CLIPFN_MODEL"));
-    assert!(failed_start(&[("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")]).contains("ORT_DYLIB_PATH"));
+    assert!(common::failed_start(&[("CLIPFN_BATCH_SIZE", "many")]).contains("CLIPFN_BATCH_SIZE"));
+    assert!(common::failed_start(&[("CLIPFN_PROVIDER", "tpu")]).contains("CLIPFN_PROVIDER"));
+    assert!(common::failed_start(&[("PORT", "http")]).contains("PORT"));
+    assert!(common::failed_start(&[("CLIPFN_MODEL", "/nonexistent/model.onnx")]).contains("CLIPFN_MODEL"));
+    assert!(common::failed_start(&[("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")]).contains("ORT_DYLIB_PATH"));
     // No GPU here: insisting on CUDA must fail loudly rather than fall back.
-    let cuda = failed_start(&[("CLIPFN_PROVIDER", "cuda")]);
+    let cuda = common::failed_start(&[("CLIPFN_PROVIDER", "cuda")]);
     assert!(cuda.contains("CUDA"), "{cuda}");
 }

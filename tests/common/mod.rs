@@ -329,3 +329,19 @@ pub fn scrape(server: &Server) -> String {
     assert!(content_type.starts_with("text/plain"), "{content_type}");
     response.text().unwrap()
 }
+
+/// Runs `clipfn serve` with a broken setting (later `envs` win) and returns its stderr; it must
+/// exit non-zero.
+pub fn failed_start(envs: &[(&str, &str)]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_clipfn"))
+        .arg("serve")
+        .env_clear()
+        .env("PORT", free_port().to_string())
+        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
+        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{envs:?} should stop start-up");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}

@@ -62,9 +62,10 @@ def test_load_js_rejects_bad_settings(k6, env, message):
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
 
 
-def test_export_script_compiles():
-    """infra/export_clip_onnx.py needs torch and the Hub to run; here it must at least compile."""
-    path = REPO / "infra" / "export_clip_onnx.py"
+@pytest.mark.parametrize("script", ["export_clip_onnx.py", "export_multilingual.py"])
+def test_export_script_compiles(script):
+    """The export scripts need torch and the Hub to run; here they must at least compile."""
+    path = REPO / "infra" / script
     compile(path.read_text(), str(path), "exec")  # in memory: no __pycache__ next to it
 
 
