@@ -6,7 +6,9 @@
 //!    preprocessing on the same photos;
 //! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
 //!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2;
-//! 4. the text tower (when `tools/setup.sh --bench` made the ViT-B/32 text model): tokenizer
+//! 4. precision: the same closed loop on the model folder's fp32 and int8 files (CLIPFN_PRECISION),
+//!    with each server's peak RSS and the int8 embeddings' cosine to fp32's on every photo;
+//! 5. the text tower (when `tools/setup.sh --bench` made the ViT-B/32 text model): tokenizer
 //!    texts/s on one core, text embeddings/s at batch 1 and 64, and the latency of a one-line search
 //!    query sent while 256 photos wait for the model worker.
 //!
@@ -27,8 +29,8 @@ use std::{
 use clipfn::{
     config::Settings,
     decode::{DecodeOptions, decode},
-    model::{Model, TextModel},
-    preprocess::{Layout, Pixels, preprocess},
+    model::{Model, ModelFile, Runtime, TextModel, Weights},
+    preprocess::{Layout, Pixels, Transform, preprocess},
     tokenize::Tokenizer,
 };
 use common::{ServerConfig, camera_photos, setup_var};
@@ -65,6 +67,19 @@ fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> 
     ])?)
 }
 
+/// The image session the bench runs raw; it also hosts the text session (one ONNX Runtime
+/// environment per process).
+fn load_image_model(settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
+    let file = ModelFile {
+        bytes: std::fs::read(model_path)?.into(),
+        id: "bench".into(),
+        file: model_path.into(),
+        precision: Weights::of_file(model_path),
+        preprocessing: None,
+    };
+    Ok(Model::load(Runtime::start(settings)?, settings, file)?)
+}
+
 fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
     let slot = model.info.slot_len();
     BATCHES
@@ -99,7 +114,7 @@ fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
             // As the server decodes: JPEG at the DCT scale that covers 224 (DecodeOptions::full_size
             // would decode at full size, as the reference does).
             let decoded = decode(bytes, &DecodeOptions::for_input(224, u64::MAX))?;
-            std::hint::black_box(preprocess(&decoded, 224, Layout::NormalizedNchw)?);
+            std::hint::black_box(preprocess(&decoded, &Transform::clip(224), Layout::NormalizedNchw)?);
         }
         rates.push(data.len() as f64 / t.elapsed().as_secs_f64());
     }
@@ -204,6 +219,45 @@ async fn load(
     total
 }
 
+struct PrecisionRun {
+    precision: &'static str,
+    file: String,
+    load: LoadResult,
+    peak_rss_mib: f64,
+    embeddings: Vec<Vec<f32>>,
+}
+
+/// Serves the model folder at `precision`, embeds every photo once (for the cosine to fp32), then
+/// runs the closed loop; the peak RSS is the server process's high-water mark (VmHWM).
+fn precision_run(
+    server: ServerConfig,
+    precision: &'static str,
+    keys: &[String],
+    secs: f64,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<PrecisionRun> {
+    let server = server.env("CLIPFN_PRECISION", precision).start();
+    let file = server.get("/readyz").1["model"]["file"].as_str().unwrap_or("?").to_string();
+    let mut embeddings = Vec::new();
+    for chunk in keys.chunks(32) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let (status, body) = server.embed(&chunk);
+        anyhow::ensure!(status == 200, "{precision}: {body}");
+        for i in 0..chunk.len() {
+            embeddings.push(common::item(&body, i).map_err(|code| anyhow::anyhow!("{precision}: {code}"))?);
+        }
+    }
+    eprintln!("precision {precision} ({file}): closed loop at concurrency 2 for {secs} s");
+    let load = runtime.block_on(load(&server.base, keys, 2, (30, 50), (0.0, 0.0), secs));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.proc.0.id()))?;
+    let hwm_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    Ok(PrecisionRun { precision, file, load, peak_rss_mib: hwm_kib / 1024.0, embeddings })
+}
+
 /// Batch sizes the server ran, from its Prometheus histogram: (upper bound, count in bucket).
 fn batch_fill(base: &str) -> Vec<(String, u64)> {
     let text =
@@ -277,7 +331,7 @@ fn main() -> anyhow::Result<()> {
 
     // One ONNX Runtime environment per process: the image session also hosts the text session.
     let settings = bench_settings(&model, &provider)?;
-    let mut session = Model::load(&settings, &std::fs::read(&model)?, "bench".into())?;
+    let mut session = load_image_model(&settings, &model)?;
     let raw = raw_inference(&mut session, runs)?;
     let ours = preprocessing(&photos, runs)?;
     eprintln!("preprocessing: {ours:.1} photos/s on one core");
@@ -302,6 +356,19 @@ fn main() -> anyhow::Result<()> {
     let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
     let fill = batch_fill(&server.base);
     drop(server);
+    let folder = setup_var("CLIPFN_BENCH_FOLDER");
+    let precision_server = || {
+        common::gcs_env(ServerConfig::local(Path::new("/")), gcs_port)
+            .env("CLIPFN_STORE", "gs://photos")
+            .env("CLIPFN_MODEL", &folder)
+            .env("CLIPFN_PROVIDER", &provider)
+            .env("CLIPFN_BATCH_SIZE", "64")
+            .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
+    };
+    let by_precision = ["fp32", "int8"]
+        .into_iter()
+        .map(|precision| precision_run(precision_server(), precision, &keys, secs, &runtime))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let text = match setup_env_path("CLIPFN_BENCH_TEXT_MODEL") {
         Some(text_model) => {
             let batch_ms = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.ms_per_batch);
@@ -358,10 +425,6 @@ fn main() -> anyhow::Result<()> {
     for (le, n) in &fill {
         writeln!(md, "| {le} | {n} |")?;
     }
-    match &text {
-        Some(text) => text.write(&mut md)?,
-        None => writeln!(md, "\n## 4. Text tower\n\nSkipped: no CLIPFN_BENCH_TEXT_MODEL (tools/setup.sh --bench).")?,
-    }
     writeln!(md, "\n## Ratios (same run)\n")?;
     writeln!(
         md,
@@ -374,6 +437,45 @@ fn main() -> anyhow::Result<()> {
         ours / pillow
     )?;
     writeln!(md, "- clipfn preprocessing / Pillow with draft per core = **{:.2}**", ours / pillow_draft)?;
+    let (fp32, int8) = (&by_precision[0], &by_precision[1]);
+    let rate = |r: &PrecisionRun| r.load.images as f64 / r.load.seconds;
+    let cosines: Vec<f64> =
+        fp32.embeddings.iter().zip(&int8.embeddings).map(|(a, b)| f64::from(common::cosine(a, b))).collect();
+    let min_cosine = cosines.iter().copied().fold(1.0, f64::min);
+    writeln!(md, "\n## 4. Precision: the model folder's fp32 and int8 files, end to end on {provider}\n")?;
+    writeln!(
+        md,
+        "| precision | file | requests | images embedded | images/s | p50 s | p95 s | p99 s | errors | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|"
+    )?;
+    for r in &by_precision {
+        let row = r.load.row(r.precision);
+        let row = row.replacen(&format!("| {} |", r.precision), &format!("| {} | {} |", r.precision, r.file), 1);
+        writeln!(md, "{row} {:.0} |", r.peak_rss_mib)?;
+    }
+    writeln!(
+        md,
+        "\n- int8 / fp32 end-to-end images/s = {:.1} / {:.1} = **{:.2}x** (goal >= 2.2)",
+        rate(int8),
+        rate(fp32),
+        rate(int8) / rate(fp32)
+    )?;
+    writeln!(
+        md,
+        "- int8 / fp32 peak RSS = {:.0} / {:.0} MiB = **{:.2}** (goal <= 0.5)",
+        int8.peak_rss_mib,
+        fp32.peak_rss_mib,
+        int8.peak_rss_mib / fp32.peak_rss_mib
+    )?;
+    writeln!(
+        md,
+        "- int8 embeddings' cosine to fp32's over {} photos: min **{min_cosine:.4}**, mean {:.4} (goal >= 0.99)",
+        cosines.len(),
+        cosines.iter().sum::<f64>() / cosines.len() as f64
+    )?;
+    match &text {
+        Some(text) => text.write(&mut md)?,
+        None => writeln!(md, "\n## 5. Text tower\n\nSkipped: no CLIPFN_BENCH_TEXT_MODEL (tools/setup.sh --bench).")?,
+    }
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
     chart(&raw, &out.join("throughput.svg"))?;
@@ -398,7 +500,7 @@ struct TextResult {
 
 impl TextResult {
     fn write(&self, md: &mut String) -> std::fmt::Result {
-        writeln!(md, "\n## 4. Text tower (ViT-B/32 text architecture, random weights)\n")?;
+        writeln!(md, "\n## 5. Text tower (ViT-B/32 text architecture, random weights)\n")?;
         writeln!(md, "Tokenizer (clean-up + BPE, one core): **{:.0} texts/s**.\n", self.tokenizer_per_s)?;
         writeln!(md, "| batch | texts/s | ms per batch |\n|---|---|---|")?;
         for (batch, rate, ms) in &self.embeddings {

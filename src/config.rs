@@ -18,13 +18,34 @@ pub enum LogFormat {
 }
 
 /// Which ONNX Runtime execution provider runs the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// CUDA when it can be used, else CPU; the log and /readyz say which.
     Auto,
     /// CUDA or a start-up error.
     Cuda,
     Cpu,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Auto => "auto",
+            Provider::Cuda => "cuda",
+            Provider::Cpu => "cpu",
+        }
+    }
+}
+
+/// Which weights of a model folder run (`CLIPFN_PRECISION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// fp16 on CUDA, int8 on CPU, fp32 where the folder lacks that variant.
+    Auto,
+    Fp32,
+    Fp16,
+    Int8,
 }
 
 /// Where CLIP's normalisation (scale, mean, std, NCHW) runs.
@@ -40,7 +61,7 @@ pub enum Normalize {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
-    /// Path or object URI of the ONNX CLIP image encoder.
+    /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).
     pub model: String,
     /// Path or object URI of the same CLIP's ONNX text encoder; unset, the text endpoints say 404.
     #[serde(default)]
@@ -71,6 +92,8 @@ pub struct Settings {
     pub allowed_sources: Vec<String>,
     #[serde(default = "defaults::provider", deserialize_with = "provider")]
     pub provider: Provider,
+    #[serde(default = "defaults::precision", deserialize_with = "precision")]
+    pub precision: Precision,
     #[serde(default = "defaults::normalize", deserialize_with = "normalize")]
     pub normalize: Normalize,
     #[serde(default = "defaults::batch_size")]
@@ -91,6 +114,9 @@ pub struct Settings {
     /// Photos admitted at once across all requests; past this a request gets 503 + Retry-After.
     #[serde(default = "defaults::max_queued_images")]
     pub max_queued_images: usize,
+    /// Fetched photo bytes held in memory until decoded, across requests; fetches wait past it.
+    #[serde(default = "defaults::max_fetched_bytes")]
+    pub max_fetched_bytes: u64,
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
     /// Body size allowed to a request that carries `data:` URI photos.
@@ -125,7 +151,8 @@ pub struct Settings {
     pub output_name: Option<String>,
     #[serde(default)]
     pub image_size: Option<u32>,
-    /// Seconds a draining server waits for accepted requests on SIGTERM.
+    /// Seconds from SIGTERM to exit, everything included: the drain, the answers to requests still
+    /// in flight then, and the telemetry flush.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
     /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
@@ -137,6 +164,9 @@ mod defaults {
     use super::*;
     pub fn provider() -> Provider {
         Provider::Auto
+    }
+    pub fn precision() -> Precision {
+        Precision::Auto
     }
     pub fn normalize() -> Normalize {
         Normalize::Auto
@@ -162,6 +192,9 @@ mod defaults {
     pub fn max_queued_images() -> usize {
         512
     }
+    pub fn max_fetched_bytes() -> u64 {
+        256 * MIB
+    }
     pub fn max_body_bytes() -> usize {
         MIB as usize
     }
@@ -184,7 +217,7 @@ mod defaults {
         3
     }
     pub fn shutdown_grace_s() -> u64 {
-        10
+        8
     }
     pub fn max_texts() -> usize {
         256
@@ -216,6 +249,12 @@ fn one_of<'de, D: Deserializer<'de>, T: Copy>(d: D, variable: &str, choices: &[(
 
 fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
     one_of(d, "CLIPFN_PROVIDER", &[("auto", Provider::Auto), ("cuda", Provider::Cuda), ("cpu", Provider::Cpu)])
+}
+
+fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
+    let choices =
+        [("auto", Precision::Auto), ("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("int8", Precision::Int8)];
+    one_of(d, "CLIPFN_PRECISION", &choices)
 }
 
 fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
@@ -270,17 +309,29 @@ impl Settings {
                 self.max_images, self.max_queued_images
             )));
         }
-        if self.model.trim().is_empty() {
-            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file or object URI".into()));
+        if self.max_fetched_bytes < self.max_image_bytes {
+            return Err(ConfigError(format!(
+                "CLIPFN_MAX_FETCHED_BYTES ({}) must be at least CLIPFN_MAX_IMAGE_BYTES ({}), or the largest photo could never be read",
+                self.max_fetched_bytes, self.max_image_bytes
+            )));
         }
-        if self.labels.is_some() && self.text_model.is_none() {
+        if self.model.trim().is_empty() {
+            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
+        }
+        // A model folder may hold the text tower too; whether it does is known once it is listed.
+        let text_tower = self.text_model.is_some() || crate::model::is_folder(&self.model);
+        if self.labels.is_some() && !text_tower {
             return Err(ConfigError(
-                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into(),
+                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL (or a model folder with a text tower): label sets are embedded by \
+                 the text model"
+                    .into(),
             ));
         }
-        if self.text_tokenizer.is_some() && self.text_model.is_none() {
+        if self.text_tokenizer.is_some() && !text_tower {
             return Err(ConfigError(
-                "CLIPFN_TEXT_TOKENIZER needs CLIPFN_TEXT_MODEL, the model it tokenizes for".into(),
+                "CLIPFN_TEXT_TOKENIZER needs CLIPFN_TEXT_MODEL (or a model folder with a text tower), the model it \
+                 tokenizes for"
+                    .into(),
             ));
         }
         Ok(())
@@ -352,6 +403,7 @@ mod tests {
         assert_eq!(s.max_images, 100);
         assert_eq!(s.max_image_bytes, 25 * MIB);
         assert_eq!(s.provider, Provider::Auto);
+        assert_eq!(s.precision, Precision::Auto);
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
@@ -372,6 +424,9 @@ mod tests {
         let zero =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+        let bad_precision =
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PRECISION", "bf16")])).unwrap_err().to_string();
+        assert!(bad_precision.contains("CLIPFN_PRECISION") && bad_precision.contains("bf16"), "{bad_precision}");
         let bad_format =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
         assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");

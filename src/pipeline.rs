@@ -18,12 +18,13 @@ use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
-    batcher::{BatchError, Batcher, Overloaded},
-    config::Settings,
+    batcher::{BatchError, Batcher, Overloaded, Unhealthy},
+    config::{Provider, Settings},
     decode::{DecodeError, DecodeOptions, decode},
     labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo, TextModel, TextModelInfo},
+    model::{Model, ModelInfo, Runtime, TextFiles, TextModel, TextModelInfo, locate_text_model, read_image_model},
+    panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
     text::{TextEmbedding, TextEncoder, TextError},
@@ -41,27 +42,41 @@ pub enum ItemError {
     Preprocess(#[from] PreprocessError),
     #[error(transparent)]
     Batch(#[from] BatchError),
-    #[error("the decoder crashed on this file")]
-    DecoderPanic,
     #[error("not finished within the request deadline")]
     DeadlineExceeded,
 }
 
-/// Wall-clock spans of each stage for one request: from the first photo entering the stage to
-/// the last one leaving it.
+/// When each stage ran: for one photo, from entering the stage to leaving it; for a request, from
+/// the first photo entering the stage to the last one leaving it.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timings {
-    pub fetch: Span,
-    pub decode: Span,
-    pub queue: Span,
-    pub inference: Span,
+    pub fetch: Interval,
+    pub decode: Interval,
+    pub queue: Interval,
+    pub inference: Interval,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Span(Option<(Instant, Instant)>);
+impl Timings {
+    /// Widens each stage's interval to also cover `other`'s.
+    fn cover(&mut self, other: &Timings) {
+        self.fetch.cover(other.fetch);
+        self.decode.cover(other.decode);
+        self.queue.cover(other.queue);
+        self.inference.cover(other.inference);
+    }
+}
 
-impl Span {
-    fn cover(&mut self, start: Instant, end: Instant) {
+/// A stretch of wall-clock time; empty until a stage records one.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Interval(Option<(Instant, Instant)>);
+
+impl Interval {
+    fn new(start: Instant, end: Instant) -> Self {
+        Interval(Some((start, end)))
+    }
+
+    fn cover(&mut self, other: Interval) {
+        let Some((start, end)) = other.0 else { return };
         self.0 = Some(match self.0 {
             None => (start, end),
             Some((s, e)) => (s.min(start), e.max(end)),
@@ -118,21 +133,24 @@ impl Pipeline {
         let started = Instant::now();
         let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
         let model = async {
-            let bytes = source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?;
-            let id = model_id(&settings.model);
+            // The provider decides which file of a model folder to read, so it is settled first
+            // (a short blocking call; the other runtime threads keep /healthz answering).
+            let runtime = Runtime::start(settings)?;
+            let file = read_image_model(&source, settings, runtime.on_cuda()).await.context("CLIPFN_MODEL")?;
             let settings = settings.clone();
             let span = tracing::Span::current();
             anyhow::Ok(
-                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, &bytes, id))).await??,
+                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(runtime, &settings, file))).await??,
             )
         }
         .instrument(span.clone())
         .await?;
         let info = &model.info;
-        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider);
-        metrics.model_loaded(started.elapsed(), &info.id, info.provider);
+        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider.as_str());
+        metrics.model_loaded(started.elapsed(), info);
         tracing::info!(
-            model = %info.id, provider = info.provider, fallback_reason = info.fallback_reason.as_deref(),
+            model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider.as_str(),
+            fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
@@ -209,6 +227,11 @@ impl Pipeline {
         self.batcher.in_flight()
     }
 
+    /// Whether the model worker can still serve (see `batcher`).
+    pub fn health(&self) -> Result<(), Unhealthy> {
+        self.batcher.health().check()
+    }
+
     /// Embeds every photo, answering each index exactly once and in order. Photos not done by
     /// `deadline` get `DeadlineExceeded`, and their queued work is withdrawn.
     pub async fn embed(
@@ -219,24 +242,24 @@ impl Pipeline {
         let _places = self.batcher.admit(images.len())?;
         let mut timings = Timings::default();
         let photos = images.iter().enumerate().map(|(index, image)| async move {
-            let mut stamps = Stamps::default();
-            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut stamps))
+            let mut photo = Timings::default();
+            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut photo))
                 .await
                 .unwrap_or(Err(ItemError::DeadlineExceeded));
-            (result, stamps)
+            (result, photo)
         });
         let done = futures::future::join_all(photos).await;
         let results = done
             .into_iter()
-            .map(|(result, stamps)| {
-                stamps.add_to(&mut timings);
+            .map(|(result, photo)| {
+                timings.cover(&photo);
                 result.map(l2_normalized)
             })
             .collect();
         Ok((results, timings))
     }
 
-    async fn embed_one(&self, index: usize, image: &str, stamps: &mut Stamps) -> ItemResult {
+    async fn embed_one(&self, index: usize, image: &str, timings: &mut Timings) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -246,79 +269,89 @@ impl Pipeline {
             otel.status_code = Empty
         );
         let start = Instant::now();
-        let bytes = self.source.fetch(image).instrument(span.clone()).await;
-        stamps.fetch = Some((start, Instant::now()));
+        let fetched = self.source.fetch(image).instrument(span.clone()).await;
+        timings.fetch = Interval::new(start, Instant::now());
         self.metrics.stage(Stage::Fetch, start.elapsed());
-        let bytes = bytes.inspect_err(|_| failed(&span))?;
-        span.record("clipfn.photo.bytes", bytes.len() as i64);
+        let fetched = fetched.inspect_err(|_| failed(&span))?;
+        span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
 
         // The slot moves into the blocking task: a photo that times out stops waiting, but its
         // decode keeps the core until it really ends, so the pool never runs over its size.
         let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        let (size, layout) = (self.model().image_size, self.model().input_layout);
-        // JPEGs decode at the smallest DCT scale that still covers the model input.
-        let options = DecodeOptions::for_input(size, self.max_pixels);
+        let (transform, layout) = (self.model().preprocessing.clone(), self.model().input_layout);
+        // JPEGs decode at the smallest DCT scale that still covers the resized photo.
+        let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
-        // turns it into this photo's error and the process and the other photos carry on.
+        // turns it into this photo's error and the process and the other photos carry on. The
+        // fetched bytes (and their share of the byte budget) are let go when the decode ends.
         let in_task = span.clone();
         let work = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
             let _slot = slot;
             let _entered = in_task.enter();
-            let decoded = decode(&bytes, &options)?;
-            Ok(preprocess(&decoded, size, layout)?)
+            let decoded = decode(&fetched.bytes, &options)?;
+            drop(fetched);
+            Ok(preprocess(&decoded, &transform, layout)?)
         });
         // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
         let pixels = tokio::time::timeout(self.decode_timeout, work).await;
         let queued = Instant::now();
-        stamps.decode = Some((decode_start, queued));
+        timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
         let pixels = match pixels {
             Ok(Ok(result)) => result,
-            Ok(Err(_join_error)) => Err(ItemError::DecoderPanic),
+            Ok(Err(join_error)) => {
+                let message = join_error.try_into_panic().map(|p| panics::message(p.as_ref())).unwrap_or_default();
+                Err(ItemError::Decode(DecodeError::Crashed(message)))
+            }
             Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
         };
         let pixels = pixels.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let embedded = self.batcher.embed(pixels, span).await?;
-        stamps.queue = Some((queued, embedded.started));
-        stamps.inference = Some((embedded.started, embedded.finished));
+        timings.queue = Interval::new(queued, embedded.started);
+        timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
         Ok(embedded.embedding)
     }
 }
 
-/// Loads CLIPFN_TEXT_MODEL, when set, beside the image model (same environment and provider),
-/// with its tokenizer: CLIPFN_TEXT_TOKENIZER's tokenizer.json, else CLIP's BPE.
+/// Loads the text tower, when there is one (see `locate_text_model`), beside the image model (same
+/// environment and provider), with its tokenizer: a tokenizer.json, else CLIP's BPE.
 async fn load_text_model(
     source: &Source,
     settings: &Settings,
     model: Model,
 ) -> anyhow::Result<(Model, Option<(TextModel, Tokenizer)>)> {
-    let Some(location) = settings.text_model.clone() else {
+    let on_cuda = model.info.provider == Provider::Cuda;
+    let Some(TextFiles { model: location, id, tokenizer }) =
+        locate_text_model(source, settings, on_cuda).await.context("the text model")?
+    else {
         return Ok((model, None));
     };
     let started = Instant::now();
-    let tokenizer = match &settings.text_tokenizer {
+    let tokenizer = match &tokenizer {
         Some(file) => {
-            let bytes = source.fetch_config_object(file).await.context("reading CLIPFN_TEXT_TOKENIZER")?;
+            let bytes =
+                source.fetch_config_object(file).await.with_context(|| format!("reading the tokenizer.json {file}"))?;
             let json = JsonTokenizer::from_bytes(&bytes, settings.text_max_tokens)
-                .with_context(|| format!("CLIPFN_TEXT_TOKENIZER {file}"))?;
+                .with_context(|| format!("the tokenizer.json {file}"))?;
             Tokenizer::Json(json)
         }
         None => Tokenizer::clip(),
     };
-    let bytes = source.fetch_config_object(&location).await.context("reading CLIPFN_TEXT_MODEL")?;
+    let bytes =
+        source.fetch_config_object(&location).await.with_context(|| format!("reading text model {location}"))?;
     let settings = settings.clone();
     let span = tracing::Span::current();
     let (model, text) = tokio::task::spawn_blocking(move || {
-        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, model_id(&location), &tokenizer));
+        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, id, &tokenizer));
         (model, text.map(|text| (text, tokenizer)))
     })
     .await?;
-    let (text, tokenizer) = text.context("loading CLIPFN_TEXT_MODEL")?;
+    let (text, tokenizer) = text.with_context(|| format!("loading text model {location}"))?;
     tracing::info!(
         model = %text.info.id, dim = text.info.dim, tokenizer = text.info.tokenizer,
         attention_mask = text.info.mask_name.is_some(), load_ms = started.elapsed().as_millis() as u64,
@@ -330,37 +363,6 @@ async fn load_text_model(
 /// Marks a stage span as the one where its photo failed.
 fn failed(span: &tracing::Span) {
     span.record("otel.status_code", "ERROR");
-}
-
-/// The model's name as clients see it: the file name without `.onnx`.
-fn model_id(location: &str) -> String {
-    let name = location.trim_end_matches('/').rsplit('/').next().unwrap_or(location);
-    name.strip_suffix(".onnx").unwrap_or(name).to_string()
-}
-
-/// When one photo entered and left each stage it reached.
-#[derive(Default)]
-struct Stamps {
-    fetch: Option<(Instant, Instant)>,
-    decode: Option<(Instant, Instant)>,
-    queue: Option<(Instant, Instant)>,
-    inference: Option<(Instant, Instant)>,
-}
-
-impl Stamps {
-    fn add_to(&self, timings: &mut Timings) {
-        let pairs = [
-            (self.fetch, &mut timings.fetch),
-            (self.decode, &mut timings.decode),
-            (self.queue, &mut timings.queue),
-            (self.inference, &mut timings.inference),
-        ];
-        for (stamp, span) in pairs {
-            if let Some((start, end)) = stamp {
-                span.cover(start, end);
-            }
-        }
-    }
 }
 
 /// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
@@ -384,12 +386,14 @@ mod tests {
     }
 
     #[test]
-    fn spans_cover_all_photos() {
+    fn request_timings_cover_all_photos() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut span = Span::default();
-        span.cover(t0 + ms(5), t0 + ms(10));
-        span.cover(t0, t0 + ms(7));
-        assert_eq!(span.duration(), ms(10));
+        let mut request = Timings::default();
+        let photo = |start, end| Timings { fetch: Interval::new(t0 + ms(start), t0 + ms(end)), ..Timings::default() };
+        request.cover(&photo(5, 10));
+        request.cover(&photo(0, 7));
+        assert_eq!(request.fetch.duration(), ms(10));
+        assert_eq!(request.decode.duration(), Duration::ZERO);
     }
 }

@@ -11,6 +11,12 @@ models built here from scratch with the `onnx` helpers (no torch):
                   therefore changes the embedding clearly.
   --kind vit-b32  exactly the CLIP ViT-B/32 image tower (87.8M params) for
                   realistic benchmark timings; its outputs are meaningless.
+  --kind poison   the test model (same weights, same embeddings) plus a Reshape
+                  whose target shape depends on the data: a batch holding an
+                  all-white photo fails at run time, as a photo that trips a
+                  model bug would. Tests that one bad photo costs only itself.
+  --kind fixed-batch  the test model with its batch dimension fixed at 1, which
+                  clipfn must refuse at start-up.
 
   --kind text-test     small CLIP text tower (width 64, 2 layers, 4 heads, 3.3M
                        params, mostly the 49,408-token embedding) with an extra
@@ -19,11 +25,20 @@ models built here from scratch with the `onnx` helpers (no torch):
                        8 heads, causal mask, pooled at the end token, projection
                        to 512; 63.4M params) for benchmark timings.
 
-Image models: input "pixel_values" float32 [N,3,224,224] (dynamic N), output
-"image_embeds" float32 [N,512]. Text models: input "input_ids" int64 [N,77]
-(+ "attention_mask" int64 [N,77] for text-test), output "text_embeds" float32
-[N,512]. All NOT L2-normalised, like CLIP's projection output; opset 17,
-metadata_props "clipfn.model_id". Same seed -> same bytes.
+Image models: input "pixel_values" float32 [N,3,S,S] (dynamic N; S = 224, or --size
+for the test kind), output "image_embeds" float32 [N,512]. Text models: input
+"input_ids" int64 [N,77] (+ "attention_mask" int64 [N,77] for text-test), output
+"text_embeds" float32 [N,512]. All NOT L2-normalised, like CLIP's projection
+output; opset 17, metadata_props "clipfn.model_id". Same seed -> same bytes.
+
+--folder DIR writes a model folder in the transformers.js / Optimum layout
+instead of one file: onnx/vision_model.onnx (fp32), onnx/vision_model_fp16.onnx
+(fp16 weights, float32 inputs and outputs: cast at the boundary) and
+onnx/vision_model_quantized.onnx (int8: ONNX Runtime's dynamic quantization of
+the MatMul weights), plus preprocessor_config.json and config.json.
+--preprocess clip writes CLIP's own constants; --preprocess other writes
+non-CLIP ones (mean/std 0.5, bilinear, shortest edge S+16 then crop S), so
+the service's preprocessing can be checked to follow the file.
 
   --kind text-multilingual  a small BERT-shaped multilingual text tower (width 64, 2 layers,
                        4 heads, vocabulary of the WordPiece trained here) standing in for
@@ -34,11 +49,15 @@ metadata_props "clipfn.model_id". Same seed -> same bytes.
                        tests/fixtures/multilingual.txt, is written beside it as
                        <out without .onnx>.tokenizer.json.
 
-Usage: make_models.py --kind test|vit-b32|text-test|vit-b32-text|text-multilingual [--out PATH]
-       [--seed N] [--dim D] [--check]
+
+Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
+                      [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
+                      [--dim D] [--check]
 """
 import argparse
 import hashlib
+import json
+import logging
 import os
 import sys
 import time
@@ -52,13 +71,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = {
     "test": os.path.join(REPO, ".cache/models/clip-test.onnx"),
     "vit-b32": os.path.join(REPO, ".cache/models/vit-b32-random.onnx"),
+    "poison": os.path.join(REPO, ".cache/models/clip-poison.onnx"),
+    "fixed-batch": os.path.join(REPO, ".cache/models/clip-fixed-batch.onnx"),
     "text-test": os.path.join(REPO, ".cache/models/clip-text-test.onnx"),
     "vit-b32-text": os.path.join(REPO, ".cache/models/vit-b32-text-random.onnx"),
     "text-multilingual": os.path.join(REPO, ".cache/models/multilingual-text-test.onnx"),
 }
 MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1",
+            "poison": "clipfn-test-poison-v1", "fixed-batch": "clipfn-test-fixed-batch-v1",
             "text-test": "clipfn-text-test-v1", "vit-b32-text": "clip-vit-b32-text-random-v1",
             "text-multilingual": "clipfn-multilingual-text-test-v1"}
+# Normalised CLIP input of a pure white pixel is at least (1 - 0.4815) / 0.2686 = 1.93 in every
+# channel; no real photo has every pixel above 1.9 (RGB >= 253).
+WHITE_FLOOR = 1.9
 
 
 class Graph:
@@ -95,18 +120,34 @@ class Graph:
         return self.op("LayerNormalization", [x, g, b], axis=-1, epsilon=1e-5)
 
 
-def build_test(g):
-    """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*14*14, linear -> 512."""
+def build_test(g, size=224, poison=False):
+    """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*G*G (G = size/16), linear -> 512."""
     # Weight scales: each conv output sums 768 normalised pixels, so std 1/sqrt(768)
     # keeps tanh mostly in its linear range; likewise 1/sqrt(1568) for the projection.
     w = g.randn("patch.weight", (8, 3, 16, 16), 1.0 / np.sqrt(3 * 16 * 16))
     b = g.randn("patch.bias", (8,), 0.1)
     x = g.op("Conv", ["pixel_values", w, b], kernel_shape=[16, 16], strides=[16, 16])
     x = g.op("Tanh", [x])
-    x = g.op("Flatten", [x], axis=1)  # [N, 1568]: keeps position information
-    w2 = g.randn("proj.weight", (8 * 14 * 14, 512), 1.0 / np.sqrt(8 * 14 * 14))
+    x = g.op("Flatten", [x], axis=1)  # [N, 8*G*G]: keeps position information
+    grid = size // 16
+    if poison:
+        x = poison_guard(g, x, 8 * grid * grid)
+    w2 = g.randn("proj.weight", (8 * grid * grid, 512), 1.0 / np.sqrt(8 * grid * grid))
     b2 = g.randn("proj.bias", (512,), 0.1)
     return g.op("Add", [g.op("MatMul", [x, w2]), b2])
+
+
+def poison_guard(g, x, width):
+    """Reshape x [N, width] to [-1, width + k], k = 1 when some photo in the batch is all white:
+    the identity for ordinary batches, a run-time shape error (N * width is never a multiple of
+    width + 1 here) for a batch holding a white photo."""
+    lowest = g.op("ReduceMin", ["pixel_values"], axes=[1, 2, 3], keepdims=0)  # [N]
+    white = g.op("Cast", [g.op("Greater", [lowest, g.const("white_floor", np.array(WHITE_FLOOR, np.float32))])],
+                 to=TensorProto.FLOAT)
+    k = g.op("Cast", [g.op("ReduceMax", [white], keepdims=1)], to=TensorProto.INT64)  # [1]
+    cols = g.op("Add", [g.const("guard_width", np.array([width], np.int64)), k])
+    shape = g.op("Concat", [g.const("guard_rows", np.array([-1], np.int64)), cols], axis=0)
+    return g.op("Reshape", [x, shape])
 
 
 def transformer(g, x, width, layers, heads, mask=None):
@@ -139,7 +180,6 @@ def transformer(g, x, width, layers, heads, mask=None):
         h = g.op("Mul", [h, g.op("Sigmoid", [g.op("Mul", [h, gelu_k])])])  # QuickGELU
         h = g.linear(h, f"{p}.mlp.c_proj", 4 * width, width)
         x = g.op("Add", [x, h])
-
     return x
 
 
@@ -199,35 +239,45 @@ TEXT_KINDS = {
 }
 
 
-def io_specs(kind):
-    """(graph inputs, output name) of a kind."""
-    if kind not in TEXT_KINDS:
-        return [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["N", 3, 224, 224])], "image_embeds"
-    names = ["input_ids"] + (["attention_mask"] if TEXT_KINDS[kind].get("attention_mask") else [])
-    return [helper.make_tensor_value_info(n, TensorProto.INT64, ["N", 77]) for n in names], "text_embeds"
-
-
-def build(kind, seed):
+def build_text_model(kind, seed):
+    """A text kind: input_ids (+ attention_mask) int64 [N, 77] -> text_embeds float32 [N, 512]."""
     g = Graph(np.random.default_rng(seed))
-    if kind in TEXT_KINDS:
-        out = build_text(g, **TEXT_KINDS[kind])
-    else:
-        out = build_test(g) if kind == "test" else build_vit_b32(g)
-    inputs, output = io_specs(kind)
-    g.nodes.append(helper.make_node("Identity", [out], [output], name=output))
+    out = build_text(g, **TEXT_KINDS[kind])
+    g.nodes.append(helper.make_node("Identity", [out], ["text_embeds"], name="text_embeds"))
+    names = ["input_ids"] + (["attention_mask"] if TEXT_KINDS[kind].get("attention_mask") else [])
     graph = helper.make_graph(
-        g.nodes, f"clipfn_{kind}", inputs,
-        [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["N", 512])],
+        g.nodes, f"clipfn_{kind}".replace("-", "_"),
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["N", 77]) for n in names],
+        [helper.make_tensor_value_info("text_embeds", TensorProto.FLOAT, ["N", 512])],
+        initializer=g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="clipfn-tools-make_models", producer_version="1")
+    model.ir_version = 8
+    helper.set_model_props(model, {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind,
+                                   "clipfn.seed": str(seed), "clipfn.embedding_dim": "512"})
+    params = sum(int(np.prod(t.dims)) for t in g.inits if t.data_type == TensorProto.FLOAT and t.dims)
+    return model, params
+
+
+def build(kind, seed, size=224):
+    if kind in TEXT_KINDS:
+        return build_text_model(kind, seed)
+    g = Graph(np.random.default_rng(seed))
+    out = build_vit_b32(g) if kind == "vit-b32" else build_test(g, size, poison=kind == "poison")
+    batch = 1 if kind == "fixed-batch" else "N"
+    g.nodes.append(helper.make_node("Identity", [out], ["image_embeds"], name="image_embeds"))
+    graph = helper.make_graph(
+        g.nodes, f"clipfn_{kind}".replace("-", "_"),
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, [batch, 512])],
         initializer=g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="clipfn-tools-make_models", producer_version="1")
     model.ir_version = 8  # readable by every ONNX Runtime >= 1.10
     meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
-            "clipfn.input_size": "224", "clipfn.embedding_dim": "512",
+            "clipfn.input_size": str(size), "clipfn.embedding_dim": "512",
             "clipfn.mean": "0.48145466,0.4578275,0.40821073",
             "clipfn.std": "0.26862954,0.26130258,0.27577711"}
-    if kind in TEXT_KINDS:
-        meta = {k: v for k, v in meta.items() if k.split(".")[1] not in ("input_size", "mean", "std")}
     helper.set_model_props(model, meta)
     # learned tensors only: skip 0-d float constants (attention scale, QuickGELU 1.702)
     params = sum(int(np.prod(t.dims)) for t in g.inits if t.data_type == TensorProto.FLOAT and t.dims)
@@ -311,69 +361,148 @@ def tokenizer_path(model_path):
     return model_path.removesuffix(".onnx") + ".tokenizer.json"
 
 
-def check_feeds(sess):
-    """A batch of 2: random pixels, or two different token sequences ending in the end token."""
-    names = [i.name for i in sess.get_inputs()]
+def preprocessor_config(kind, size):
+    """preprocessor_config.json as Hugging Face's CLIPImageProcessor writes it."""
+    if kind == "clip":
+        resize, crop, resample = {"shortest_edge": size}, size, 3
+        mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+    else:  # not CLIP's numbers anywhere: crop inside a larger resize, bilinear, SigLIP-style statistics
+        resize, crop, resample, mean, std = {"shortest_edge": size + 16}, size, 2, [0.5] * 3, [0.5] * 3
+    return {"crop_size": {"height": crop, "width": crop}, "do_center_crop": True, "do_convert_rgb": True,
+            "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": mean,
+            "image_processor_type": "CLIPImageProcessor", "image_std": std, "resample": resample,
+            "rescale_factor": 1 / 255, "size": resize}
+
+
+def fp16_variant(model):
+    """fp16 weights and arithmetic, float32 at the boundary (what transformers.js ships as _fp16)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(model, keep_io_types=True)
+
+
+def int8_variant(src, dst):
+    """Dynamic quantization of the MatMul weights to int8 (activations quantized at run time)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.getLogger().setLevel(logging.ERROR)  # its "consider pre-processing" advice
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+
+
+def save(model, out):
+    tmp = out + ".tmp"
+    onnx.save_model(model, tmp)  # < 2 GB, so no external data needed
+    os.replace(tmp, out)  # atomic: a crash never leaves a half-written model
+
+
+def write_folder(model, folder, kind, size, preprocess):
+    """The transformers.js layout; written beside and renamed into place, so never half there."""
+    tmp = folder + ".tmp"
+    if os.path.exists(tmp):
+        import shutil
+
+        shutil.rmtree(tmp)
+    os.makedirs(os.path.join(tmp, "onnx"))
+    fp32 = os.path.join(tmp, "onnx/vision_model.onnx")
+    save(model, fp32)
+    save(fp16_variant(model), os.path.join(tmp, "onnx/vision_model_fp16.onnx"))
+    int8_variant(fp32, os.path.join(tmp, "onnx/vision_model_quantized.onnx"))
+    with open(os.path.join(tmp, "preprocessor_config.json"), "w") as f:
+        json.dump(preprocessor_config(preprocess, size), f, indent=2)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump({"model_type": "clip", "clipfn.kind": kind, "clipfn.model_id": MODEL_ID[kind],
+                   "vision_config": {"image_size": size}, "projection_dim": 512}, f, indent=2)
+    if os.path.exists(folder):
+        os.rename(folder, folder + ".old")
+        os.rename(tmp, folder)
+        import shutil
+
+        shutil.rmtree(folder + ".old")
+    else:
+        os.rename(tmp, folder)
+    return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))]
+
+
+def text_feeds(sess):
+    """Two different token sequences ending in the end token."""
     if sess.get_inputs()[0].shape[1] == "L":  # the multilingual tower: [CLS] ... [SEP], ragged
         ids = np.array([[2, 40, 41, 3], [2, 50, 3, 0]], np.int64)
         return {"input_ids": ids, "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]], np.int64)}
-    if names[0] != "input_ids":
-        return {names[0]: np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)}
     ids = np.zeros((2, 77), np.int64)
     ids[0, :6] = [49406, 320, 1125, 539, 2368, 49407]  # "a photo of cat"
     ids[1, :6] = [49406, 320, 1125, 539, 1929, 49407]  # "a photo of dog"
     feeds = {"input_ids": ids}
-    if "attention_mask" in names:
+    if any(i.name == "attention_mask" for i in sess.get_inputs()):
         feeds["attention_mask"] = (ids > 0).astype(np.int64)
     return feeds
 
 
-def check(path):
-    """Run a batch of 2 through ONNX Runtime; returns the output and the time."""
+def check(path, size=224):
+    """Run a batch of 2 (1 for fixed-batch) through ONNX Runtime; returns the output and the time."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    feeds = check_feeds(sess)
+    batch = sess.get_inputs()[0].shape[0]
+    n = batch if isinstance(batch, int) else 2
+    x = np.random.default_rng(1).standard_normal((n, 3, size, size)).astype(np.float32)
+    feeds = text_feeds(sess) if sess.get_inputs()[0].name == "input_ids" else {"pixel_values": x}
     sess.run(None, feeds)  # warm-up
     t = time.perf_counter()
     (y,) = sess.run(None, feeds)
     dt = time.perf_counter() - t
-    assert y.shape[0] == 2 and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    assert y.shape[0] == n and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    if sess.get_modelmeta().custom_metadata_map.get("clipfn.kind") == "poison":
+        white = np.full((1, 3, size, size), 2.0, np.float32)  # above WHITE_FLOOR everywhere
+        try:
+            sess.run(None, {"pixel_values": np.concatenate([x, white])})
+        except Exception:  # onnxruntime raises its own Fail/RuntimeException types
+            pass
+        else:
+            raise AssertionError("the poison model ran a batch holding a white photo")
     return y, dt
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=list(DEFAULT_OUT), required=True)
+    ap.add_argument("--kind", choices=list(MODEL_ID), required=True)
     ap.add_argument("--out")
+    ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
+    ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
+    ap.add_argument("--preprocess", choices=["clip", "other"], default="clip")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--check", action="store_true", help="run a batch of 2 with onnxruntime")
     ap.add_argument("--dim", type=int, default=512, help="text-multilingual: embedding size")
     a = ap.parse_args()
-    out = os.path.abspath(a.out or DEFAULT_OUT[a.kind])
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
+        ap.error("--size: only the test kind takes another size, a multiple of 16")
 
     t0 = time.perf_counter()
     if a.kind == "text-multilingual":
         tokenizer = train_wordpiece()
-        tokenizer.save(tokenizer_path(out))
+        tokenizer.save(tokenizer_path(os.path.abspath(a.out or DEFAULT_OUT[a.kind])))
         model, params = build_multilingual_model(a.seed, a.dim, tokenizer)
     else:
-        model, params = build(a.kind, a.seed)
+        model, params = build(a.kind, a.seed, a.size)
     onnx.checker.check_model(model, full_check=True)  # also infers shapes
-    tmp = out + ".tmp"
-    onnx.save_model(model, tmp)  # < 2 GB, so no external data needed
-    os.replace(tmp, out)  # atomic: a crash never leaves a half-written model
+    if a.folder:
+        outs = write_folder(model, os.path.abspath(a.folder), a.kind, a.size, a.preprocess)
+    else:
+        out = os.path.abspath(a.out or DEFAULT_OUT[a.kind])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        save(model, out)
+        outs = [out]
     t_build = time.perf_counter() - t0
-    sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
-    print(f"{a.kind}: {out}\n  params={params:,} size={os.path.getsize(out)/1e6:.1f} MB "
-          f"sha256={sha[:16]} built in {t_build:.1f}s")
-    if a.check:
-        y, dt = check(out)
-        cos = float(y[0] @ y[1] / np.linalg.norm(y[0]) / np.linalg.norm(y[1]))
-        print(f"  onnxruntime: out {y.shape}, batch of 2 in {dt*1000:.1f} ms (1 thread), "
-              f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y1)={cos:.3f}")
+    for out in outs:
+        sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+        print(f"{a.kind}: {out}\n  params={params:,} size={os.path.getsize(out)/1e6:.1f} MB "
+              f"sha256={sha[:16]}")
+        if a.check:
+            y, dt = check(out, a.size)
+            cos = float(y[0] @ y[-1] / np.linalg.norm(y[0]) / np.linalg.norm(y[-1]))
+            print(f"  onnxruntime: out {y.shape}, batch of {len(y)} in {dt*1000:.1f} ms (1 thread), "
+                  f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y_last)={cos:.3f}")
+    print(f"  built in {t_build:.1f}s")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ use base64::Engine;
 use serde_json::Value;
 
 use super::{
-    Answered, AppState, Counts, answer, check_body_size, check_images,
+    Answered, AppState, Cancelled, Counts, answer, check_body_size, check_images,
     error::ApiError,
     json_body, per_photo, photo_results,
     types::{
@@ -55,7 +55,9 @@ pub(super) async fn embed_texts(state: &AppState, texts: Value) -> Answered {
 /// embed search queries here.
 pub(super) async fn embeddings(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
+    let mut cancelled = Cancelled::new(&state, "embeddings", started);
     let outcome = embeddings_request(&state, body).await;
+    cancelled.armed = false;
     answer(&state, "embeddings", started, outcome)
 }
 
@@ -103,7 +105,9 @@ async fn embeddings_request(state: &AppState, body: Result<Bytes, BytesRejection
 /// `POST /v1/classify`: each photo's best labels, from a label set or labels given here.
 pub(super) async fn classify(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
+    let mut cancelled = Cancelled::new(&state, "classify", started);
     let outcome = classify_request(&state, body, started).await;
+    cancelled.armed = false;
     answer(&state, "classify", started, outcome)
 }
 

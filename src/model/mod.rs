@@ -2,10 +2,14 @@
 //!
 //! ONNX Runtime is loaded from `ORT_DYLIB_PATH` (the PyPI wheel's library here, the CUDA build in
 //! the image), so a missing library is a clear start-up error instead of a panic. The execution
-//! provider is chosen once: with `auto`, a CUDA registration failure falls back to CPU and the
-//! reason is kept for the log and /readyz.
+//! provider is chosen once, before any model file is read (it decides which file of a model
+//! folder to read): with `auto`, a CUDA registration failure falls back to CPU and the reason is
+//! kept for the log and /readyz.
 
+mod files;
+mod folder;
 mod normalizer;
+mod preprocessor;
 mod text;
 
 use std::path::Path;
@@ -21,10 +25,15 @@ use ort::{
 };
 
 use self::normalizer::Normalizer;
-pub use self::text::{TextModel, TextModelInfo};
+pub use self::{
+    files::{TextFiles, locate_text_model, open_folder, read_image_model},
+    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
+    preprocessor::parse as parse_preprocessor_config,
+    text::{TextModel, TextModelInfo},
+};
 use crate::{
     config::{Normalize, Provider, Settings},
-    preprocess::{Layout, Pixels},
+    preprocess::{Layout, Pixels, Transform},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +44,10 @@ pub enum ModelError {
     CudaUnavailable(String),
     #[error("model: {0}")]
     Load(String),
+    #[error("model folder: {0}")]
+    Folder(String),
+    #[error("preprocessor_config.json: {0}")]
+    Preprocessor(String),
     #[error("inference failed: {0}")]
     Inference(String),
 }
@@ -43,8 +56,11 @@ pub enum ModelError {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ModelInfo {
     pub id: String,
-    /// `cuda` or `cpu`.
-    pub provider: &'static str,
+    /// The ONNX file that runs (relative to its folder when the model is a folder).
+    pub file: String,
+    pub precision: Weights,
+    /// `Cuda` or `Cpu`: the provider in use, never `Auto`.
+    pub provider: Provider,
     /// Why `auto` fell back to CPU, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
@@ -52,11 +68,16 @@ pub struct ModelInfo {
     pub output_name: String,
     /// Side of the square input image.
     pub image_size: u32,
+    /// How photos are resized, cropped and normalised for this model.
+    pub preprocessing: Transform,
     /// What the batcher hands the model: normalised floats, or raw bytes normalised in the model.
     pub input_layout: Layout,
     /// Length of one embedding.
     pub dim: usize,
     pub batch_size: usize,
+    /// The batch sizes run at start-up (1 and `batch_size`), so that no request pays for a first
+    /// run at a new shape (on CUDA, kernel selection and memory planning take seconds).
+    pub warm_up_batches: Vec<usize>,
 }
 
 impl ModelInfo {
@@ -64,6 +85,51 @@ impl ModelInfo {
     pub fn slot_len(&self) -> usize {
         3 * (self.image_size as usize).pow(2)
     }
+}
+
+/// The process's ONNX Runtime and the execution provider chosen for it.
+pub struct Runtime {
+    environment: Environment,
+    on_cuda: bool,
+    /// Why `auto` fell back to CPU, when it did.
+    fallback_reason: Option<String>,
+}
+
+impl Runtime {
+    /// Loads ONNX Runtime and settles the provider: CUDA when asked and its provider registers.
+    pub fn start(settings: &Settings) -> Result<Self, ModelError> {
+        let environment = init_runtime()?;
+        let (on_cuda, fallback_reason) = match settings.provider {
+            Provider::Cpu => (false, None),
+            Provider::Cuda | Provider::Auto => match session_builder(&environment, settings, true) {
+                Ok(_) => (true, None),
+                Err(e) if settings.provider == Provider::Cuda => {
+                    return Err(ModelError::CudaUnavailable(e.to_string()));
+                }
+                Err(e) => {
+                    tracing::warn!(reason = %e, "CUDA execution provider unavailable; running on CPU");
+                    (false, Some(e.to_string()))
+                }
+            },
+        };
+        Ok(Runtime { environment, on_cuda, fallback_reason })
+    }
+
+    pub fn on_cuda(&self) -> bool {
+        self.on_cuda
+    }
+}
+
+/// A model file read for loading.
+pub struct ModelFile {
+    pub bytes: bytes::Bytes,
+    /// The model's name as clients see it.
+    pub id: String,
+    /// Its file name (relative to its folder for a folder) and precision.
+    pub file: String,
+    pub precision: Weights,
+    /// The folder's preprocessing, when it has a `preprocessor_config.json`.
+    pub preprocessing: Option<Transform>,
 }
 
 pub struct Model {
@@ -76,53 +142,88 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads ONNX Runtime, builds the session from `bytes` and runs one warm-up batch, which also
-    /// reveals the embedding size.
-    pub fn load(settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
-        let environment = init_runtime()?;
-        let (session, provider, fallback_reason) = build_session(&environment, settings, bytes)?;
-        let on_cuda = provider == "cuda";
+    /// Builds the session from `model`, refuses a fixed batch dimension, and warms it up at batch
+    /// 1 and at the full batch size; the warm-up also reveals the embedding size.
+    pub fn load(runtime: Runtime, settings: &Settings, model: ModelFile) -> Result<Self, ModelError> {
+        let Runtime { environment, on_cuda, fallback_reason } = runtime;
+        let (session, on_cuda, fallback_reason) =
+            build_session(&environment, settings, &model.bytes, on_cuda, fallback_reason)?;
+        let provider = if on_cuda { Provider::Cuda } else { Provider::Cpu };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
-        let image_size = match settings.image_size {
-            Some(size) => size,
-            None => square_side(input.dtype().tensor_shape().map(|s| &s[..]))?,
+        let shape = input.dtype().tensor_shape().map(|s| &s[..]);
+        require_dynamic_batch(input.name(), shape)?;
+        let side = settings.image_size.or(square_side(shape));
+        let preprocessing = match (model.preprocessing, side) {
+            // The graph (or CLIPFN_IMAGE_SIZE) must take what the folder's config makes.
+            (Some(transform), Some(side)) if side != transform.side() => {
+                return Err(ModelError::Preprocessor(format!(
+                    "it makes {0}x{0} input, but the model takes {side}x{side}",
+                    transform.side()
+                )));
+            }
+            (Some(transform), _) => transform,
+            (None, Some(side)) => Transform::clip(side),
+            (None, None) => {
+                return Err(ModelError::Load(format!(
+                    "input shape {:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE",
+                    input.dtype().tensor_shape()
+                )));
+            }
         };
+        let image_size = preprocessing.side();
         let info = ModelInfo {
-            id,
+            id: model.id,
+            file: model.file,
+            precision: model.precision,
             provider,
             fallback_reason,
             input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
             output_name: settings.output_name.clone().unwrap_or_else(|| output.name().to_string()),
             image_size,
+            preprocessing,
             input_layout: match (settings.normalize, on_cuda) {
                 (Normalize::Model, _) | (Normalize::Auto, true) => Layout::RawNhwc,
                 (Normalize::Cpu, _) | (Normalize::Auto, false) => Layout::NormalizedNchw,
             },
             dim: 0,
             batch_size: settings.batch_size,
+            warm_up_batches: Vec::new(),
         };
         let normalizer = match info.input_layout {
             Layout::RawNhwc => {
-                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, image_size, on_cuda)?)
+                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, &info.preprocessing, on_cuda)?)
             }
             Layout::NormalizedNchw => None,
         };
         let mut model = Model { session, normalizer, info, _environment: environment };
-        let mut zeros = Pixels::empty(model.info.input_layout, 0);
-        let one = match model.info.input_layout {
-            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; model.info.slot_len()]),
-            Layout::RawNhwc => Pixels::RawNhwc(vec![0; model.info.slot_len()]),
-        };
-        for _ in 0..settings.batch_size {
-            zeros.extend(&one);
-        }
-        let embeddings = model.run(&zeros, settings.batch_size)?;
-        model.info.dim = embeddings.first().map_or(0, Vec::len);
-        if model.info.dim == 0 {
-            return Err(ModelError::Load("the model returned empty embeddings".into()));
+        let mut sizes = vec![1, settings.batch_size];
+        sizes.dedup();
+        for n in sizes {
+            let embeddings = model.warm_up(n)?;
+            model.info.dim = embeddings.first().map_or(0, Vec::len);
+            if model.info.dim == 0 {
+                return Err(ModelError::Load("the model returned empty embeddings".into()));
+            }
+            model.info.warm_up_batches.push(n);
         }
         Ok(model)
+    }
+
+    /// Runs the known-good warm-up input again: after a failed batch, this tells a broken model or
+    /// device (every input fails) from photos that trip the model (only they fail).
+    pub fn check(&mut self) -> Result<(), ModelError> {
+        self.warm_up(1).map(drop)
+    }
+
+    /// Runs `n` black photos.
+    fn warm_up(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+        let len = n * self.info.slot_len();
+        let zeros = match self.info.input_layout {
+            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; len]),
+            Layout::RawNhwc => Pixels::RawNhwc(vec![0; len]),
+        };
+        self.run(&zeros, n)
     }
 
     /// Runs one batch of `n` preprocessed photos laid end to end in `pixels`; returns one raw
@@ -173,25 +274,29 @@ fn init_runtime() -> Result<Environment, ModelError> {
         .map_err(|e| ModelError::Runtime(e.to_string()))
 }
 
-type Built = (Session, &'static str, Option<String>);
+type Built = (Session, bool, Option<String>);
 
-/// Builds the CLIP session on CUDA when asked and possible, else on CPU.
-fn build_session(environment: &Environment, settings: &Settings, bytes: &[u8]) -> Result<Built, ModelError> {
-    if settings.provider != Provider::Cpu {
-        let attempt = session_builder(environment, settings, true)
-            .and_then(|mut b| b.commit_from_memory(bytes).map_err(load))
-            .map_err(|e| e.to_string());
-        match (attempt, settings.provider) {
-            (Ok(session), _) => return Ok((session, "cuda", None)),
-            (Err(reason), Provider::Cuda) => return Err(ModelError::CudaUnavailable(reason)),
-            (Err(reason), _) => {
-                tracing::warn!(%reason, "CUDA execution provider unavailable; running on CPU");
-                let session = session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load)?;
-                return Ok((session, "cpu", Some(reason)));
-            }
+/// Builds the session on the provider the runtime chose. Should CUDA registration pass but the
+/// session still fail on it under `auto`, CPU takes over.
+fn build_session(
+    environment: &Environment,
+    settings: &Settings,
+    bytes: &[u8],
+    on_cuda: bool,
+    fallback_reason: Option<String>,
+) -> Result<Built, ModelError> {
+    let cpu = || session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load);
+    if !on_cuda {
+        return Ok((cpu()?, false, fallback_reason));
+    }
+    match session_builder(environment, settings, true).and_then(|mut b| b.commit_from_memory(bytes).map_err(load)) {
+        Ok(session) => Ok((session, true, None)),
+        Err(e) if settings.provider == Provider::Cuda => Err(ModelError::CudaUnavailable(e.to_string())),
+        Err(e) => {
+            tracing::warn!(reason = %e, "the model cannot run on CUDA; running on CPU");
+            Ok((cpu()?, false, Some(e.to_string())))
         }
     }
-    Ok((session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load)?, "cpu", None))
 }
 
 /// Session options shared by the CLIP session and the normaliser; with `cuda`, registering the
@@ -213,13 +318,23 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
     Ok(builder)
 }
 
-/// The input must be `[N, 3, S, S]`; S is read from the graph unless CLIPFN_IMAGE_SIZE overrides it.
-fn square_side(shape: Option<&[i64]>) -> Result<u32, ModelError> {
+/// Photos from several requests share a batch of any size up to CLIPFN_BATCH_SIZE, so the input's
+/// first dimension must be dynamic (ONNX Runtime reports it as -1).
+fn require_dynamic_batch(name: &str, shape: Option<&[i64]>) -> Result<(), ModelError> {
     match shape {
-        Some([_, 3, h, w]) if h == w && *h > 0 => Ok(*h as u32),
-        other => Err(ModelError::Load(format!(
-            "input shape {other:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE"
+        Some([n, ..]) if *n >= 0 => Err(ModelError::Load(format!(
+            "input '{name}' has a fixed batch dimension of {n}; clipfn needs a dynamic batch dimension \
+             (export with dynamic axis 0, e.g. torch.onnx.export(..., dynamic_axes={{'{name}': {{0: 'batch'}}}}))"
         ))),
+        _ => Ok(()),
+    }
+}
+
+/// S of an `[N, 3, S, S]` input with a fixed S.
+fn square_side(shape: Option<&[i64]>) -> Option<u32> {
+    match shape {
+        Some([_, 3, h, w]) if h == w && *h > 0 => Some(*h as u32),
+        _ => None,
     }
 }
 

@@ -14,13 +14,17 @@ use ort::{
 };
 
 use super::{Model, ModelError, embeddings, inference, load, session_builder};
-use crate::{config::Settings, tokenize::Tokenizer};
+use crate::{
+    config::{Provider, Settings},
+    tokenize::Tokenizer,
+};
 
 /// What the rest of the service needs to know about the text model.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TextModelInfo {
     pub id: String,
-    pub provider: &'static str,
+    /// `Cuda` or `Cpu`: the image tower's.
+    pub provider: Provider,
     pub input_name: String,
     /// Present when the graph takes an attention mask.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,9 +47,10 @@ pub struct TextModel {
 }
 
 impl TextModel {
-    /// Builds the session beside `image` (same environment, same provider) and runs one warm-up
-    /// batch of empty texts, which also reveals the embedding size; one of its rows carries the
-    /// tokenizer's largest id, so a vocabulary larger than the model's embedding table fails here.
+    /// Builds the session beside `image` (same environment, same provider) and runs warm-up
+    /// batches of empty texts, which also reveal the embedding size; the full batch's last row
+    /// carries the tokenizer's largest id, so a vocabulary larger than the model's embedding table
+    /// fails here.
     pub fn load(
         image: &Model,
         settings: &Settings,
@@ -54,7 +59,7 @@ impl TextModel {
         tokenizer: &Tokenizer,
     ) -> Result<Self, ModelError> {
         let provider = image.info.provider;
-        let session = session_builder(&image._environment, settings, provider == "cuda")?
+        let session = session_builder(&image._environment, settings, provider == Provider::Cuda)?
             .commit_from_memory(bytes)
             .map_err(load)?;
         let inputs = session.inputs();
@@ -94,9 +99,12 @@ impl TextModel {
         let empty = tokenizer.tokenize("").map_err(|e| ModelError::Load(e.to_string()))?.ids;
         let mut largest = empty.clone();
         largest.insert(largest.len().min(1), tokenizer.max_id());
-        let mut batch = vec![&empty[..]; settings.batch_size.max(2) - 1];
-        batch.push(&largest);
-        let embeddings = model.run(&batch).map_err(|e| {
+        let mut full = vec![&empty[..]; settings.batch_size - 1];
+        full.push(&largest);
+        // At 1 (a search query) and the full batch, as the image tower, so that no request pays
+        // for a first run at a new shape.
+        model.run(&[&empty])?;
+        let embeddings = model.run(&full).map_err(|e| {
             ModelError::Load(format!(
                 "the tokenizer's vocabulary ({} tokens) does not fit the text model's embedding table, or the \
                  model cannot run: {e}",

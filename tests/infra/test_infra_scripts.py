@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, find_tool
 
-SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "tools/check-infra.sh"]
+SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "infra/soak.sh", "tools/check-infra.sh"]
 LOAD_JS = REPO / "infra" / "k6" / "load.js"
 
 
@@ -62,9 +62,9 @@ def test_load_js_rejects_bad_settings(k6, env, message):
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("script", ["export_clip_onnx.py", "export_multilingual.py"])
-def test_export_script_compiles(script):
-    """The export scripts need torch and the Hub to run; here they must at least compile."""
+@pytest.mark.parametrize("script", ["export_clip_onnx.py", "export_multilingual.py", "soak.py"])
+def test_python_scripts_compile(script):
+    """The export scripts need torch and the Hub, soak.py ten minutes: here they must compile."""
     path = REPO / "infra" / script
     compile(path.read_text(), str(path), "exec")  # in memory: no __pycache__ next to it
 

@@ -1,0 +1,96 @@
+//! Reading the image model that `CLIPFN_MODEL` names: one `.onnx` file as it is, or, for a model
+//! folder, the file that the precision rule picks for the provider in use, with the folder's
+//! preprocessing; and the text tower, named on its own or found in the same folder.
+
+use anyhow::Context;
+
+use super::{
+    ModelFile, ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Weights, is_folder, parse_preprocessor_config,
+};
+use crate::{
+    config::{Precision, Settings},
+    source::Source,
+};
+
+/// Lists the model folder at `location` (a path, or a URI prefix).
+pub async fn open_folder(source: &Source, location: &str) -> anyhow::Result<ModelFolder> {
+    let files = source.list_config_folder(location).await.with_context(|| format!("listing {location}"))?;
+    Ok(ModelFolder::new(location, files))
+}
+
+/// Reads the image tower to run on CUDA (`on_cuda`) or CPU.
+pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: bool) -> anyhow::Result<ModelFile> {
+    let location = settings.model.as_str();
+    if !is_folder(location) {
+        let name = location.rsplit('/').next().unwrap_or(location);
+        let precision = Weights::of_file(name);
+        if ![Precision::Auto, precision.into()].contains(&settings.precision) {
+            anyhow::bail!(
+                "CLIPFN_PRECISION picks a file of a model folder, but CLIPFN_MODEL names one file ({name}, {} by its name)",
+                precision.as_str()
+            );
+        }
+        let bytes = source.fetch_config_object(location).await.with_context(|| format!("reading {location}"))?;
+        return Ok(ModelFile {
+            bytes,
+            id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
+            file: name.to_string(),
+            precision,
+            preprocessing: None,
+        });
+    }
+    let folder = open_folder(source, location).await?;
+    let variant = folder.pick(VISION, settings.precision, on_cuda)?;
+    let preprocessing = match folder.has(PREPROCESSOR_CONFIG) {
+        true => {
+            let config = folder.locate(PREPROCESSOR_CONFIG);
+            let bytes = source.fetch_config_object(&config).await.with_context(|| format!("reading {config}"))?;
+            Some(parse_preprocessor_config(&bytes).with_context(|| format!("in {config}"))?)
+        }
+        false => None,
+    };
+    let path = folder.locate(&variant.file);
+    let bytes = source.fetch_config_object(&path).await.with_context(|| format!("reading {path}"))?;
+    Ok(ModelFile {
+        bytes,
+        id: folder.name().to_string(),
+        file: variant.file,
+        precision: variant.precision,
+        preprocessing,
+    })
+}
+
+/// Where the text tower comes from.
+pub struct TextFiles {
+    /// Path or URI of the ONNX file.
+    pub model: String,
+    /// The id clients see: the file name without `.onnx`, or the folder's name.
+    pub id: String,
+    /// A tokenizer.json; `None`: CLIP's BPE.
+    pub tokenizer: Option<String>,
+}
+
+/// `CLIPFN_TEXT_MODEL` (with `CLIPFN_TEXT_TOKENIZER`) when set; else, when `CLIPFN_MODEL` is a
+/// folder with `onnx/text_model*.onnx`, the variant the image tower's precision rule picks, with
+/// the folder's `tokenizer.json` unless `CLIPFN_TEXT_TOKENIZER` names another. `None`: no text tower.
+pub async fn locate_text_model(
+    source: &Source,
+    settings: &Settings,
+    on_cuda: bool,
+) -> anyhow::Result<Option<TextFiles>> {
+    if let Some(model) = &settings.text_model {
+        let name = model.rsplit('/').next().unwrap_or(model);
+        let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
+        return Ok(Some(TextFiles { model: model.clone(), id, tokenizer: settings.text_tokenizer.clone() }));
+    }
+    if !is_folder(&settings.model) {
+        return Ok(None);
+    }
+    let folder = open_folder(source, &settings.model).await?;
+    if !folder.has_tower(TEXT) {
+        return Ok(None);
+    }
+    let variant = folder.pick(TEXT, settings.precision, on_cuda)?;
+    let tokenizer = settings.text_tokenizer.clone().or_else(|| folder.has(TOKENIZER).then(|| folder.locate(TOKENIZER)));
+    Ok(Some(TextFiles { model: folder.locate(&variant.file), id: folder.name().to_string(), tokenizer }))
+}
