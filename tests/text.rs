@@ -189,11 +189,9 @@ fn corpus() -> Vec<String> {
     strings
 }
 
-#[test]
-fn tokenizer_matches_the_reference() {
-    let corpus = corpus();
-    let reference = reference("tokens", &[], &json!(corpus));
-    let tokenizer = Tokenizer::clip();
+/// Asserts that `tokenizer` gives the ids of `text_reference.py tokens ARGS` on every string.
+fn assert_ids_match(tokenizer: &Tokenizer, corpus: &[String], args: &[&str]) {
+    let reference = reference("tokens", args, &json!(corpus));
     let mut differ = Vec::new();
     for (text, want) in corpus.iter().zip(reference.as_array().unwrap()) {
         let want: Vec<i64> = want.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
@@ -202,10 +200,16 @@ fn tokenizer_matches_the_reference() {
             differ.push(format!("{text:?}: ours {ours:?}, reference {want:?}"));
         }
     }
-    assert!(corpus.len() >= 2000);
     let shown = differ[..differ.len().min(10)].join("\n");
     assert!(differ.is_empty(), "{} of {} strings differ:\n{shown}", differ.len(), corpus.len());
-    eprintln!("tokenizer: all {} strings equal the reference", corpus.len());
+    eprintln!("{}: all {} strings equal the reference", tokenizer.kind(), corpus.len());
+}
+
+#[test]
+fn tokenizer_matches_the_reference() {
+    let corpus = corpus();
+    assert!(corpus.len() >= 2000);
+    assert_ids_match(&Tokenizer::clip(), &corpus, &[]);
 }
 
 fn text_server(store: &Path) -> ServerConfig {
@@ -448,19 +452,10 @@ fn multilingual_corpus() -> Vec<String> {
 fn tokenizer_json_ids_match_python_tokenizers() {
     let corpus = multilingual_corpus();
     let file = setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER");
-    let reference = reference("tokens", &["--tokenizer", &file], &json!(corpus));
     let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 128).unwrap();
-    let mut differ = Vec::new();
-    for (text, want) in corpus.iter().zip(reference.as_array().unwrap()) {
-        let want: Vec<i64> = want.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
-        let ours = tokenizer.tokenize(text).unwrap().ids;
-        if ours != want {
-            differ.push(format!("{text:?}: ours {ours:?}, Python's {want:?}"));
-        }
-    }
     assert!(corpus.len() >= 1000);
-    let shown = differ[..differ.len().min(10)].join("\n");
-    assert!(differ.is_empty(), "{} of {} strings differ:\n{shown}", differ.len(), corpus.len());
+    let tokenizer = Tokenizer::Json(tokenizer);
+    assert_ids_match(&tokenizer, &corpus, &["--tokenizer", &file]);
     // The file's truncation (64) is kept under the larger cap; a smaller cap wins.
     assert_eq!(tokenizer.tokenize(&"바다 ".repeat(200)).unwrap().ids.len(), 64);
     let capped = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 16).unwrap();
