@@ -42,9 +42,9 @@ impl JsonTokenizer {
         Ok(super::Tokens { ids: encoding.get_ids().iter().map(|&id| i64::from(id)).collect() })
     }
 
-    /// Tokens in the vocabulary, added tokens included.
-    pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+    /// The largest id in the vocabulary, added tokens included (ids need not be contiguous).
+    pub fn max_id(&self) -> i64 {
+        self.inner.get_vocab(true).values().max().map_or(0, |&id| i64::from(id))
     }
 
     pub fn pad_id(&self) -> i64 {

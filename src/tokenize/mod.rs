@@ -48,7 +48,7 @@ impl Tokenizer {
     pub fn max_id(&self) -> i64 {
         match self {
             Tokenizer::Clip(_) => 49407,
-            Tokenizer::Json(json) => json.vocab_size() as i64 - 1,
+            Tokenizer::Json(json) => json.max_id(),
         }
     }
 
