@@ -338,7 +338,7 @@ async fn load_text_model(
                 source.fetch_config_object(file).await.with_context(|| format!("reading the tokenizer.json {file}"))?;
             let json = JsonTokenizer::from_bytes(&bytes, settings.text_max_tokens)
                 .with_context(|| format!("the tokenizer.json {file}"))?;
-            Tokenizer::Json(json)
+            Tokenizer::Json(Box::new(json))
         }
         None => Tokenizer::clip(),
     };

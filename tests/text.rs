@@ -454,7 +454,7 @@ fn tokenizer_json_ids_match_python_tokenizers() {
     let file = setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER");
     let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 128).unwrap();
     assert!(corpus.len() >= 1000);
-    let tokenizer = Tokenizer::Json(tokenizer);
+    let tokenizer = Tokenizer::Json(Box::new(tokenizer));
     assert_ids_match(&tokenizer, &corpus, &["--tokenizer", &file]);
     // The file's truncation (64) is kept under the larger cap; a smaller cap wins.
     assert_eq!(tokenizer.tokenize(&"바다 ".repeat(200)).unwrap().ids.len(), 64);

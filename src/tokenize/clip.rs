@@ -26,12 +26,14 @@ pub struct ClipBpe {
     bpe: instant_clip_tokenizer::Tokenizer,
 }
 
-impl ClipBpe {
+impl Default for ClipBpe {
     /// Builds the merge table from the embedded vocabulary (tens of milliseconds: build once).
-    pub fn new() -> Self {
+    fn default() -> Self {
         ClipBpe { bpe: instant_clip_tokenizer::Tokenizer::new() }
     }
+}
 
+impl ClipBpe {
     pub fn tokenize(&self, text: &str) -> Tokens {
         let (start, end) = (self.bpe.start_of_text(), self.bpe.end_of_text());
         let text = clean::clean(text);
@@ -64,7 +66,7 @@ mod tests {
 
     #[test]
     fn wraps_and_truncates() {
-        let tokenizer = ClipBpe::new();
+        let tokenizer = ClipBpe::default();
         assert_eq!(tokenizer.tokenize("Hi there").ids, [49406, 1883, 997, 49407]);
         assert_eq!(tokenizer.tokenize("").ids, [49406, 49407]);
         let long = tokenizer.tokenize(&"cat ".repeat(200));

@@ -20,13 +20,13 @@ pub struct Tokens {
 
 pub enum Tokenizer {
     Clip(ClipBpe),
-    Json(JsonTokenizer),
+    Json(Box<JsonTokenizer>),
 }
 
 impl Tokenizer {
     /// CLIP's BPE.
     pub fn clip() -> Self {
-        Tokenizer::Clip(ClipBpe::new())
+        Tokenizer::Clip(ClipBpe::default())
     }
 
     pub fn tokenize(&self, text: &str) -> Result<Tokens, TokenizerError> {
