@@ -564,7 +564,7 @@ fn text_tower(
             format!("a photo of {} #{i}", things[i % things.len()])
         })
         .collect();
-    let tokenizer = Tokenizer::new();
+    let tokenizer = Tokenizer::clip();
     let tokenizer_per_s = median(
         (0..runs)
             .map(|_| {
@@ -576,17 +576,19 @@ fn text_tower(
     );
     eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
 
-    let mut session = TextModel::load(image, settings, &std::fs::read(text_model)?, "bench-text".into())?;
-    let ids: Vec<i64> = queries.iter().take(64).flat_map(|q| tokenizer.tokenize(q).ids).collect();
+    let mut session = TextModel::load(image, settings, &std::fs::read(text_model)?, "bench-text".into(), &tokenizer)?;
+    let tokens =
+        queries.iter().take(64).map(|q| tokenizer.tokenize(q).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
+    let rows: Vec<&[i64]> = tokens.iter().map(Vec::as_slice).collect();
     let mut embeddings = Vec::new();
     for batch in [1, 64] {
-        let ids = &ids[..batch * clipfn::tokenize::CONTEXT];
-        session.run(ids, batch)?;
+        let ids = &rows[..batch];
+        session.run(ids)?;
         let secs = median(
             (0..runs)
                 .map(|_| {
                     let t = Instant::now();
-                    session.run(ids, batch).map(|_| t.elapsed().as_secs_f64())
+                    session.run(ids).map(|_| t.elapsed().as_secs_f64())
                 })
                 .collect::<Result<_, _>>()?,
         );
