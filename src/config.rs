@@ -155,6 +155,9 @@ pub struct Settings {
     /// in flight then, and the telemetry flush.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
+    /// `clipfn backfill`: photos per Parquet file, the unit a retried task redoes.
+    #[serde(default = "defaults::backfill_chunk")]
+    pub backfill_chunk: usize,
     /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
     #[serde(default, deserialize_with = "log_format")]
     pub log_format: Option<LogFormat>,
@@ -231,6 +234,9 @@ mod defaults {
     pub fn text_max_tokens() -> usize {
         128
     }
+    pub fn backfill_chunk() -> usize {
+        5000
+    }
 }
 
 fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -299,6 +305,7 @@ impl Settings {
             ("CLIPFN_MAX_TEXTS", self.max_texts as u64),
             ("CLIPFN_MAX_TEXT_CHARS", self.max_text_chars as u64),
             ("CLIPFN_TEXT_MAX_TOKENS", self.text_max_tokens as u64),
+            ("CLIPFN_BACKFILL_CHUNK", self.backfill_chunk as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError(format!("{name} must be greater than 0")));

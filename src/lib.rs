@@ -3,9 +3,11 @@
 //! A request flows one way through the stages, each a module:
 //! `api` (HTTP) -> `source` (bytes) -> `decode` (upright RGB) -> `preprocess` (tensor slot)
 //! -> `batcher` (cross-request queue, one model worker) -> `model` (ONNX Runtime session).
-//! `pipeline` carries one request through them; `serve` and `lambda` host the API.
+//! `pipeline` carries one request through them; `serve` and `lambda` host the API, and `backfill`
+//! drives a whole listing through the same pipeline into Parquet files.
 
 pub mod api;
+pub mod backfill;
 pub mod batcher;
 pub mod config;
 pub mod decode;

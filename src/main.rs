@@ -1,4 +1,4 @@
-//! The `clipfn` command line: `serve` (HTTP or Lambda) and `replay`.
+//! The `clipfn` command line: `serve` (HTTP or Lambda), `replay` and `backfill`.
 
 use std::{
     path::PathBuf,
@@ -7,7 +7,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use clipfn::{config, lambda, replay, serve, telemetry};
+use clipfn::{backfill, config, lambda, replay, serve, telemetry};
 
 #[derive(Parser)]
 #[command(version, about = "Photo references in, CLIP image embeddings out")]
@@ -30,6 +30,9 @@ enum Command {
         #[arg(required = true)]
         events: Vec<PathBuf>,
     },
+    /// Embed a whole manifest or bucket prefix into Parquet files, as one task of a Cloud Run Job
+    /// or AWS Batch array job (same CLIPFN_* settings as serve).
+    Backfill(backfill::Args),
 }
 
 /// Settings are environment variables, not flags; say where they are described.
@@ -94,5 +97,6 @@ async fn run(
         Command::Serve if lambda::is_lambda() => lambda::run(settings, telemetry).await.map(|()| None),
         Command::Serve => serve::run(settings, config::port()?, telemetry).await.map(Some),
         Command::Replay { events } => replay::run(settings, &events, telemetry).await.map(|()| None),
+        Command::Backfill(args) => backfill::run(settings, args, telemetry).await.map(|()| None),
     }
 }

@@ -14,6 +14,7 @@ use std::{
 };
 
 use anyhow::Context;
+use futures::{Stream, StreamExt};
 use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
@@ -89,6 +90,13 @@ impl Interval {
 }
 
 pub type ItemResult = Result<Vec<f32>, ItemError>;
+
+/// One photo of a long run: its reference, its result and, once fetched, its size.
+pub struct Embedding {
+    pub image: String,
+    pub result: ItemResult,
+    pub bytes: Option<u64>,
+}
 
 pub struct Pipeline {
     source: Source,
@@ -243,7 +251,7 @@ impl Pipeline {
         let mut timings = Timings::default();
         let photos = images.iter().enumerate().map(|(index, image)| async move {
             let mut photo = Timings::default();
-            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut photo))
+            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut photo, &mut None))
                 .await
                 .unwrap_or(Err(ItemError::DeadlineExceeded));
             (result, photo)
@@ -259,7 +267,28 @@ impl Pipeline {
         Ok((results, timings))
     }
 
-    async fn embed_one(&self, index: usize, image: &str, timings: &mut Timings) -> ItemResult {
+    /// Embeds a long run of photos (backfill) through the same stages, with no deadline: at most
+    /// `window` photos in flight, results in input order. The window's queue places are taken once,
+    /// up front, and held while the stream lives.
+    pub fn embed_all(
+        &self,
+        images: Vec<String>,
+        window: usize,
+    ) -> Result<impl Stream<Item = Embedding> + '_, Overloaded> {
+        let places = self.batcher.admit(window)?;
+        let photos = images.into_iter().enumerate().map(move |(index, image)| {
+            let _held_while_the_stream_lives = &places;
+            async move {
+                let mut bytes = None;
+                let result = self.embed_one(index, &image, &mut Timings::default(), &mut bytes).await;
+                Embedding { image, result: result.map(l2_normalized), bytes }
+            }
+        });
+        Ok(futures::stream::iter(photos).buffered(window))
+    }
+
+    /// One photo through the stages; `size` gets its byte count once fetched.
+    async fn embed_one(&self, index: usize, image: &str, timings: &mut Timings, size: &mut Option<u64>) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -274,6 +303,7 @@ impl Pipeline {
         self.metrics.stage(Stage::Fetch, start.elapsed());
         let fetched = fetched.inspect_err(|_| failed(&span))?;
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
+        *size = Some(fetched.bytes.len() as u64);
 
         // The slot moves into the blocking task: a photo that times out stops waiting, but its
         // decode keeps the core until it really ends, so the pool never runs over its size.

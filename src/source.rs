@@ -238,6 +238,28 @@ impl Source {
         })
     }
 
+    /// The store and folder that `location` (a URI or local directory) names, outside the photo
+    /// roots: backfill lists a source prefix there and writes its output there.
+    pub fn open_prefix(&self, location: &str) -> Result<Prefix, SourceError> {
+        let uri = Uri::parse(location);
+        if let Some(uri) = uri.as_ref().filter(|uri| uri.scheme != "file") {
+            return Ok(Prefix {
+                store: build_store(uri, self.client)?,
+                base: format!("{}://{}/", uri.scheme, uri.bucket),
+                path: ObjectPath::parse(uri.path.trim_end_matches('/')).map_err(config_error)?,
+            });
+        }
+        let dir = match uri {
+            Some(uri) => PathBuf::from(format!("/{}", uri.path)),
+            None => std::path::absolute(location).map_err(config_error)?,
+        };
+        Ok(Prefix {
+            store: Arc::new(LocalFileSystem::new()),
+            base: "file:///".into(),
+            path: ObjectPath::from_absolute_path(dir).map_err(config_error)?,
+        })
+    }
+
     fn resolve<'r>(&self, reference: &'r str) -> Result<(&Root, &'r str), SourceError> {
         let Some(uri) = Uri::parse(reference) else {
             let store = self
@@ -252,6 +274,22 @@ impl Source {
             .find_map(|root| root.key_of(&uri))
             .ok_or_else(|| SourceError::Forbidden("outside the configured store and allowed sources".into()))
             .and_then(|(root, key)| Ok((root, checked_key(key)?)))
+    }
+}
+
+/// A folder in a store, named by a URI.
+pub struct Prefix {
+    pub store: Arc<dyn ObjectStore>,
+    /// The folder inside `store`.
+    pub path: ObjectPath,
+    /// `scheme://bucket/`, which an object's location completes into its URI.
+    base: String,
+}
+
+impl Prefix {
+    /// The URI of an object in this prefix's store.
+    pub fn uri_of(&self, location: &ObjectPath) -> String {
+        format!("{}{location}", self.base)
     }
 }
 

@@ -252,3 +252,132 @@ resource "google_cloud_run_v2_service_iam_binding" "invoker" {
   role     = "roles/run.invoker"
   members  = [var.backend_invoker_member]
 }
+
+# ---------------------------------------------------------------------------
+# Backfill: `clipfn backfill` as a Cloud Run Job on the same image and GPU
+# (docs/deploy.md, "Backfill a library"). Each task embeds its share of the
+# listing and writes Parquet under local.backfill_out_uri; Cloud Run retries a
+# failed task, which skips the chunks it already wrote.
+# ---------------------------------------------------------------------------
+
+locals {
+  backfill_sa      = "serviceAccount:${google_service_account.backfill.email}"
+  backfill_out_uri = "gs://${google_storage_bucket.photos.name}/${var.backfill_output_prefix}"
+  # A manifest when one is given, else the whole photo bucket (the output
+  # prefix inside it is left out of the listing).
+  backfill_listing = var.backfill_manifest == "" ? ["--source", local.photo_uri] : ["--manifest", var.backfill_manifest]
+  backfill_args    = concat(["backfill"], local.backfill_listing, ["--out", local.backfill_out_uri], var.backfill_incremental ? ["--incremental"] : [])
+}
+
+resource "google_service_account" "backfill" {
+  account_id   = "${var.service_name}-backfill"
+  display_name = "clipfn backfill job"
+  description  = "Reads photos from gs://${var.photo_bucket_name} and one model object; writes only under ${var.backfill_output_prefix}/ in that bucket."
+
+  depends_on = [google_project_service.required]
+}
+
+# Read (get and list) on the photos; list also finds the files earlier runs
+# wrote, for resuming and --incremental.
+resource "google_storage_bucket_iam_member" "backfill_photos_reader" {
+  bucket = google_storage_bucket.photos.name
+  role   = "roles/storage.objectViewer"
+  member = local.backfill_sa
+}
+
+# Create objects under the output prefix and nowhere else. objectCreator can
+# neither overwrite nor delete: a task only ever adds new chunk files.
+resource "google_storage_bucket_iam_member" "backfill_output_writer" {
+  bucket = google_storage_bucket.photos.name
+  role   = "roles/storage.objectCreator"
+  member = local.backfill_sa
+
+  condition {
+    title       = "clipfn-backfill-output-prefix-only"
+    description = "Create objects under the backfill output prefix only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.photos.name}/objects/${var.backfill_output_prefix}/\")"
+  }
+}
+
+resource "google_storage_bucket_iam_member" "backfill_model_reader" {
+  bucket = google_storage_bucket.models.name
+  role   = "roles/storage.objectViewer"
+  member = local.backfill_sa
+
+  condition {
+    title       = "clipfn-backfill-model-object-only"
+    description = "Read the ONNX model object and nothing else in the bucket."
+    expression  = "resource.name == \"projects/_/buckets/${google_storage_bucket.models.name}/objects/${var.model_object}\""
+  }
+}
+
+resource "google_cloud_run_v2_job" "backfill" {
+  name                = "${var.service_name}-backfill"
+  location            = var.region
+  deletion_protection = var.deletion_protection
+  labels              = var.labels
+
+  template {
+    task_count  = var.backfill_task_count
+    parallelism = var.backfill_parallelism
+
+    template {
+      service_account = google_service_account.backfill.email
+      # Cloud Run GPU tasks run for at most an hour; size task_count so that
+      # one task's share fits (docs/deploy.md).
+      timeout                       = "${var.backfill_task_timeout_s}s"
+      max_retries                   = var.backfill_max_retries
+      gpu_zonal_redundancy_disabled = var.gpu_zonal_redundancy_disabled
+
+      node_selector {
+        accelerator = "nvidia-l4"
+      }
+
+      containers {
+        image = var.image
+        args  = local.backfill_args
+
+        resources {
+          limits = {
+            cpu              = var.cpu
+            memory           = var.memory
+            "nvidia.com/gpu" = "1"
+          }
+        }
+
+        env {
+          name  = "CLIPFN_MODEL"
+          value = local.model_uri
+        }
+        env {
+          name  = "CLIPFN_STORE"
+          value = local.photo_uri
+        }
+        env {
+          name  = "CLIPFN_PROVIDER"
+          value = var.clipfn_provider
+        }
+        env {
+          name  = "CLIPFN_BATCH_SIZE"
+          value = tostring(var.batch_size)
+        }
+        env {
+          name  = "CLIPFN_BACKFILL_CHUNK"
+          value = tostring(var.backfill_chunk)
+        }
+        env {
+          name  = "RUST_LOG"
+          value = var.rust_log
+        }
+      }
+    }
+  }
+
+  depends_on = [
+    google_project_service.required,
+    google_storage_bucket_iam_member.backfill_photos_reader,
+    google_storage_bucket_iam_member.backfill_output_writer,
+    google_storage_bucket_iam_member.backfill_model_reader,
+    google_storage_bucket_object.model,
+  ]
+}

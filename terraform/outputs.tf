@@ -27,3 +27,13 @@ output "invoker" {
   description = "The only member allowed to invoke the service."
   value       = var.backend_invoker_member
 }
+
+output "backfill_job" {
+  description = "Cloud Run Job that runs clipfn backfill: gcloud run jobs execute <this> --region <region>."
+  value       = google_cloud_run_v2_job.backfill.name
+}
+
+output "backfill_output_uri" {
+  description = "Where the backfill job writes its Parquet files."
+  value       = local.backfill_out_uri
+}

@@ -196,3 +196,76 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "backfill_manifest" {
+  description = "Backfill job: URI of a manifest (one photo key per line). Empty: the job lists the whole photo bucket."
+  type        = string
+  default     = ""
+}
+
+variable "backfill_output_prefix" {
+  description = "Backfill job: folder in the photo bucket that the Parquet files go under; the job may create objects there and nowhere else."
+  type        = string
+  default     = "embeddings"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", var.backfill_output_prefix))
+    error_message = "backfill_output_prefix is a folder name such as embeddings or embeddings/clip-vit-b32, without leading or trailing slashes."
+  }
+}
+
+variable "backfill_incremental" {
+  description = "Backfill job: embed only photos that have no row under the output prefix yet (--incremental), so a scheduled run picks up new photos."
+  type        = bool
+  default     = true
+}
+
+variable "backfill_task_count" {
+  description = "Backfill job: tasks the listing is sharded over. Size it as photos / (3600 s x photos/s per task) or more (docs/deploy.md)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.backfill_task_count >= 1 && var.backfill_task_count <= 10000 && floor(var.backfill_task_count) == var.backfill_task_count
+    error_message = "backfill_task_count must be a whole number between 1 and 10000."
+  }
+}
+
+variable "backfill_parallelism" {
+  description = "Backfill job: tasks running at once, each on its own L4; bounded by the region's GPU quota."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.backfill_parallelism >= 1 && floor(var.backfill_parallelism) == var.backfill_parallelism
+    error_message = "backfill_parallelism must be a whole number of at least 1."
+  }
+}
+
+variable "backfill_max_retries" {
+  description = "Backfill job: retries of a failed task; a retry skips the chunks already written."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.backfill_max_retries >= 0 && var.backfill_max_retries <= 10 && floor(var.backfill_max_retries) == var.backfill_max_retries
+    error_message = "backfill_max_retries must be a whole number between 0 and 10."
+  }
+}
+
+variable "backfill_task_timeout_s" {
+  description = "Backfill job: seconds one task may run. Cloud Run GPU tasks allow at most 3600."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.backfill_task_timeout_s >= 60 && var.backfill_task_timeout_s <= 3600
+    error_message = "backfill_task_timeout_s must be between 60 and 3600 (the Cloud Run limit for GPU tasks)."
+  }
+}
+
+variable "backfill_chunk" {
+  description = "Backfill job: CLIPFN_BACKFILL_CHUNK, photos per Parquet file and the most a retry redoes."
+  type        = number
+  default     = 5000
+}

@@ -4,19 +4,9 @@
 
 mod common;
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
-use common::{
-    Proc, ServerConfig, blocking_client, camera_photos, free_port, gcs_env, item, setup_var, spawn_listening,
-    start_fake_gcs,
-};
-
-fn start_moto() -> (Proc, u16) {
-    let port = free_port();
-    let mut command = Command::new(setup_var("CLIPFN_MOTO_SERVER_BIN"));
-    command.args(["-H", "127.0.0.1", "-p", &port.to_string()]).env_clear().env("PATH", std::env::var("PATH").unwrap());
-    (spawn_listening(command, port, "moto_server"), port)
-}
+use common::{ServerConfig, blocking_client, camera_photos, gcs_env, item, setup_var, start_fake_gcs, start_moto};
 
 fn put(dir: &Path, key: &str, bytes: &[u8]) {
     let path = dir.join(key);

@@ -308,6 +308,14 @@ pub fn start_fake_gcs(data: &Path) -> (Proc, u16) {
     (spawn_listening(command, port, "fake-gcs-server"), port)
 }
 
+/// moto's S3 server on loopback, empty; it accepts unsigned path-style calls.
+pub fn start_moto() -> (Proc, u16) {
+    let port = free_port();
+    let mut command = Command::new(setup_var("CLIPFN_MOTO_SERVER_BIN"));
+    command.args(["-H", "127.0.0.1", "-p", &port.to_string()]).env_clear().env("PATH", std::env::var("PATH").unwrap());
+    (spawn_listening(command, port, "moto_server"), port)
+}
+
 /// Service-account JSON (GOOGLE_SERVICE_ACCOUNT_KEY) pointing object_store at the emulator with
 /// OAuth off, so it never asks a metadata server for a token.
 pub fn fake_gcs_credentials(port: u16) -> String {

@@ -24,6 +24,9 @@ TERRAFORM_DIR = REPO / "terraform"
 GPU_REGIONS = {"us-central1", "us-east4", "europe-west1", "europe-west4", "asia-southeast1"}
 PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
 SERVICE_TYPE = "google_cloud_run_v2_service"
+JOB_TYPE = "google_cloud_run_v2_job"
+# Cloud Run GPU tasks run for at most an hour.
+GPU_TASK_TIMEOUT_S = 3600
 
 
 # ---------------------------------------------------------------------------
@@ -89,6 +92,15 @@ class TerraformConfig:
         containers = self.template().get("containers")
         assert isinstance(containers, list) and len(containers) == 1, "expected exactly one container"
         return containers[0]
+
+    def job(self) -> dict:
+        jobs = self.resources_of(JOB_TYPE)
+        assert len(jobs) == 1, f"expected one {JOB_TYPE} (the backfill job), found {sorted(jobs)}"
+        return next(iter(jobs.values()))
+
+    def task_template(self) -> dict:
+        """template.template of the job: what every task runs."""
+        return only_block(only_block(self.job(), "template"), "template")
 
     def variable_default(self, name: str) -> Any:
         assert name in self.variables, f"variable {name!r} is not declared"
@@ -419,6 +431,93 @@ def check_buckets_private(cfg: TerraformConfig) -> None:
         assert not cfg.resources_of(rtype), f"{rtype} needs fine-grained ACLs; use bucket IAM"
 
 
+def _grants_to(cfg: TerraformConfig, refs: tuple[str, ...]) -> list[tuple[str, str, dict]]:
+    """Every resource that grants something to a member mentioning one of `refs`."""
+    grants = []
+    for (rtype, name), body in cfg.resources.items():
+        members = [body.get("member")] + list(body.get("members") or [])
+        if any(isinstance(m, str) and any(ref in m for ref in refs) for m in members):
+            grants.append((rtype, name, body))
+    return grants
+
+
+def check_backfill_job_gpu_task(cfg: TerraformConfig) -> None:
+    job = cfg.job()
+    assert expression(job.get("location")) == "var.region", f"job location is {job.get('location')!r}, must be var.region"
+    outer = only_block(job, "template")
+    for field_name, var in (("task_count", "backfill_task_count"), ("parallelism", "backfill_parallelism")):
+        assert expression(outer.get(field_name)) == f"var.{var}", f"job template.{field_name} must come from var.{var}"
+    task = cfg.task_template()
+    assert expression(task.get("max_retries")) == "var.backfill_max_retries", "max_retries must come from its variable"
+    assert expression(task.get("gpu_zonal_redundancy_disabled")) == "var.gpu_zonal_redundancy_disabled", (
+        "the job's gpu_zonal_redundancy_disabled must come from the same variable as the service's"
+    )
+    accelerator = cfg.resolve(only_block(task, "node_selector").get("accelerator"))
+    assert accelerator == "nvidia-l4", f"job node_selector.accelerator is {accelerator!r}, must be nvidia-l4"
+    containers = task.get("containers")
+    assert isinstance(containers, list) and len(containers) == 1, "the job needs exactly one container"
+    container = containers[0]
+    assert container.get("image") == cfg.container().get("image"), "the job must run the service's image"
+    gpus = cfg.resolve(only_block(container, "resources").get("limits", {}).get("nvidia.com/gpu"))
+    assert str(gpus) == "1", f'job limits["nvidia.com/gpu"] is {gpus!r}, must be "1"'
+    args = cfg.resolve(container.get("args"))
+    if expression(container.get("args")) == "local.backfill_args":
+        args = unquote(cfg.locals.get("backfill_args"))
+    assert isinstance(args, str) and '["backfill"]' in args.replace(" ", ""), f"the job must run clipfn backfill, args {args!r}"
+    timeout = unquote(task.get("timeout"))
+    m = re.fullmatch(r"\$\{var\.([a-z_]+)\}s", str(timeout)) or re.fullmatch(r"(\d+)s", str(timeout))
+    assert m, f"job task timeout {timeout!r} must be written as N s or ${{var.X}}s"
+    if m.group(1).isdigit():
+        seconds = [int(m.group(1))]
+    else:
+        seconds = [cfg.variable_default(m.group(1))]
+        caps = [int(c) for cond in validation_conditions(cfg, m.group(1))
+                for c in re.findall(r"var\." + m.group(1) + r"\s*<=\s*(\d+)", cond)]
+        assert caps and min(caps) <= GPU_TASK_TIMEOUT_S, f"var.{m.group(1)} needs a validation capping it at 3600"
+    assert all(s <= GPU_TASK_TIMEOUT_S for s in seconds), f"job task timeout {seconds} s is over 3600 s"
+    env = {unquote(e.get("name")): e.get("value") for e in container.get("env", [])}
+    assert expression(env.get("CLIPFN_MODEL")) == "local.model_uri", "the job's CLIPFN_MODEL must be local.model_uri"
+    assert expression(env.get("CLIPFN_STORE")) == "local.photo_uri", "the job's CLIPFN_STORE must be local.photo_uri"
+
+
+def check_backfill_identity(cfg: TerraformConfig) -> None:
+    task = cfg.task_template()
+    account = expression(task.get("service_account"))
+    assert account and account.startswith("google_service_account.") and account.endswith(".email"), (
+        f"the job's service_account is {task.get('service_account')!r}"
+    )
+    sa_name = account.split(".")[1]
+    assert sa_name != "runtime", "the job needs its own service account, not the service's"
+    refs = (f"google_service_account.{sa_name}", "local.backfill_sa")
+    grants = _grants_to(cfg, refs)
+    roles = {}
+    for rtype, name, body in grants:
+        assert rtype == "google_storage_bucket_iam_member", f"{rtype}.{name}: the backfill account gets bucket roles only"
+        role = cfg.resolve(body.get("role"))
+        bucket = expression(body.get("bucket"))
+        conditions = body.get("condition") or []
+        expr = unquote(conditions[0].get("expression")) if conditions else ""
+        roles.setdefault((bucket, role), []).append(expr)
+    photos, models = "google_storage_bucket.photos.name", "google_storage_bucket.models.name"
+    assert set(roles) == {
+        (photos, "roles/storage.objectViewer"),
+        (photos, "roles/storage.objectCreator"),
+        (models, "roles/storage.objectViewer"),
+    }, f"backfill account grants are {sorted(roles)}: read photos, create under the output prefix, read the model"
+    (writer,) = roles[(photos, "roles/storage.objectCreator")]
+    assert writer.startswith("resource.name.startsWith(") and "/objects/${var.backfill_output_prefix}/" in writer, (
+        f"the output grant must be limited to the output prefix, condition is {writer!r}"
+    )
+    (model,) = roles[(models, "roles/storage.objectViewer")]
+    assert "resource.name ==" in model and "/objects/${var.model_object}" in model, (
+        f"the job's model grant must be limited to the model object, condition is {model!r}"
+    )
+    out = unquote(cfg.locals.get("backfill_out_uri", ""))
+    assert out == "gs://${google_storage_bucket.photos.name}/${var.backfill_output_prefix}", (
+        f"backfill_out_uri is {out!r}; it must be the prefix the writer grant covers"
+    )
+
+
 ALL_CHECKS = [
     check_provider_pinned,
     check_concurrency_is_two,
@@ -436,4 +535,6 @@ ALL_CHECKS = [
     check_gpu_zonal_redundancy_variable,
     check_artifact_registry_output,
     check_buckets_private,
+    check_backfill_job_gpu_task,
+    check_backfill_identity,
 ]

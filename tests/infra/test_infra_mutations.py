@@ -57,6 +57,19 @@ MUTATIONS = [
     ("gpu_zonal_redundancy_variable", "main.tf", r"gpu_zonal_redundancy_disabled    = var.gpu_zonal_redundancy_disabled", "gpu_zonal_redundancy_disabled    = true"),
     ("artifact_registry_output", "outputs.tf", r'output "artifact_registry_url"', 'output "registry"'),
     ("buckets_private", "main.tf", r'public_access_prevention    = "enforced"', 'public_access_prevention    = "inherited"'),
+    ("backfill_job_gpu_task", "main.tf", r'(resource "google_cloud_run_v2_job" "backfill" \{\n  name\s+= "\$\{var.service_name\}-backfill"\n  location\s+=) var.region', r'\1 "us-east4"'),
+    ("backfill_job_gpu_task", "variables.tf", r"var.backfill_task_timeout_s <= 3600", "var.backfill_task_timeout_s <= 86400"),
+    ("backfill_job_gpu_task", "variables.tf", r"(variable \"backfill_task_timeout_s\" \{(?:.|\n)*?default\s+=) 3600", r"\g<1> 7200"),
+    ("backfill_job_gpu_task", "main.tf", r'timeout                       = "\$\{var.backfill_task_timeout_s\}s"', 'timeout                       = "86400s"'),
+    ("backfill_job_gpu_task", "main.tf", r"(gpu_zonal_redundancy_disabled = )var.gpu_zonal_redundancy_disabled", r"\1false"),
+    ("backfill_job_gpu_task", "main.tf", r"max_retries                   = var.backfill_max_retries", "max_retries                   = 3"),
+    ("backfill_job_gpu_task", "main.tf", r"(task_count  = var.backfill_task_count\n    parallelism =) var.backfill_parallelism", r"\1 1"),
+    ("backfill_job_gpu_task", "main.tf", r'(containers \{\n        image = )var.image\n        args', r'\1"gcr.io/other/image:latest"\n        args'),
+    ("backfill_job_gpu_task", "main.tf", r'(node_selector \{\n        accelerator = )"nvidia-l4"', r'\1"nvidia-tesla-t4"'),
+    ("backfill_identity", "main.tf", r"service_account = google_service_account.backfill.email", "service_account = google_service_account.runtime.email"),
+    ("backfill_identity", "main.tf", r'role   = "roles/storage.objectCreator"', 'role   = "roles/storage.objectAdmin"'),
+    ("backfill_identity", "main.tf", r'resource.name.startsWith\(\\"projects/_/buckets/\$\{google_storage_bucket.photos.name\}/objects/\$\{var.backfill_output_prefix\}/\\"\)', 'resource.name.startsWith(\\"projects/_/buckets/${google_storage_bucket.photos.name}/objects/\\")'),
+    ("backfill_identity", "main.tf", r"\Z", '\nresource "google_project_iam_member" "backfill_extra" {\n  project = var.project_id\n  role    = "roles/storage.admin"\n  member  = local.backfill_sa\n}\n'),
 ]
 
 

@@ -1,0 +1,283 @@
+//! The backfill's output: Parquet files under `--out`, one per chunk of photos, named for the task
+//! and the chunk. Each file is encoded whole in memory and then put as one object, so no reader
+//! ever sees half a file, and a file that is there is a chunk that is done.
+
+use std::{collections::HashSet, sync::Arc};
+
+use arrow_array::{
+    ArrayRef, RecordBatch,
+    builder::{Float32Builder, Int64Builder, ListBuilder, StringBuilder},
+    cast::AsArray,
+};
+use arrow_schema::{DataType, Field, Schema};
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt, future::BoxFuture};
+use object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path as ObjectPath};
+use parquet::{
+    arrow::{
+        ArrowWriter, ProjectionMask,
+        arrow_reader::ArrowReaderOptions,
+        async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder},
+    },
+    basic::Compression,
+    errors::ParquetError,
+    file::{
+        metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader},
+        properties::WriterProperties,
+    },
+};
+
+use super::{BackfillError, shard::Task};
+use crate::source::Prefix;
+
+/// File metadata keys: the model that made the embeddings, and their length.
+pub const MODEL_KEY: &str = "clipfn.model";
+pub const DIM_KEY: &str = "clipfn.dim";
+
+/// Existing files read at once while scanning `--out`.
+const SCAN_CONCURRENCY: usize = 16;
+
+/// One photo's row.
+pub struct Row {
+    pub key: String,
+    pub embedding: Option<Vec<f32>>,
+    pub error: Option<(&'static str, String)>,
+    pub bytes: Option<u64>,
+}
+
+/// What earlier runs left under `--out` for this task.
+#[derive(Debug, Default)]
+pub struct Existing {
+    /// Keys that already have a row.
+    pub done: HashSet<String>,
+    /// This task's chunk files already present.
+    pub chunks: usize,
+    /// The first chunk number not yet used by this task.
+    pub next_chunk: u32,
+}
+
+pub struct Output {
+    prefix: Prefix,
+    task: Task,
+    model: String,
+}
+
+impl Output {
+    pub fn new(prefix: Prefix, task: Task, model: String) -> Self {
+        Output { prefix, task, model }
+    }
+
+    /// Checks every Parquet file under `--out` was made by this model, and collects the keys
+    /// already done: those of this task's own chunks (a retried task skips what it finished) or,
+    /// with `incremental`, those of every file (a nightly job embeds only new photos).
+    pub async fn scan(&self, incremental: bool) -> Result<Existing, BackfillError> {
+        let files: Vec<ObjectMeta> = self
+            .prefix
+            .store
+            .list(Some(&self.prefix.path))
+            .try_filter(|meta| std::future::ready(meta.location.as_ref().ends_with(".parquet")))
+            .try_collect()
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut existing = Existing::default();
+        let mut reads = futures::stream::iter(files.into_iter().map(|meta| {
+            let own_chunk = self.own_chunk(&meta.location);
+            let wanted = incremental || own_chunk.is_some();
+            async move { (own_chunk, self.read_file(meta, wanted).await) }
+        }))
+        .buffer_unordered(SCAN_CONCURRENCY);
+        while let Some((own_chunk, keys)) = reads.next().await {
+            existing.done.extend(keys?);
+            if let Some(chunk) = own_chunk {
+                existing.chunks += 1;
+                existing.next_chunk = existing.next_chunk.max(chunk + 1);
+            }
+        }
+        Ok(existing)
+    }
+
+    /// Encodes one chunk and puts it as `task-IIIII-of-CCCCC-chunk-NNNNNN.parquet`.
+    pub async fn write(&self, chunk: u32, dim: usize, rows: Vec<Row>) -> Result<(), BackfillError> {
+        let model = self.model.clone();
+        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim))
+            .await
+            .map_err(|e| self.error(e))?
+            .map_err(|e| self.error(e))?;
+        let path = self.prefix.path.clone().join(file_name(self.task, chunk));
+        self.prefix.store.put(&path, PutPayload::from(encoded)).await.map_err(|e| self.error(e))?;
+        tracing::info!(file = %self.prefix.uri_of(&path), "chunk written");
+        Ok(())
+    }
+
+    /// Refuses a file of another model; returns its keys when `wanted`.
+    async fn read_file(&self, meta: ObjectMeta, wanted: bool) -> Result<Vec<String>, BackfillError> {
+        let uri = self.prefix.uri_of(&meta.location);
+        let reader = RangeReader { store: Arc::clone(&self.prefix.store), path: meta.location, size: meta.size };
+        let builder =
+            ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| self.error(format!("{uri}: {e}")))?;
+        let found = builder
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|kv| kv.key == MODEL_KEY))
+            .and_then(|kv| kv.value.clone())
+            .unwrap_or_default();
+        if found != self.model {
+            return Err(BackfillError::OtherModel { file: uri, found, ours: self.model.clone() });
+        }
+        if !wanted {
+            return Ok(Vec::new());
+        }
+        let key_column = ProjectionMask::columns(builder.parquet_schema(), ["key"]);
+        let batches: Vec<RecordBatch> = builder
+            .with_projection(key_column)
+            .build()
+            .map_err(|e| self.error(format!("{uri}: {e}")))?
+            .try_collect()
+            .await
+            .map_err(|e| self.error(format!("{uri}: {e}")))?;
+        Ok(batches
+            .iter()
+            .flat_map(|batch| batch.column(0).as_string::<i32>().iter().flatten().map(String::from))
+            .collect())
+    }
+
+    /// The chunk number of an object, when it is one of this task's chunk files.
+    fn own_chunk(&self, location: &ObjectPath) -> Option<u32> {
+        let (task, chunk) = parse_file_name(location.filename()?)?;
+        (task == self.task).then_some(chunk)
+    }
+
+    fn error(&self, e: impl std::fmt::Display) -> BackfillError {
+        BackfillError::Output { location: self.prefix.uri_of(&self.prefix.path), message: e.to_string() }
+    }
+}
+
+/// Reads an existing file by byte ranges (the footer, then only the columns asked for), so that
+/// scanning `--out` does not download every embedding.
+struct RangeReader {
+    store: Arc<dyn object_store::ObjectStore>,
+    path: ObjectPath,
+    size: u64,
+}
+
+impl AsyncFileReader for RangeReader {
+    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        self.store.get_range(&self.path, range).map_err(|e| ParquetError::External(Box::new(e))).boxed()
+    }
+
+    /// The files are plain (no encryption, no page index needed), so the options change nothing.
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.size;
+            Ok(Arc::new(ParquetMetaDataReader::new().load_and_finish(self, size).await?))
+        }
+        .boxed()
+    }
+}
+
+/// The file name names the task (and the job's task count, which decides the keys it holds) and
+/// the chunk.
+pub fn file_name(task: Task, chunk: u32) -> String {
+    format!("task-{:05}-of-{:05}-chunk-{chunk:06}.parquet", task.index, task.count)
+}
+
+fn parse_file_name(name: &str) -> Option<(Task, u32)> {
+    let rest = name.strip_prefix("task-")?.strip_suffix(".parquet")?;
+    let (index, rest) = rest.split_once("-of-")?;
+    let (count, chunk) = rest.split_once("-chunk-")?;
+    Some((Task { index: index.parse().ok()?, count: count.parse().ok()? }, chunk.parse().ok()?))
+}
+
+/// The columns: `key`, `embedding` (list of float32, null on error), `error_code` and
+/// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched).
+fn schema() -> Schema {
+    Schema::new(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("embedding", DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))), true),
+        Field::new("error_code", DataType::Utf8, true),
+        Field::new("error_message", DataType::Utf8, true),
+        Field::new("bytes", DataType::Int64, true),
+    ])
+}
+
+fn encode(rows: &[Row], model: &str, dim: usize) -> Result<Vec<u8>, parquet::errors::ParquetError> {
+    let mut keys = StringBuilder::new();
+    let mut embeddings = ListBuilder::with_capacity(Float32Builder::with_capacity(rows.len() * dim), rows.len());
+    let mut codes = StringBuilder::new();
+    let mut messages = StringBuilder::new();
+    let mut bytes = Int64Builder::with_capacity(rows.len());
+    for row in rows {
+        keys.append_value(&row.key);
+        match &row.embedding {
+            Some(values) => {
+                embeddings.values().append_slice(values);
+                embeddings.append(true);
+            }
+            None => embeddings.append_null(),
+        }
+        codes.append_option(row.error.as_ref().map(|(code, _)| *code));
+        messages.append_option(row.error.as_ref().map(|(_, message)| message));
+        bytes.append_option(row.bytes.map(|b| b as i64));
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(keys.finish()),
+        Arc::new(embeddings.finish()),
+        Arc::new(codes.finish()),
+        Arc::new(messages.finish()),
+        Arc::new(bytes.finish()),
+    ];
+    let batch = RecordBatch::try_new(Arc::new(schema()), columns)?;
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new(MODEL_KEY.into(), model.to_string()),
+            KeyValue::new(DIM_KEY.into(), dim.to_string()),
+        ]))
+        .build();
+    let mut buffer = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut buffer, batch.schema(), Some(properties))?;
+    writer.write(&batch)?;
+    writer.close()?;
+    Ok(buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Array;
+
+    use super::*;
+
+    #[test]
+    fn file_names_name_task_and_chunk_and_parse_back() {
+        let task = Task { index: 2, count: 3 };
+        let name = file_name(task, 17);
+        assert_eq!(name, "task-00002-of-00003-chunk-000017.parquet");
+        assert_eq!(parse_file_name(&name), Some((task, 17)));
+        assert_eq!(parse_file_name("part-0.parquet"), None);
+        assert_eq!(parse_file_name("task-00002-of-00003-chunk-000017.parquet.tmp"), None);
+    }
+
+    #[test]
+    fn rows_round_trip_with_model_metadata() {
+        let rows = vec![
+            Row { key: "a.jpg".into(), embedding: Some(vec![0.6, 0.8]), error: None, bytes: Some(1234) },
+            Row { key: "b.jpg".into(), embedding: None, error: Some(("not_found", "no object".into())), bytes: None },
+        ];
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2).unwrap());
+        let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
+        assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
+        assert!(kv.contains(&KeyValue::new(DIM_KEY.into(), "2".to_string())));
+        let batch = builder.build().unwrap().next().unwrap().unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        let embedding = batch.column(1).as_list::<i32>();
+        assert!(embedding.is_valid(0) && embedding.is_null(1));
+        let first = embedding.value(0);
+        assert_eq!(first.as_primitive::<arrow_array::types::Float32Type>().values().to_vec(), vec![0.6, 0.8]);
+        assert_eq!(batch.column(2).as_string::<i32>().iter().collect::<Vec<_>>(), vec![None, Some("not_found")]);
+    }
+}
