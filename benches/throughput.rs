@@ -24,7 +24,7 @@ use std::{
 use clipfn::{
     config::Settings,
     decode::{DecodeOptions, decode},
-    model::Model,
+    model::{Model, ModelData},
     preprocess::{Layout, Pixels, preprocess},
 };
 use common::{ServerConfig, camera_photos, setup_var};
@@ -58,8 +58,7 @@ fn raw_inference(model_path: &str, provider: &str, runs: usize) -> anyhow::Resul
         ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
         ("CLIPFN_PROVIDER".to_string(), provider.to_string()),
     ])?;
-    let bytes = std::fs::read(model_path)?;
-    let mut model = Model::load(&settings, &bytes, "bench".into())?;
+    let mut model = Model::load(&settings, ModelData::File(model_path.into()), "bench".into())?;
     let slot = model.info.slot_len();
     BATCHES
         .iter()

@@ -21,9 +21,9 @@ use crate::{
     config::Settings,
     decode::{DecodeError, DecodeOptions, decode},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo},
+    model::{Model, ModelData, ModelInfo},
     preprocess::{Pixels, PreprocessError, preprocess},
-    source::{Source, SourceError},
+    source::{Source, SourceError, local_config_file},
 };
 
 /// Why one photo has no embedding.
@@ -97,23 +97,31 @@ impl Pipeline {
         let source = Source::new(settings)?;
         let started = Instant::now();
         let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
-        let model = async {
-            let bytes = source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?;
+        let (read, model) = async {
+            let data = match local_config_file(&settings.model) {
+                Some(path) => ModelData::File(path.context("reading CLIPFN_MODEL")?),
+                None => ModelData::Bytes(
+                    source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?,
+                ),
+            };
+            let read = started.elapsed();
             let id = model_id(&settings.model);
             let settings = settings.clone();
             let span = tracing::Span::current();
-            anyhow::Ok(
-                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, &bytes, id))).await??,
-            )
+            let model =
+                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, data, id))).await??;
+            anyhow::Ok((read, model))
         }
         .instrument(span.clone())
         .await?;
-        let info = &model.info;
+        let (info, timings) = (&model.info, model.timings);
         span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider);
         metrics.model_loaded(started.elapsed(), &info.id, info.provider);
         tracing::info!(
             model = %info.id, provider = info.provider, fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
+            read_ms = read.as_millis() as u64, runtime_ms = timings.runtime.as_millis() as u64,
+            session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
         let batch_wait = Duration::from_millis(settings.batch_wait_ms);

@@ -272,6 +272,17 @@ async fn contained_path(dir: &std::path::Path, key: &str) -> Result<ObjectPath, 
     ObjectPath::from_absolute_path(&real).map_err(|e| SourceError::Fetch(e.to_string()))
 }
 
+/// The local file a configuration location names (a path or a `file://` URI), for ONNX Runtime to
+/// read by itself; `None` for an object store URI, which must be fetched.
+pub fn local_config_file(location: &str) -> Option<Result<PathBuf, SourceError>> {
+    let path = match Uri::parse(location) {
+        Some(uri) if uri.scheme == "file" => format!("/{}", uri.path),
+        Some(_) => return None,
+        None => location.to_string(),
+    };
+    Some(std::fs::canonicalize(&path).map_err(|e| SourceError::Config(format!("{path}: {e}"))))
+}
+
 fn absolute(path: &str) -> Result<ObjectPath, SourceError> {
     let real = std::fs::canonicalize(format!("/{path}")).map_err(|e| SourceError::Config(format!("/{path}: {e}")))?;
     ObjectPath::from_absolute_path(real).map_err(config_error)

@@ -7,7 +7,10 @@
 
 mod normalizer;
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use ort::{
     environment::Environment,
@@ -64,21 +67,49 @@ impl ModelInfo {
     }
 }
 
+/// Where the session's weights come from. ONNX Runtime reads a local file by itself, so clipfn
+/// never holds a second copy of the weights; a model fetched from a store arrives as bytes, which
+/// are let go as soon as the session holds the weights.
+pub enum ModelData {
+    File(PathBuf),
+    Bytes(bytes::Bytes),
+}
+
+/// Where start-up time went, for the "model loaded and warmed up" log line and the bench.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LoadTimings {
+    /// Loading the ONNX Runtime library and creating its environment.
+    pub runtime: Duration,
+    /// Building the session: parsing the graph, optimising it, placing and prepacking weights.
+    pub session: Duration,
+    /// The warm-up batch.
+    pub warm_up: Duration,
+}
+
 pub struct Model {
     session: Session,
     /// Present when the model normalises (`input_layout` is raw).
     normalizer: Option<Normalizer>,
     pub info: ModelInfo,
+    pub timings: LoadTimings,
     // The session borrows the process-wide environment; keep it alive as long as the session.
     _environment: Environment,
 }
 
 impl Model {
-    /// Loads ONNX Runtime, builds the session from `bytes` and runs one warm-up batch, which also
+    /// Loads ONNX Runtime, builds the session from `data` and runs one warm-up batch, which also
     /// reveals the embedding size.
-    pub fn load(settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
+    pub fn load(settings: &Settings, data: ModelData, id: String) -> Result<Self, ModelError> {
+        let mut timings = LoadTimings::default();
+        let started = Instant::now();
         let environment = init_runtime()?;
-        let (session, provider, fallback_reason) = build_session(&environment, settings, bytes)?;
+        timings.runtime = started.elapsed();
+        let started = Instant::now();
+        let (session, provider, fallback_reason) = build_session(&environment, settings, &data)?;
+        // The session holds the weights now; fetched bytes must not stay beside them (nor sit on
+        // top of the warm-up's peak).
+        drop(data);
+        timings.session = started.elapsed();
         let on_cuda = provider == "cuda";
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
@@ -106,7 +137,8 @@ impl Model {
             }
             Layout::NormalizedNchw => None,
         };
-        let mut model = Model { session, normalizer, info, _environment: environment };
+        let started = Instant::now();
+        let mut model = Model { session, normalizer, info, timings, _environment: environment };
         let mut zeros = Pixels::empty(model.info.input_layout, 0);
         let one = match model.info.input_layout {
             Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; model.info.slot_len()]),
@@ -120,6 +152,7 @@ impl Model {
         if model.info.dim == 0 {
             return Err(ModelError::Load("the model returned empty embeddings".into()));
         }
+        model.timings.warm_up = started.elapsed();
         Ok(model)
     }
 
@@ -171,22 +204,30 @@ fn init_runtime() -> Result<Environment, ModelError> {
 type Built = (Session, &'static str, Option<String>);
 
 /// Builds the CLIP session on CUDA when asked and possible, else on CPU.
-fn build_session(environment: &Environment, settings: &Settings, bytes: &[u8]) -> Result<Built, ModelError> {
+fn build_session(environment: &Environment, settings: &Settings, data: &ModelData) -> Result<Built, ModelError> {
     if settings.provider != Provider::Cpu {
         let attempt = session_builder(environment, settings, true)
-            .and_then(|mut b| b.commit_from_memory(bytes).map_err(load))
+            .and_then(|b| commit(b, data))
             .map_err(|e| e.to_string());
         match (attempt, settings.provider) {
             (Ok(session), _) => return Ok((session, "cuda", None)),
             (Err(reason), Provider::Cuda) => return Err(ModelError::CudaUnavailable(reason)),
             (Err(reason), _) => {
                 tracing::warn!(%reason, "CUDA execution provider unavailable; running on CPU");
-                let session = session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load)?;
+                let session = commit(session_builder(environment, settings, false)?, data)?;
                 return Ok((session, "cpu", Some(reason)));
             }
         }
     }
-    Ok((session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load)?, "cpu", None))
+    Ok((commit(session_builder(environment, settings, false)?, data)?, "cpu", None))
+}
+
+fn commit(mut builder: SessionBuilder, data: &ModelData) -> Result<Session, ModelError> {
+    match data {
+        ModelData::File(path) => builder.commit_from_file(path),
+        ModelData::Bytes(bytes) => builder.commit_from_memory(bytes),
+    }
+    .map_err(load)
 }
 
 /// Session options shared by the CLIP session and the normaliser; with `cuda`, registering the
