@@ -5,12 +5,17 @@
 //! 2. preprocessing: photos/s on one core for decode + resize + normalise, beside Pillow's CLIP
 //!    preprocessing on the same photos;
 //! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
-//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2.
+//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2; the
+//!    server's peak RSS after the seed shape, against Immich's 0.72 GB on the same weights;
+//! 4. cold start: the release server started, until /readyz and its first answer, 5 times, each
+//!    beside Python ONNX Runtime's session creation + warm-up runs (tools/coldstart_reference.py).
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
 //! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60),
 //! CLIPFN_BENCH_PROVIDER (`cpu`; `cuda` on a GPU machine, see tools/gpu-bench.sh).
 
+#[path = "support/cold_start.rs"]
+mod cold_start;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -32,6 +37,11 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 const BATCHES: [usize; 4] = [1, 16, 32, 64];
+/// The end-to-end server's batch size.
+const SERVER_BATCH: usize = 64;
+/// The batch sizes the server warms up at start (see `Model::load`).
+const WARM_UP_BATCHES: [usize; 1] = [SERVER_BATCH];
+const COLD_STARTS: usize = 5;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -282,15 +292,30 @@ fn main() -> anyhow::Result<()> {
         .env("CLIPFN_PROVIDER", &provider)
         // CUDA's libraries (cuBLAS, cuDNN) may be found only through the caller's library path.
         .env("LD_LIBRARY_PATH", &std::env::var("LD_LIBRARY_PATH").unwrap_or_default())
-        .env("CLIPFN_BATCH_SIZE", "64")
+        .env("CLIPFN_BATCH_SIZE", &SERVER_BATCH.to_string())
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
         .start();
     let runtime = tokio::runtime::Runtime::new()?;
     eprintln!("end to end: seed load shape, {vus} VUs for {secs} s");
     let seed = runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
+    let peak_rss = cold_start::peak_rss(server.proc.0.id())?;
     eprintln!("end to end: closed loop at concurrency 2 for {secs} s");
     let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
     let fill = batch_fill(&server.base);
+    drop(server);
+
+    // Cold starts, each beside the Python reference, so that both see the same machine load.
+    let mut starts = Vec::new();
+    let mut references = Vec::new();
+    for run in 0..COLD_STARTS {
+        let log = out.join(format!("cold-start-{run}.log"));
+        starts.push(cold_start::start_once(&model, &provider, SERVER_BATCH, &photos[0], &log)?);
+        references.push(cold_start::reference(&model, &provider, &WARM_UP_BATCHES)?);
+        eprintln!(
+            "cold start {run}: ready {:.2} s, Python ORT session + warm-up {:.2} s",
+            starts[run].ready_s, references[run].session_and_runs_s
+        );
+    }
 
     let raw64 = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.images_per_s);
     let e2e = closed.images as f64 / closed.seconds;
@@ -340,6 +365,9 @@ fn main() -> anyhow::Result<()> {
     for (le, n) in &fill {
         writeln!(md, "| {le} | {n} |")?;
     }
+    cold_start_sections(&mut md, &starts, &references, peak_rss)?;
+    let ready = median(starts.iter().map(|s| s.ready_s).collect());
+    let floor = median(references.iter().map(|r| r.session_and_runs_s).collect());
     writeln!(md, "\n## Ratios (same run)\n")?;
     writeln!(
         md,
@@ -352,11 +380,68 @@ fn main() -> anyhow::Result<()> {
         ours / pillow
     )?;
     writeln!(md, "- clipfn preprocessing / Pillow with draft per core = **{:.2}**", ours / pillow_draft)?;
+    writeln!(
+        md,
+        "- cold start, median: process start to /readyz 200 / Python ONNX Runtime session + warm-up runs = {ready:.2} / {floor:.2} s = **{:.2}** (target <= 1.2)",
+        ready / floor
+    )?;
+    writeln!(
+        md,
+        "- peak RSS after the seed shape / Immich's ML server = {:.2} / {:.2} GB = **{:.2}** (target <= 1.0)",
+        peak_rss / 1e9,
+        cold_start::IMMICH_PEAK_RSS / 1e9,
+        peak_rss / cold_start::IMMICH_PEAK_RSS
+    )?;
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
     chart(&raw, &out.join("throughput.svg"))?;
     println!("{md}");
     eprintln!("wrote {}", out.join("report.md").display());
+    Ok(())
+}
+
+/// Sections 4 (cold start, its breakdown) and 5 (memory) of the report.
+fn cold_start_sections(
+    md: &mut String,
+    starts: &[cold_start::Start],
+    references: &[cold_start::Reference],
+    peak_rss: f64,
+) -> anyhow::Result<()> {
+    let warm_up = WARM_UP_BATCHES.map(|b| b.to_string()).join(" and ");
+    writeln!(
+        md,
+        "\n## 4. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
+         {COLD_STARTS} starts of the server, each followed by one request of one photo from a file store, and, after \
+         each, Python ONNX Runtime in a fresh process: session creation + one run at each warm-up batch size on \
+         the same model (tools/coldstart_reference.py).\n"
+    )?;
+    writeln!(md, "| | median s | max s |\n|---|---|---|")?;
+    let row = |md: &mut String, name: &str, xs: Vec<f64>| -> std::fmt::Result {
+        let max = xs.iter().copied().fold(f64::NAN, f64::max);
+        writeln!(md, "| {name} | {:.2} | {max:.2} |", median(xs))
+    };
+    row(md, "clipfn: process start to /readyz 200", starts.iter().map(|s| s.ready_s).collect())?;
+    row(md, "clipfn: process start to first response", starts.iter().map(|s| s.first_response_s).collect())?;
+    row(md, "Python ONNX Runtime: session + warm-up runs", references.iter().map(|r| r.session_and_runs_s).collect())?;
+    row(md, "Python ONNX Runtime: `import onnxruntime`", references.iter().map(|r| r.library_s).collect())?;
+    writeln!(md, "\nWhere clipfn's time to ready goes (medians, from its \"model loaded and warmed up\" log line):\n")?;
+    writeln!(md, "| phase | ms |\n|---|---|")?;
+    let ms = |field: &str| median(starts.iter().map(|s| s.ms(field)).collect());
+    let before_load = median(starts.iter().map(|s| s.ready_s * 1e3 - s.ms("load_ms")).collect());
+    for (phase, value) in [
+        ("process start, HTTP listening, /readyz polling (ready minus load_ms)", before_load),
+        ("ONNX Runtime library load (runtime_ms)", ms("runtime_ms")),
+        ("model read (read_ms)", ms("read_ms")),
+        ("session creation (session_ms)", ms("session_ms")),
+        ("warm-up (warm_up_ms)", ms("warm_up_ms")),
+    ] {
+        writeln!(md, "| {phase} | {value:.0} |")?;
+    }
+    writeln!(md, "\n## 5. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
+    writeln!(md, "| clipfn, end-to-end server after the seed shape (VmHWM) | {:.2} |", peak_rss / 1e9)?;
+    let python = median(references.iter().map(|r| r.peak_rss).collect());
+    writeln!(md, "| Python ONNX Runtime, session + warm-up runs (ru_maxrss, median) | {:.2} |", python / 1e9)?;
+    writeln!(md, "| Immich's ML server, same weights (issue 13) | {:.2} |", cold_start::IMMICH_PEAK_RSS / 1e9)?;
     Ok(())
 }
 

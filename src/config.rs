@@ -97,6 +97,10 @@ pub struct Settings {
     /// ONNX Runtime intra-op threads on CPU; 0 lets ONNX Runtime pick.
     #[serde(default)]
     pub intra_threads: usize,
+    /// ONNX Runtime's CPU memory arena: it saves allocations per batch but keeps the largest
+    /// batch's memory for good, so it is off unless asked for (docs/design.md, "Memory").
+    #[serde(default)]
+    pub cpu_arena: bool,
     /// Overrides for models whose names or input size cannot be read from the graph.
     #[serde(default)]
     pub input_name: Option<String>,

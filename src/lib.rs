@@ -11,6 +11,7 @@ pub mod config;
 pub mod decode;
 pub mod gpu;
 pub mod lambda;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;

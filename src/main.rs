@@ -3,7 +3,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use clipfn::{config, lambda, serve, telemetry};
+use clipfn::{config, lambda, memory, serve, telemetry};
 
 #[derive(Parser)]
 #[command(version, about = "Photo references in, CLIP image embeddings out")]
@@ -26,6 +26,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    memory::return_large_blocks_to_the_system();
     let cli = Cli::parse();
     // The log format is a setting, so settings are read before logging starts; an error in them
     // is printed plainly.

@@ -100,9 +100,9 @@ impl Pipeline {
         let (read, model) = async {
             let data = match local_config_file(&settings.model) {
                 Some(path) => ModelData::File(path.context("reading CLIPFN_MODEL")?),
-                None => ModelData::Bytes(
-                    source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?,
-                ),
+                None => {
+                    ModelData::Bytes(source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?)
+                }
             };
             let read = started.elapsed();
             let id = model_id(&settings.model);

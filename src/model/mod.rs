@@ -206,9 +206,8 @@ type Built = (Session, &'static str, Option<String>);
 /// Builds the CLIP session on CUDA when asked and possible, else on CPU.
 fn build_session(environment: &Environment, settings: &Settings, data: &ModelData) -> Result<Built, ModelError> {
     if settings.provider != Provider::Cpu {
-        let attempt = session_builder(environment, settings, true)
-            .and_then(|b| commit(b, data))
-            .map_err(|e| e.to_string());
+        let attempt =
+            session_builder(environment, settings, true).and_then(|b| commit(b, data)).map_err(|e| e.to_string());
         match (attempt, settings.provider) {
             (Ok(session), _) => return Ok((session, "cuda", None)),
             (Err(reason), Provider::Cuda) => return Err(ModelError::CudaUnavailable(reason)),
@@ -244,7 +243,12 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
     } else {
         // On CPU the decoders share the cores with inference: idle ONNX Runtime threads must
         // sleep, not spin, or they burn the time decoding needs.
-        builder = builder.with_intra_op_spinning(false).map_err(load)?;
+        builder = builder
+            .with_intra_op_spinning(false)
+            .and_then(|b| {
+                b.with_execution_providers([ep::CPU::default().with_arena_allocator(settings.cpu_arena).build()])
+            })
+            .map_err(load)?;
     }
     Ok(builder)
 }
