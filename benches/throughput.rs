@@ -7,7 +7,9 @@
 //! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
 //!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2; the
 //!    server's peak RSS after the seed shape, against Immich's 0.72 GB on the same weights;
-//! 4. cold start: the release server started, until /readyz and its first answer, 5 times, each
+//! 4. precision: the same closed loop on the model folder's fp32 and int8 files (CLIPFN_PRECISION),
+//!    with each server's peak RSS and the int8 embeddings' cosine to fp32's on every photo;
+//! 5. cold start: the release server started, until /readyz and its first answer, 5 times, each
 //!    beside Python ONNX Runtime's session creation + warm-up runs (tools/coldstart_reference.py).
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
@@ -29,8 +31,8 @@ use std::{
 use clipfn::{
     config::Settings,
     decode::{DecodeOptions, decode},
-    model::{Model, ModelData},
-    preprocess::{Layout, Pixels, preprocess},
+    model::{Model, ModelData, ModelFile, Runtime, Weights},
+    preprocess::{Layout, Pixels, Transform, preprocess},
 };
 use common::{ServerConfig, camera_photos, setup_var};
 use plotters::prelude::*;
@@ -68,7 +70,14 @@ fn raw_inference(model_path: &str, provider: &str, runs: usize) -> anyhow::Resul
         ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
         ("CLIPFN_PROVIDER".to_string(), provider.to_string()),
     ])?;
-    let mut model = Model::load(&settings, ModelData::File(model_path.into()), "bench".into())?;
+    let file = ModelFile {
+        data: ModelData::File(model_path.into()),
+        id: "bench".into(),
+        file: model_path.into(),
+        precision: Weights::of_file(model_path),
+        preprocessing: None,
+    };
+    let mut model = Model::load(Runtime::start(&settings)?, &settings, file)?;
     let slot = model.info.slot_len();
     BATCHES
         .iter()
@@ -102,7 +111,7 @@ fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
             // As the server decodes: JPEG at the DCT scale that covers 224 (DecodeOptions::full_size
             // would decode at full size, as the reference does).
             let decoded = decode(bytes, &DecodeOptions::for_input(224, u64::MAX))?;
-            std::hint::black_box(preprocess(&decoded, 224, Layout::NormalizedNchw)?);
+            std::hint::black_box(preprocess(&decoded, &Transform::clip(224), Layout::NormalizedNchw)?);
         }
         rates.push(data.len() as f64 / t.elapsed().as_secs_f64());
     }
@@ -207,6 +216,40 @@ async fn load(
     total
 }
 
+struct PrecisionRun {
+    precision: &'static str,
+    file: String,
+    load: LoadResult,
+    peak_rss_mib: f64,
+    embeddings: Vec<Vec<f32>>,
+}
+
+/// Serves the model folder at `precision`, embeds every photo once (for the cosine to fp32), then
+/// runs the closed loop; the peak RSS is the server process's high-water mark (VmHWM).
+fn precision_run(
+    server: ServerConfig,
+    precision: &'static str,
+    keys: &[String],
+    secs: f64,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<PrecisionRun> {
+    let server = server.env("CLIPFN_PRECISION", precision).start();
+    let file = server.get("/readyz").1["model"]["file"].as_str().unwrap_or("?").to_string();
+    let mut embeddings = Vec::new();
+    for chunk in keys.chunks(32) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let (status, body) = server.embed(&chunk);
+        anyhow::ensure!(status == 200, "{precision}: {body}");
+        for i in 0..chunk.len() {
+            embeddings.push(common::item(&body, i).map_err(|code| anyhow::anyhow!("{precision}: {code}"))?);
+        }
+    }
+    eprintln!("precision {precision} ({file}): closed loop at concurrency 2 for {secs} s");
+    let load = runtime.block_on(load(&server.base, keys, 2, (30, 50), (0.0, 0.0), secs));
+    let peak_rss_mib = cold_start::peak_rss(server.proc.0.id())? / 1024.0 / 1024.0;
+    Ok(PrecisionRun { precision, file, load, peak_rss_mib, embeddings })
+}
+
 /// Batch sizes the server ran, from its Prometheus histogram: (upper bound, count in bucket).
 fn batch_fill(base: &str) -> Vec<(String, u64)> {
     let text =
@@ -303,6 +346,19 @@ fn main() -> anyhow::Result<()> {
     let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
     let fill = batch_fill(&server.base);
     drop(server);
+    let folder = setup_var("CLIPFN_BENCH_FOLDER");
+    let precision_server = || {
+        common::gcs_env(ServerConfig::local(Path::new("/")), gcs_port)
+            .env("CLIPFN_STORE", "gs://photos")
+            .env("CLIPFN_MODEL", &folder)
+            .env("CLIPFN_PROVIDER", &provider)
+            .env("CLIPFN_BATCH_SIZE", "64")
+            .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
+    };
+    let by_precision = ["fp32", "int8"]
+        .into_iter()
+        .map(|precision| precision_run(precision_server(), precision, &keys, secs, &runtime))
+        .collect::<anyhow::Result<Vec<_>>>()?;
 
     // Cold starts, each beside the Python reference, so that both see the same machine load.
     let mut starts = Vec::new();
@@ -365,9 +421,6 @@ fn main() -> anyhow::Result<()> {
     for (le, n) in &fill {
         writeln!(md, "| {le} | {n} |")?;
     }
-    cold_start_sections(&mut md, &starts, &references, peak_rss)?;
-    let ready = median(starts.iter().map(|s| s.ready_s).collect());
-    let floor = median(references.iter().map(|r| r.session_and_runs_s).collect());
     writeln!(md, "\n## Ratios (same run)\n")?;
     writeln!(
         md,
@@ -380,18 +433,42 @@ fn main() -> anyhow::Result<()> {
         ours / pillow
     )?;
     writeln!(md, "- clipfn preprocessing / Pillow with draft per core = **{:.2}**", ours / pillow_draft)?;
+    let (fp32, int8) = (&by_precision[0], &by_precision[1]);
+    let rate = |r: &PrecisionRun| r.load.images as f64 / r.load.seconds;
+    let cosines: Vec<f64> =
+        fp32.embeddings.iter().zip(&int8.embeddings).map(|(a, b)| f64::from(common::cosine(a, b))).collect();
+    let min_cosine = cosines.iter().copied().fold(1.0, f64::min);
+    writeln!(md, "\n## 4. Precision: the model folder's fp32 and int8 files, end to end on {provider}\n")?;
     writeln!(
         md,
-        "- cold start, median: process start to /readyz 200 / Python ONNX Runtime session + warm-up runs = {ready:.2} / {floor:.2} s = **{:.2}** (target <= 1.2)",
-        ready / floor
+        "| precision | file | requests | images embedded | images/s | p50 s | p95 s | p99 s | errors | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|"
+    )?;
+    for r in &by_precision {
+        let row = r.load.row(r.precision);
+        let row = row.replacen(&format!("| {} |", r.precision), &format!("| {} | {} |", r.precision, r.file), 1);
+        writeln!(md, "{row} {:.0} |", r.peak_rss_mib)?;
+    }
+    writeln!(
+        md,
+        "\n- int8 / fp32 end-to-end images/s = {:.1} / {:.1} = **{:.2}x** (goal >= 2.2)",
+        rate(int8),
+        rate(fp32),
+        rate(int8) / rate(fp32)
     )?;
     writeln!(
         md,
-        "- peak RSS after the seed shape / Immich's ML server = {:.2} / {:.2} GB = **{:.2}** (target <= 1.0)",
-        peak_rss / 1e9,
-        cold_start::IMMICH_PEAK_RSS / 1e9,
-        peak_rss / cold_start::IMMICH_PEAK_RSS
+        "- int8 / fp32 peak RSS = {:.0} / {:.0} MiB = **{:.2}** (goal <= 0.5)",
+        int8.peak_rss_mib,
+        fp32.peak_rss_mib,
+        int8.peak_rss_mib / fp32.peak_rss_mib
     )?;
+    writeln!(
+        md,
+        "- int8 embeddings' cosine to fp32's over {} photos: min **{min_cosine:.4}**, mean {:.4} (goal >= 0.99)",
+        cosines.len(),
+        cosines.iter().sum::<f64>() / cosines.len() as f64
+    )?;
+    cold_start_sections(&mut md, &starts, &references, peak_rss)?;
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
     chart(&raw, &out.join("throughput.svg"))?;
@@ -400,7 +477,7 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sections 4 (cold start, its breakdown) and 5 (memory) of the report.
+/// Sections 5 (cold start and its breakdown) and 6 (memory) of the report, with their goals.
 fn cold_start_sections(
     md: &mut String,
     starts: &[cold_start::Start],
@@ -410,10 +487,10 @@ fn cold_start_sections(
     let warm_up = WARM_UP_BATCHES.map(|b| b.to_string()).join(" and ");
     writeln!(
         md,
-        "\n## 4. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
-         {COLD_STARTS} starts of the server, each followed by one request of one photo from a file store, and, after \
-         each, Python ONNX Runtime in a fresh process: session creation + one run at each warm-up batch size on \
-         the same model (tools/coldstart_reference.py).\n"
+        "\n## 5. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
+         {COLD_STARTS} starts of the server, each followed by one request of one photo from a file store and by \
+         Python ONNX Runtime in a fresh process: session creation + one run at each warm-up batch size on the same \
+         model (tools/coldstart_reference.py).\n"
     )?;
     writeln!(md, "| | median s | max s |\n|---|---|---|")?;
     let row = |md: &mut String, name: &str, xs: Vec<f64>| -> std::fmt::Result {
@@ -430,18 +507,32 @@ fn cold_start_sections(
     let before_load = median(starts.iter().map(|s| s.ready_s * 1e3 - s.ms("load_ms")).collect());
     for (phase, value) in [
         ("process start, HTTP listening, /readyz polling (ready minus load_ms)", before_load),
-        ("ONNX Runtime library load (runtime_ms)", ms("runtime_ms")),
+        ("ONNX Runtime library load and provider choice (runtime_ms)", ms("runtime_ms")),
         ("model read (read_ms)", ms("read_ms")),
         ("session creation (session_ms)", ms("session_ms")),
         ("warm-up (warm_up_ms)", ms("warm_up_ms")),
     ] {
         writeln!(md, "| {phase} | {value:.0} |")?;
     }
-    writeln!(md, "\n## 5. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
+    writeln!(md, "\n## 6. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
     writeln!(md, "| clipfn, end-to-end server after the seed shape (VmHWM) | {:.2} |", peak_rss / 1e9)?;
     let python = median(references.iter().map(|r| r.peak_rss).collect());
     writeln!(md, "| Python ONNX Runtime, session + warm-up runs (ru_maxrss, median) | {:.2} |", python / 1e9)?;
     writeln!(md, "| Immich's ML server, same weights (issue 13) | {:.2} |", cold_start::IMMICH_PEAK_RSS / 1e9)?;
+    let ready = median(starts.iter().map(|s| s.ready_s).collect());
+    let floor = median(references.iter().map(|r| r.session_and_runs_s).collect());
+    writeln!(
+        md,
+        "\n- cold start, medians: process start to /readyz 200 / Python ONNX Runtime session + warm-up runs = {ready:.2} / {floor:.2} s = **{:.2}** (goal <= 1.2)",
+        ready / floor
+    )?;
+    writeln!(
+        md,
+        "- peak RSS after the seed shape / Immich's ML server = {:.2} / {:.2} GB = **{:.2}** (goal <= 1.0)",
+        peak_rss / 1e9,
+        cold_start::IMMICH_PEAK_RSS / 1e9,
+        peak_rss / cold_start::IMMICH_PEAK_RSS
+    )?;
     Ok(())
 }
 

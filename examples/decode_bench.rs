@@ -17,7 +17,7 @@ use std::{
 
 use clipfn::{
     decode::{DecodeOptions, Decoded, decode},
-    preprocess::{Layout, preprocess},
+    preprocess::{Layout, Transform, preprocess},
 };
 
 #[derive(Default)]
@@ -69,7 +69,7 @@ fn main() {
                 let Ok(decoded) = decode(&bytes, options) else { break };
                 decode_times.push(start.elapsed());
                 let start = Instant::now();
-                std::hint::black_box(preprocess(&decoded, size, Layout::NormalizedNchw).unwrap());
+                std::hint::black_box(preprocess(&decoded, &Transform::clip(size), Layout::NormalizedNchw).unwrap());
                 preprocess_times.push(start.elapsed());
                 info.get_or_insert_with(|| summary(&decoded));
             }

@@ -16,12 +16,26 @@ and compares with PyTorch, so a file that is written is one that loads.
 
 --random-init exports the same architecture, shrunk and with random weights,
 without any download: it tests this script, not CLIP.
+
+A model folder (transformers.js / Optimum layout, what clipfn's CLIPFN_MODEL
+takes, picking the precision by CLIPFN_PRECISION):
+
+    python infra/export_clip_onnx.py --folder clip-vit-b32 --precision fp32,fp16,int8
+
+writes onnx/vision_model.onnx (fp32), onnx/vision_model_fp16.onnx and
+onnx/vision_model_quantized.onnx, preprocessor_config.json and config.json.
+Each reduced-precision variant passes a quality gate against fp32 on real
+photos (--photos; cosine min >= 0.999 fp16 / >= 0.99 int8, and top-1
+agreement of zero-shot labels from the real text tower) or is not written
+(infra/precision.py, which also compares the int8 quantization methods and
+says which one it picked and why).
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -43,7 +57,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--opset", type=int, default=OPSET)
     p.add_argument("--random-init", action="store_true", help="small random model, no download (self-test)")
     p.add_argument("--atol", type=float, default=1e-3, help="largest |torch - onnxruntime| accepted")
-    return p.parse_args()
+    p.add_argument("--folder", type=Path, help="write a model folder here instead of --out")
+    p.add_argument("--precision", default="fp32", help="with --folder: fp32 plus any of fp16, int8 (comma-separated)")
+    p.add_argument("--photos", type=Path, help="photos for the quality gates (default: the setup's camera photos)")
+    args = p.parse_args()
+    args.precisions = [x.strip() for x in args.precision.split(",") if x.strip()]
+    unknown = set(args.precisions) - {"fp32", "fp16", "int8"}
+    if unknown or "fp32" not in args.precisions:
+        p.error(f"--precision: fp32 plus any of fp16, int8 (got {args.precision})")
+    if args.precisions != ["fp32"] and not args.folder:
+        p.error("--precision fp16/int8 writes a model folder: give --folder")
+    return args
 
 
 def load_vision_model(args: argparse.Namespace):
@@ -154,11 +178,43 @@ def verify(encoder, out: Path, atol: float) -> None:
             raise SystemExit(f"ONNX Runtime disagrees with PyTorch (max diff {diff:.2e} > {atol})")
 
 
+# Zero-shot labels for the int8/fp16 gate: everyday photo-album categories.
+GATE_LABELS = [
+    "beach", "mountain", "forest", "city street", "building", "bridge", "car", "bicycle", "boat", "airplane",
+    "dog", "cat", "bird", "horse", "flower", "tree", "sunset", "snow", "lake", "river", "desert", "field",
+    "food", "cake", "coffee", "person", "child", "group of people", "wedding", "concert", "sports", "computer",
+    "phone", "book", "painting", "text document", "night sky", "stars", "waterfall", "garden",
+]
+
+
+def label_embeddings(args: argparse.Namespace):
+    """L2-normalised text embeddings of the gate's labels from the model's own text tower."""
+    import numpy as np
+    import torch
+    from transformers import CLIPTextModelWithProjection, CLIPTokenizer
+
+    tokenizer = CLIPTokenizer.from_pretrained(args.model)
+    text = CLIPTextModelWithProjection.from_pretrained(args.model).eval()
+    tokens = tokenizer([f"a photo of a {label}." for label in GATE_LABELS], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        embeds = text(**tokens).text_embeds.numpy()
+    return embeds / np.linalg.norm(embeds, axis=1, keepdims=True)
+
+
+def write_folder_files(model, args: argparse.Namespace) -> None:
+    """preprocessor_config.json (the model's own) and config.json beside onnx/."""
+    from transformers import CLIPImageProcessor
+
+    processor = CLIPImageProcessor() if args.random_init else CLIPImageProcessor.from_pretrained(args.model)
+    processor.save_pretrained(str(args.folder))
+    model.config.to_json_file(str(args.folder / "config.json"))
+
+
 def main() -> int:
     args = parse_args()
     model = load_vision_model(args)
     encoder = wrap(model)
-    out = args.out
+    out = args.folder / "onnx" / "vision_model.onnx" if args.folder else args.out
     if out.exists():
         out.unlink()
     export(encoder, out, args.opset)
@@ -166,7 +222,20 @@ def main() -> int:
     verify(encoder, out, args.atol)
     size_mb = out.stat().st_size / 1e6
     print(f"wrote {out} ({size_mb:.1f} MB): pixel_values [batch,3,{IMAGE_SIZE},{IMAGE_SIZE}] -> image_embeds, opset {args.opset}")
-    return 0
+    if not args.folder:
+        return 0
+    write_folder_files(model, args)
+    reduced = [p for p in args.precisions if p != "fp32"]
+    if not reduced:
+        return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import precision
+
+    photos = sorted(args.photos.glob("*.jp*g")) if args.photos else precision.default_photos()
+    labels = None if args.random_init else label_embeddings(args)
+    report = precision.write_variants(args.folder, reduced, photos, labels)
+    (args.folder / "precision_report.json").write_text(json.dumps(report, indent=1))
+    return 0 if all(v["chosen"] for v in report["variants"].values()) else 1
 
 
 if __name__ == "__main__":

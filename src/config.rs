@@ -27,6 +27,16 @@ pub enum Provider {
     Cpu,
 }
 
+/// Which weights of a model folder run (`CLIPFN_PRECISION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// fp16 on CUDA, int8 on CPU, fp32 where the folder lacks that variant.
+    Auto,
+    Fp32,
+    Fp16,
+    Int8,
+}
+
 /// Where CLIP's normalisation (scale, mean, std, NCHW) runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Normalize {
@@ -40,7 +50,7 @@ pub enum Normalize {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
-    /// Path or object URI of the ONNX CLIP image encoder.
+    /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).
     pub model: String,
     /// Root that bare keys resolve against: `gs://bucket[/prefix]`, `s3://bucket[/prefix]`, `file:///dir`.
     #[serde(default)]
@@ -50,6 +60,8 @@ pub struct Settings {
     pub allowed_sources: Vec<String>,
     #[serde(default = "defaults::provider", deserialize_with = "provider")]
     pub provider: Provider,
+    #[serde(default = "defaults::precision", deserialize_with = "precision")]
+    pub precision: Precision,
     #[serde(default = "defaults::normalize", deserialize_with = "normalize")]
     pub normalize: Normalize,
     #[serde(default = "defaults::batch_size")]
@@ -121,6 +133,9 @@ mod defaults {
     pub fn provider() -> Provider {
         Provider::Auto
     }
+    pub fn precision() -> Precision {
+        Precision::Auto
+    }
     pub fn normalize() -> Normalize {
         Normalize::Auto
     }
@@ -189,6 +204,12 @@ fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
     one_of(d, "CLIPFN_PROVIDER", &[("auto", Provider::Auto), ("cuda", Provider::Cuda), ("cpu", Provider::Cpu)])
 }
 
+fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
+    let choices =
+        [("auto", Precision::Auto), ("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("int8", Precision::Int8)];
+    one_of(d, "CLIPFN_PRECISION", &choices)
+}
+
 fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
     one_of(d, "CLIPFN_NORMALIZE", &[("auto", Normalize::Auto), ("cpu", Normalize::Cpu), ("model", Normalize::Model)])
 }
@@ -239,7 +260,7 @@ impl Settings {
             )));
         }
         if self.model.trim().is_empty() {
-            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file or object URI".into()));
+            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
         }
         Ok(())
     }
@@ -310,6 +331,7 @@ mod tests {
         assert_eq!(s.max_images, 100);
         assert_eq!(s.max_image_bytes, 25 * MIB);
         assert_eq!(s.provider, Provider::Auto);
+        assert_eq!(s.precision, Precision::Auto);
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
@@ -328,6 +350,9 @@ mod tests {
         let zero =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+        let bad_precision =
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PRECISION", "bf16")])).unwrap_err().to_string();
+        assert!(bad_precision.contains("CLIPFN_PRECISION") && bad_precision.contains("bf16"), "{bad_precision}");
         let bad_format =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
         assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");

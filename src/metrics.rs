@@ -13,6 +13,8 @@ use opentelemetry::{
     metrics::{Counter, Gauge, Histogram, Meter, ObservableGauge, UpDownCounter},
 };
 
+use crate::model::ModelInfo;
+
 /// Seconds, from 1 ms to 1 min: a photo fetch, a decode and a batch all land well inside.
 const SECONDS_BUCKETS: &[f64] =
     &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
@@ -140,10 +142,16 @@ impl Metrics {
         self.batch_size.record(size as u64, &[]);
     }
 
-    pub fn model_loaded(&self, duration: Duration, model: &str, provider: &'static str) {
+    /// The model is loaded; the gauge's attributes name what runs (file and precision too).
+    pub fn model_loaded(&self, duration: Duration, model: &ModelInfo) {
         self.model_load.record(
             duration.as_secs_f64(),
-            &[KeyValue::new("model", model.to_string()), KeyValue::new("provider", provider)],
+            &[
+                KeyValue::new("model", model.id.clone()),
+                KeyValue::new("provider", model.provider),
+                KeyValue::new("file", model.file.clone()),
+                KeyValue::new("precision", model.precision.as_str()),
+            ],
         );
     }
 

@@ -21,9 +21,9 @@ use crate::{
     config::Settings,
     decode::{DecodeError, DecodeOptions, decode},
     metrics::{Metrics, Stage},
-    model::{Model, ModelData, ModelInfo},
+    model::{Model, ModelInfo, Runtime, read_image_model},
     preprocess::{Pixels, PreprocessError, preprocess},
-    source::{Source, SourceError, local_config_file},
+    source::{Source, SourceError},
 };
 
 /// Why one photo has no embedding.
@@ -97,30 +97,29 @@ impl Pipeline {
         let source = Source::new(settings)?;
         let started = Instant::now();
         let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
-        let (read, model) = async {
-            let data = match local_config_file(&settings.model) {
-                Some(path) => ModelData::File(path.context("reading CLIPFN_MODEL")?),
-                None => {
-                    ModelData::Bytes(source.fetch_config_object(&settings.model).await.context("reading CLIPFN_MODEL")?)
-                }
-            };
-            let read = started.elapsed();
-            let id = model_id(&settings.model);
+        let (runtime_took, read_took, model) = async {
+            // The provider decides which file of a model folder to read, so it is settled first
+            // (a short blocking call; the other runtime threads keep /healthz answering).
+            let runtime = Runtime::start(settings)?;
+            let runtime_took = started.elapsed();
+            let file = read_image_model(&source, settings, runtime.on_cuda()).await.context("CLIPFN_MODEL")?;
+            let read_took = started.elapsed() - runtime_took;
             let settings = settings.clone();
             let span = tracing::Span::current();
             let model =
-                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(&settings, data, id))).await??;
-            anyhow::Ok((read, model))
+                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(runtime, &settings, file))).await??;
+            anyhow::Ok((runtime_took, read_took, model))
         }
         .instrument(span.clone())
         .await?;
         let (info, timings) = (&model.info, model.timings);
         span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider);
-        metrics.model_loaded(started.elapsed(), &info.id, info.provider);
+        metrics.model_loaded(started.elapsed(), info);
         tracing::info!(
-            model = %info.id, provider = info.provider, fallback_reason = info.fallback_reason.as_deref(),
+            model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider,
+            fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
-            read_ms = read.as_millis() as u64, runtime_ms = timings.runtime.as_millis() as u64,
+            runtime_ms = runtime_took.as_millis() as u64, read_ms = read_took.as_millis() as u64,
             session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
@@ -185,9 +184,9 @@ impl Pipeline {
         let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        let (size, layout) = (self.model().image_size, self.model().input_layout);
-        // JPEGs decode at the smallest DCT scale that still covers the model input.
-        let options = DecodeOptions::for_input(size, self.max_pixels);
+        let (transform, layout) = (self.model().preprocessing.clone(), self.model().input_layout);
+        // JPEGs decode at the smallest DCT scale that still covers the resized photo.
+        let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
         // turns it into this photo's error and the process and the other photos carry on.
         let in_task = span.clone();
@@ -195,7 +194,7 @@ impl Pipeline {
             let _slot = slot;
             let _entered = in_task.enter();
             let decoded = decode(&bytes, &options)?;
-            Ok(preprocess(&decoded, size, layout)?)
+            Ok(preprocess(&decoded, &transform, layout)?)
         });
         // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
         let pixels = tokio::time::timeout(self.decode_timeout, work).await;
@@ -221,12 +220,6 @@ impl Pipeline {
 /// Marks a stage span as the one where its photo failed.
 fn failed(span: &tracing::Span) {
     span.record("otel.status_code", "ERROR");
-}
-
-/// The model's name as clients see it: the file name without `.onnx`.
-fn model_id(location: &str) -> String {
-    let name = location.trim_end_matches('/').rsplit('/').next().unwrap_or(location);
-    name.strip_suffix(".onnx").unwrap_or(name).to_string()
 }
 
 /// When one photo entered and left each stage it reached.

@@ -1,6 +1,7 @@
 //! Preprocess stage: upright RGB -> one normalised `[3, S, S]` slot of a batch tensor, exactly as
-//! CLIP's reference pipeline does it (torchvision on Pillow images): resize the short side to S with
-//! antialiased bicubic filtering, center crop S x S, scale to [0, 1], normalise per channel.
+//! CLIP's reference pipeline does it (torchvision on Pillow images): resize with antialiased
+//! filtering, center crop S x S, rescale, normalise per channel. The numbers come from a
+//! [`Transform`]: CLIP ViT-B/32's by default, or a model folder's `preprocessor_config.json`.
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::RgbImage;
@@ -11,6 +12,76 @@ use crate::decode::Decoded;
 pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
 #[allow(clippy::excessive_precision)] // the digits CLIP publishes, kept recognisable
 pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
+
+/// How a photo becomes model input.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Transform {
+    pub resize: Resize,
+    /// Side of the center crop; `None` keeps the resized square whole.
+    pub crop: Option<u32>,
+    pub filter: Filter,
+    /// Multiplies 0..255 pixel values before normalising (1/255 for CLIP).
+    pub rescale: f32,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resize {
+    /// The short side becomes this, the aspect ratio stays (torchvision's `Resize(int)`).
+    ShortestEdge(u32),
+    /// Both sides become this, the aspect ratio goes (SigLIP-style `{height, width}`).
+    Square(u32),
+}
+
+/// The resampling filter, named as Pillow names it; both are antialiased when shrinking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Filter {
+    Bicubic,
+    Bilinear,
+}
+
+impl Transform {
+    /// CLIP's own preprocessing for a model taking `size` x `size` input.
+    pub fn clip(size: u32) -> Self {
+        Transform {
+            resize: Resize::ShortestEdge(size),
+            crop: Some(size),
+            filter: Filter::Bicubic,
+            rescale: 1.0 / 255.0,
+            mean: CLIP_MEAN,
+            std: CLIP_STD,
+        }
+    }
+
+    /// Side of the square the model takes.
+    pub fn side(&self) -> u32 {
+        self.crop.unwrap_or(self.resize_side())
+    }
+
+    /// The short side of the photo once resized, before the crop: decoding may shrink to this.
+    pub fn resize_side(&self) -> u32 {
+        match self.resize {
+            Resize::ShortestEdge(side) | Resize::Square(side) => side,
+        }
+    }
+
+    /// Per-channel `scale` and `offset` such that `value * scale + offset` rescales and normalises
+    /// a 0..255 pixel value in one multiply-add.
+    pub fn scale_and_offset(&self) -> ([f32; 3], [f32; 3]) {
+        (std::array::from_fn(|c| self.rescale / self.std[c]), std::array::from_fn(|c| -self.mean[c] / self.std[c]))
+    }
+
+    /// Width and height of a `width` x `height` photo after the resize.
+    fn resized_dims(&self, width: u32, height: u32) -> (u32, u32) {
+        match self.resize {
+            Resize::ShortestEdge(side) => shortest_edge_dims(width, height, side),
+            Resize::Square(side) => (side, side),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("resize failed: {0}")]
@@ -59,26 +130,26 @@ impl Pixels {
 }
 
 /// Resizes and crops a decoded photo and lays it out for the model.
-pub fn preprocess(decoded: &Decoded, size: u32, layout: Layout) -> Result<Pixels, PreprocessError> {
-    let square = resize_and_crop_scaled(&decoded.image, decoded.full_size, decoded.scale_denom, size)?;
+pub fn preprocess(decoded: &Decoded, transform: &Transform, layout: Layout) -> Result<Pixels, PreprocessError> {
+    let square = resize_and_crop_scaled(&decoded.image, decoded.full_size, decoded.scale_denom, transform)?;
     Ok(match layout {
         Layout::RawNhwc => Pixels::RawNhwc(square.into_raw()),
         Layout::NormalizedNchw => {
-            let mut slot = vec![0.0; 3 * (size * size) as usize];
-            normalize_into(&square, &mut slot);
+            let side = transform.side();
+            let mut slot = vec![0.0; 3 * (side * side) as usize];
+            normalize_into(&square, transform, &mut slot);
             Pixels::NormalizedNchw(slot)
         }
     })
 }
 
-/// Writes CLIP-normalised planes (NCHW) of a square RGB image into `slot`.
-fn normalize_into(square: &RgbImage, slot: &mut [f32]) {
+/// Writes normalised planes (NCHW) of a square RGB image into `slot`.
+fn normalize_into(square: &RgbImage, transform: &Transform, slot: &mut [f32]) {
     let plane = (square.width() * square.height()) as usize;
     let (r, rest) = slot.split_at_mut(plane);
     let (g, b) = rest.split_at_mut(plane);
-    // Folding /255, -mean and /std into one multiply-add per value.
-    let scale = CLIP_STD.map(|s| 1.0 / (255.0 * s));
-    let offset: [f32; 3] = std::array::from_fn(|c| -CLIP_MEAN[c] / CLIP_STD[c]);
+    // Folding rescale, -mean and /std into one multiply-add per value.
+    let (scale, offset) = transform.scale_and_offset();
     for (i, px) in square.as_raw().chunks_exact(3).enumerate() {
         r[i] = f32::from(px[0]).mul_add(scale[0], offset[0]);
         g[i] = f32::from(px[1]).mul_add(scale[1], offset[1]);
@@ -86,27 +157,25 @@ fn normalize_into(square: &RgbImage, slot: &mut [f32]) {
     }
 }
 
-/// Resize-short-side-then-center-crop, done as one resize of the matching source box: the filter
-/// still reads pixels outside the box (as Pillow does), so the result is the same as resizing the
-/// whole image first, for a fraction of the work.
-pub fn resize_and_crop(image: &RgbImage, size: u32) -> Result<RgbImage, PreprocessError> {
-    resize_and_crop_scaled(image, image.dimensions(), 1, size)
-}
-
-/// [`resize_and_crop`] for an image decoded at 1/`scale_denom` of a `full_size` photo (JPEG DCT
-/// scaling). The output size and crop offsets come from the full-size geometry, as the reference
-/// computes them; the source box is then placed on the decoded grid, where one pixel is exactly
-/// `scale_denom` full-size pixels. The decoded image's last row and column may be partial (its
-/// size is rounded up), so mapping by its own pixel count would shift the crop by up to half a
-/// decoded pixel, which high-frequency detail turns into a visible difference.
+/// Resize-then-center-crop, done as one resize of the matching source box: the filter still reads
+/// pixels outside the box (as Pillow does), so the result is the same as resizing the whole image
+/// first, for a fraction of the work.
+///
+/// The image may be decoded at 1/`scale_denom` of a `full_size` photo (JPEG DCT scaling). The
+/// output size and crop offsets come from the full-size geometry, as the reference computes them;
+/// the source box is then placed on the decoded grid, where one pixel is exactly `scale_denom`
+/// full-size pixels. The decoded image's last row and column may be partial (its size is rounded
+/// up), so mapping by its own pixel count would shift the crop by up to half a decoded pixel,
+/// which high-frequency detail turns into a visible difference.
 pub fn resize_and_crop_scaled(
     image: &RgbImage,
     full_size: (u32, u32),
     scale_denom: u32,
-    size: u32,
+    transform: &Transform,
 ) -> Result<RgbImage, PreprocessError> {
     let (width, height) = full_size;
-    let (resized_w, resized_h) = resized_dims(width, height, size);
+    let (resized_w, resized_h) = transform.resized_dims(width, height);
+    let size = transform.side();
     // torchvision's CenterCrop: offset = int(round((resized - size) / 2)).
     let left = ((resized_w - size) as f64 / 2.0).round_ties_even();
     let top = ((resized_h - size) as f64 / 2.0).round_ties_even();
@@ -117,14 +186,19 @@ pub fn resize_and_crop_scaled(
     // The box lies inside the image; the clamp only absorbs floating-point excess (29 / 224 * 224
     // can be 29.000000000000004), which the resizer would refuse.
     let (w, h) = ((size as f64 * sx).min(image.width() as f64 - x), (size as f64 * sy).min(image.height() as f64 - y));
-    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom)).crop(x, y, w, h);
+    let filter = match transform.filter {
+        // Pillow's bicubic is the Catmull-Rom kernel (a = -0.5); its bilinear is the triangle.
+        Filter::Bicubic => FilterType::CatmullRom,
+        Filter::Bilinear => FilterType::Bilinear,
+    };
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(filter)).crop(x, y, w, h);
     let mut square = RgbImage::new(size, size);
     Resizer::new().resize(image, &mut square, &options).map_err(|e| PreprocessError(e.to_string()))?;
     Ok(square)
 }
 
 /// torchvision's `Resize(size)`: the short side becomes `size`, the long side `int(size * long / short)`.
-fn resized_dims(width: u32, height: u32, size: u32) -> (u32, u32) {
+fn shortest_edge_dims(width: u32, height: u32, size: u32) -> (u32, u32) {
     let long = |l: u32, s: u32| ((u64::from(size) * u64::from(l)) / u64::from(s)) as u32;
     if width <= height { (size, long(height, width).max(size)) } else { (long(width, height).max(size), size) }
 }
@@ -133,6 +207,11 @@ fn resized_dims(width: u32, height: u32, size: u32) -> (u32, u32) {
 mod tests {
     use super::*;
 
+    /// CLIP's resize and crop of a photo decoded at full size.
+    fn resize_and_crop(image: &RgbImage, size: u32) -> Result<RgbImage, PreprocessError> {
+        resize_and_crop_scaled(image, image.dimensions(), 1, &Transform::clip(size))
+    }
+
     /// A photo decoded at full size.
     fn full_size(image: RgbImage) -> Decoded {
         Decoded { full_size: image.dimensions(), image, format: crate::decode::Format::Png, scale_denom: 1 }
@@ -140,15 +219,18 @@ mod tests {
 
     #[test]
     fn short_side_becomes_size() {
-        assert_eq!(resized_dims(4000, 3000, 224), (298, 224));
-        assert_eq!(resized_dims(3000, 4000, 224), (224, 298));
-        assert_eq!(resized_dims(100, 100, 224), (224, 224));
+        assert_eq!(shortest_edge_dims(4000, 3000, 224), (298, 224));
+        assert_eq!(shortest_edge_dims(3000, 4000, 224), (224, 298));
+        assert_eq!(shortest_edge_dims(100, 100, 224), (224, 224));
     }
 
     #[test]
     fn normalises_with_clip_statistics() {
         let white = full_size(RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255])));
-        let Pixels::NormalizedNchw(slot) = preprocess(&white, 224, Layout::NormalizedNchw).unwrap() else { panic!() };
+        let Pixels::NormalizedNchw(slot) = preprocess(&white, &Transform::clip(224), Layout::NormalizedNchw).unwrap()
+        else {
+            panic!()
+        };
         for c in 0..3 {
             let expected = (1.0 - CLIP_MEAN[c]) / CLIP_STD[c];
             let plane = &slot[c * 224 * 224..(c + 1) * 224 * 224];
@@ -159,7 +241,9 @@ mod tests {
     #[test]
     fn raw_layout_is_the_resized_square() {
         let image = full_size(RgbImage::from_pixel(448, 448, image::Rgb([10, 20, 30])));
-        let Pixels::RawNhwc(raw) = preprocess(&image, 224, Layout::RawNhwc).unwrap() else { panic!() };
+        let Pixels::RawNhwc(raw) = preprocess(&image, &Transform::clip(224), Layout::RawNhwc).unwrap() else {
+            panic!()
+        };
         assert_eq!(raw.len(), 224 * 224 * 3);
         assert_eq!(&raw[..6], &[10, 20, 30, 10, 20, 30]);
     }
@@ -179,7 +263,7 @@ mod tests {
         let full = RgbImage::from_fn(2293, 1433, edge_at(1148));
         let scaled = RgbImage::from_fn(574, 359, edge_at(287));
         let a = resize_and_crop(&full, 224).unwrap();
-        let b = resize_and_crop_scaled(&scaled, (2293, 1433), 4, 224).unwrap();
+        let b = resize_and_crop_scaled(&scaled, (2293, 1433), 4, &Transform::clip(224)).unwrap();
         let row = |img: &RgbImage| (0..224).map(|x| i32::from(img.get_pixel(x, 100).0[0])).collect::<Vec<_>>();
         let diff = row(&a).iter().zip(row(&b)).map(|(p, q)| (p - q).abs()).max().unwrap();
         assert!(diff <= 8, "edge moved: max difference {diff}\n{:?}\n{:?}", row(&a), row(&b));
@@ -196,5 +280,47 @@ mod tests {
         let square = resize_and_crop(&image, 224).unwrap();
         assert_eq!(square.get_pixel(112, 112).0, [0, 255, 0]);
         assert_eq!(square.get_pixel(5, 5).0, [0, 255, 0]);
+    }
+
+    #[test]
+    fn follows_the_transform() {
+        // A 300x200 photo whose left half is dark: squashing to 64 keeps both halves, while a
+        // shortest-edge resize to 80 and a 64 crop keeps the middle, and the statistics apply.
+        let image = full_size(RgbImage::from_fn(300, 200, |x, _| image::Rgb([if x < 150 { 0 } else { 255 }; 3])));
+        let half = [0.5; 3];
+        let squash = Transform {
+            resize: Resize::Square(64),
+            crop: None,
+            filter: Filter::Bilinear,
+            mean: half,
+            std: half,
+            ..Transform::clip(64)
+        };
+        let Pixels::NormalizedNchw(slot) = preprocess(&image, &squash, Layout::NormalizedNchw).unwrap() else {
+            panic!()
+        };
+        assert_eq!(slot.len(), 3 * 64 * 64);
+        assert!((slot[0] + 1.0).abs() < 1e-4 && (slot[63] - 1.0).abs() < 1e-4, "{} {}", slot[0], slot[63]);
+        let cropped = Transform { resize: Resize::ShortestEdge(80), crop: Some(64), ..squash };
+        let square = resize_and_crop_scaled(&image.image, (300, 200), 1, &cropped).unwrap();
+        assert_eq!(square.dimensions(), (64, 64));
+        // Resized to 120x80, cropped at x 28..92: the edge at 60 sits at output x 32.
+        assert_eq!((square.get_pixel(30, 10).0[0], square.get_pixel(34, 10).0[0]), (0, 255));
+    }
+
+    #[test]
+    fn the_filter_is_the_one_asked_for() {
+        // A 64 -> 192 step, shrunk: Pillow's bicubic (Catmull-Rom) overshoots beside the edge,
+        // its bilinear (triangle) never leaves the range.
+        let step = RgbImage::from_fn(500, 500, |x, _| image::Rgb([if x < 250 { 64 } else { 192 }; 3]));
+        let range = |filter| {
+            let transform = Transform { filter, ..Transform::clip(200) };
+            let square = resize_and_crop_scaled(&step, step.dimensions(), 1, &transform).unwrap();
+            let values = square.as_raw();
+            (*values.iter().min().unwrap(), *values.iter().max().unwrap())
+        };
+        assert_eq!(range(Filter::Bilinear), (64, 192));
+        let (low, high) = range(Filter::Bicubic);
+        assert!(low < 64 && high > 192, "bicubic stayed in {low}..{high}");
     }
 }

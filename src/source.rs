@@ -191,12 +191,31 @@ impl Source {
 
     /// Reads a whole object by URI or local path, outside the photo roots (the model file).
     pub async fn fetch_config_object(&self, location: &str) -> Result<Bytes, SourceError> {
-        let (store, path): (Arc<dyn ObjectStore>, ObjectPath) = match Uri::parse(location) {
+        let (store, path) = self.config_store(location)?;
+        get_bounded(store.as_ref(), &path, u64::MAX).await
+    }
+
+    /// Lists a folder (path or URI prefix) outside the photo roots, as paths relative to it (a
+    /// model folder).
+    pub async fn list_config_folder(&self, location: &str) -> Result<Vec<String>, SourceError> {
+        let (store, prefix) = self.config_store(location.trim_end_matches('/'))?;
+        let mut listing = store.list(Some(&prefix));
+        let mut files = Vec::new();
+        while let Some(meta) = listing.next().await {
+            let path = meta.map_err(|e| classify(e, &prefix))?.location;
+            if let Some(parts) = path.prefix_match(&prefix) {
+                files.push(parts.map(|part| part.as_ref().to_string()).collect::<Vec<_>>().join("/"));
+            }
+        }
+        Ok(files)
+    }
+
+    fn config_store(&self, location: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), SourceError> {
+        Ok(match Uri::parse(location) {
             Some(uri) if uri.scheme == "file" => (Arc::new(LocalFileSystem::new()), absolute(uri.path)?),
             Some(uri) => (build_store(&uri, self.client)?, ObjectPath::parse(uri.path).map_err(config_error)?),
             None => (Arc::new(LocalFileSystem::new()), absolute(location.trim_start_matches('/'))?),
-        };
-        get_bounded(store.as_ref(), &path, u64::MAX).await
+        })
     }
 
     fn resolve<'r>(&self, reference: &'r str) -> Result<(&Root, &'r str), SourceError> {

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, gcs_env, item, setup_var};
+use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, failed_start, gcs_env, item};
 
 /// A store with one real photo, `good.jpg`, and any number of held ones, `slow*.jpg`.
 fn held_store() -> (tempfile::TempDir, HeldStore) {
@@ -119,21 +119,6 @@ fn wait_exit(server: &mut Server) -> std::process::ExitStatus {
         assert!(Instant::now() < until, "clipfn did not exit within 15 s of SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Runs `clipfn serve` with a broken setting and returns its stderr; it must exit non-zero.
-fn failed_start(envs: &[(&str, &str)]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_clipfn"))
-        .arg("serve")
-        .env_clear()
-        .env("PORT", common::free_port().to_string())
-        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
-        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap();
-    assert!(!output.status.success(), "{envs:?} should stop start-up");
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 #[test]

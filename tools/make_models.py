@@ -12,14 +12,27 @@ models built here from scratch with the `onnx` helpers (no torch):
   --kind vit-b32  exactly the CLIP ViT-B/32 image tower (87.8M params) for
                   realistic benchmark timings; its outputs are meaningless.
 
-Both: input "pixel_values" float32 [N,3,224,224] (dynamic N), output
-"image_embeds" float32 [N,512] (NOT L2-normalised, like CLIP's projection
-output), opset 17, metadata_props "clipfn.model_id". Same seed -> same bytes.
+Both: input "pixel_values" float32 [N,3,S,S] (dynamic N; S = 224, or --size
+for the test kind), output "image_embeds" float32 [N,512] (NOT L2-normalised,
+like CLIP's projection output), opset 17, metadata_props "clipfn.model_id".
+Same seed -> same bytes.
 
-Usage: make_models.py --kind test|vit-b32 [--out PATH] [--seed N] [--check]
+--folder DIR writes a model folder in the transformers.js / Optimum layout
+instead of one file: onnx/vision_model.onnx (fp32), onnx/vision_model_fp16.onnx
+(fp16 weights, float32 inputs and outputs: cast at the boundary) and
+onnx/vision_model_quantized.onnx (int8: ONNX Runtime's dynamic quantization of
+the MatMul weights), plus preprocessor_config.json and config.json.
+--preprocess clip writes CLIP's own constants; --preprocess other writes
+non-CLIP ones (mean/std 0.5, bilinear, shortest edge S+16 then crop S), so
+the service's preprocessing can be checked to follow the file.
+
+Usage: make_models.py --kind test|vit-b32 [--out PATH | --folder DIR]
+                      [--size S] [--preprocess clip|other] [--seed N] [--check]
 """
 import argparse
 import hashlib
+import json
+import logging
 import os
 import sys
 import time
@@ -71,16 +84,17 @@ class Graph:
         return self.op("LayerNormalization", [x, g, b], axis=-1, epsilon=1e-5)
 
 
-def build_test(g):
-    """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*14*14, linear -> 512."""
+def build_test(g, size=224):
+    """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*G*G (G = size/16), linear -> 512."""
     # Weight scales: each conv output sums 768 normalised pixels, so std 1/sqrt(768)
     # keeps tanh mostly in its linear range; likewise 1/sqrt(1568) for the projection.
     w = g.randn("patch.weight", (8, 3, 16, 16), 1.0 / np.sqrt(3 * 16 * 16))
     b = g.randn("patch.bias", (8,), 0.1)
     x = g.op("Conv", ["pixel_values", w, b], kernel_shape=[16, 16], strides=[16, 16])
     x = g.op("Tanh", [x])
-    x = g.op("Flatten", [x], axis=1)  # [N, 1568]: keeps position information
-    w2 = g.randn("proj.weight", (8 * 14 * 14, 512), 1.0 / np.sqrt(8 * 14 * 14))
+    x = g.op("Flatten", [x], axis=1)  # [N, 8*G*G]: keeps position information
+    grid = size // 16
+    w2 = g.randn("proj.weight", (8 * grid * grid, 512), 1.0 / np.sqrt(8 * grid * grid))
     b2 = g.randn("proj.bias", (512,), 0.1)
     return g.op("Add", [g.op("MatMul", [x, w2]), b2])
 
@@ -131,20 +145,20 @@ def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
     return g.op("MatMul", [cls, g.randn("proj", (width, out_dim), width ** -0.5)])
 
 
-def build(kind, seed):
+def build(kind, seed, size=224):
     g = Graph(np.random.default_rng(seed))
-    out = build_test(g) if kind == "test" else build_vit_b32(g)
+    out = build_test(g, size) if kind == "test" else build_vit_b32(g)
     g.nodes.append(helper.make_node("Identity", [out], ["image_embeds"], name="image_embeds"))
     graph = helper.make_graph(
         g.nodes, f"clipfn_{kind}",
-        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["N", 3, 224, 224])],
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["N", 3, size, size])],
         [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["N", 512])],
         initializer=g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="clipfn-tools-make_models", producer_version="1")
     model.ir_version = 8  # readable by every ONNX Runtime >= 1.10
     meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
-            "clipfn.input_size": "224", "clipfn.embedding_dim": "512",
+            "clipfn.input_size": str(size), "clipfn.embedding_dim": "512",
             "clipfn.mean": "0.48145466,0.4578275,0.40821073",
             "clipfn.std": "0.26862954,0.26130258,0.27577711"}
     helper.set_model_props(model, meta)
@@ -153,13 +167,75 @@ def build(kind, seed):
     return model, params
 
 
-def check(path):
+def preprocessor_config(kind, size):
+    """preprocessor_config.json as Hugging Face's CLIPImageProcessor writes it."""
+    if kind == "clip":
+        resize, crop, resample = {"shortest_edge": size}, size, 3
+        mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+    else:  # not CLIP's numbers anywhere: crop inside a larger resize, bilinear, SigLIP-style statistics
+        resize, crop, resample, mean, std = {"shortest_edge": size + 16}, size, 2, [0.5] * 3, [0.5] * 3
+    return {"crop_size": {"height": crop, "width": crop}, "do_center_crop": True, "do_convert_rgb": True,
+            "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": mean,
+            "image_processor_type": "CLIPImageProcessor", "image_std": std, "resample": resample,
+            "rescale_factor": 1 / 255, "size": resize}
+
+
+def fp16_variant(model):
+    """fp16 weights and arithmetic, float32 at the boundary (what transformers.js ships as _fp16)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(model, keep_io_types=True)
+
+
+def int8_variant(src, dst):
+    """Dynamic quantization of the MatMul weights to int8 (activations quantized at run time)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.getLogger().setLevel(logging.ERROR)  # its "consider pre-processing" advice
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+
+
+def save(model, out):
+    tmp = out + ".tmp"
+    onnx.save_model(model, tmp)  # < 2 GB, so no external data needed
+    os.replace(tmp, out)  # atomic: a crash never leaves a half-written model
+
+
+def write_folder(model, folder, kind, size, preprocess):
+    """The transformers.js layout; written beside and renamed into place, so never half there."""
+    tmp = folder + ".tmp"
+    if os.path.exists(tmp):
+        import shutil
+
+        shutil.rmtree(tmp)
+    os.makedirs(os.path.join(tmp, "onnx"))
+    fp32 = os.path.join(tmp, "onnx/vision_model.onnx")
+    save(model, fp32)
+    save(fp16_variant(model), os.path.join(tmp, "onnx/vision_model_fp16.onnx"))
+    int8_variant(fp32, os.path.join(tmp, "onnx/vision_model_quantized.onnx"))
+    with open(os.path.join(tmp, "preprocessor_config.json"), "w") as f:
+        json.dump(preprocessor_config(preprocess, size), f, indent=2)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump({"model_type": "clip", "clipfn.kind": kind, "clipfn.model_id": MODEL_ID[kind],
+                   "vision_config": {"image_size": size}, "projection_dim": 512}, f, indent=2)
+    if os.path.exists(folder):
+        os.rename(folder, folder + ".old")
+        os.rename(tmp, folder)
+        import shutil
+
+        shutil.rmtree(folder + ".old")
+    else:
+        os.rename(tmp, folder)
+    return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))]
+
+
+def check(path, size=224):
     """Run a batch of 2 through ONNX Runtime; returns the output and the time."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((2, 3, size, size)).astype(np.float32)
     sess.run(None, {"pixel_values": x})  # warm-up
     t = time.perf_counter()
     (y,) = sess.run(None, {"pixel_values": x})
@@ -172,27 +248,36 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=["test", "vit-b32"], required=True)
     ap.add_argument("--out")
+    ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
+    ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
+    ap.add_argument("--preprocess", choices=["clip", "other"], default="clip")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--check", action="store_true", help="run a batch of 2 with onnxruntime")
     a = ap.parse_args()
-    out = os.path.abspath(a.out or DEFAULT_OUT[a.kind])
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    if a.size != 224 and (a.kind != "test" or a.size % 16):
+        ap.error("--size: only the test kind takes another size, a multiple of 16")
 
     t0 = time.perf_counter()
-    model, params = build(a.kind, a.seed)
+    model, params = build(a.kind, a.seed, a.size)
     onnx.checker.check_model(model, full_check=True)  # also infers shapes
-    tmp = out + ".tmp"
-    onnx.save_model(model, tmp)  # < 2 GB, so no external data needed
-    os.replace(tmp, out)  # atomic: a crash never leaves a half-written model
+    if a.folder:
+        outs = write_folder(model, os.path.abspath(a.folder), a.kind, a.size, a.preprocess)
+    else:
+        out = os.path.abspath(a.out or DEFAULT_OUT[a.kind])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        save(model, out)
+        outs = [out]
     t_build = time.perf_counter() - t0
-    sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
-    print(f"{a.kind}: {out}\n  params={params:,} size={os.path.getsize(out)/1e6:.1f} MB "
-          f"sha256={sha[:16]} built in {t_build:.1f}s")
-    if a.check:
-        y, dt = check(out)
-        cos = float(y[0] @ y[1] / np.linalg.norm(y[0]) / np.linalg.norm(y[1]))
-        print(f"  onnxruntime: out {y.shape}, batch of 2 in {dt*1000:.1f} ms (1 thread), "
-              f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y1)={cos:.3f}")
+    for out in outs:
+        sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+        print(f"{a.kind}: {out}\n  params={params:,} size={os.path.getsize(out)/1e6:.1f} MB "
+              f"sha256={sha[:16]}")
+        if a.check:
+            y, dt = check(out, a.size)
+            cos = float(y[0] @ y[1] / np.linalg.norm(y[0]) / np.linalg.norm(y[1]))
+            print(f"  onnxruntime: out {y.shape}, batch of 2 in {dt*1000:.1f} ms (1 thread), "
+                  f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y1)={cos:.3f}")
+    print(f"  built in {t_build:.1f}s")
 
 
 if __name__ == "__main__":

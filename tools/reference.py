@@ -17,8 +17,15 @@ plus EXIF orientation and RGB conversion first:
   5. /255, normalise with CLIP mean/std, NCHW float32
   6. model -> image_embeds, then L2-normalise
 
+Other CLIP-family models preprocess with other numbers (a model folder's
+preprocessor_config.json); these flags replace CLIP's, step by step:
+  --size N (step 3's 224), --crop N (step 4's; 0: no crop), --squash (step 3
+  resizes both sides to N, aspect ratio lost, SigLIP-style), --resample
+  bicubic|bilinear, --mean R,G,B and --std R,G,B (step 5).
+
 Usage:
-  reference.py --model M.onnx PATH...      JSON {"embeddings": {path: [512 floats]},
+  reference.py --model M.onnx [PREPROCESSING FLAGS] PATH...
+                                           JSON {"embeddings": {path: [512 floats]},
                                             "model": M, "errors": {path: msg}}
   reference.py --bench [PATH|DIR...]       Pillow-only photos/s (decode+resize+
                                             crop+normalise), 1 core, median of 3;
@@ -44,31 +51,47 @@ except ImportError:
     pass
 
 SIZE = 224
-MEAN = np.array([0.48145466, 0.4578275, 0.40821073], np.float32).reshape(3, 1, 1)
-STD = np.array([0.26862954, 0.26130258, 0.27577711], np.float32).reshape(3, 1, 1)
+MEAN = (0.48145466, 0.4578275, 0.40821073)
+STD = (0.26862954, 0.26130258, 0.27577711)
 BATCH = 16
+RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
 
 
-def preprocess(path, size=SIZE, draft=False):
-    """File -> float32 [3, size, size], CLIP-normalised."""
+class Transform:
+    """CLIP's preprocessing numbers, or another model's."""
+
+    def __init__(self, size=SIZE, crop=None, squash=False, resample="bicubic", mean=MEAN, std=STD):
+        self.size, self.crop, self.squash = size, size if crop is None else crop, squash
+        self.resample = RESAMPLE[resample]
+        self.mean = np.array(mean, np.float32).reshape(3, 1, 1)
+        self.std = np.array(std, np.float32).reshape(3, 1, 1)
+
+
+def preprocess(path, t=None, draft=False):
+    """File -> float32 [3, crop, crop] (CLIP's [3, 224, 224] by default), normalised."""
+    t = t or Transform()
+    size = t.size
     with Image.open(path) as im:
         if draft:  # let libjpeg decode at 1/2..1/8 scale (not CLIP-exact)
             im.draft("RGB", (size, size))
         im = ImageOps.exif_transpose(im).convert("RGB")
     w, h = im.size
-    if w <= h:
+    if t.squash:
+        nw, nh = size, size
+    elif w <= h:
         nw, nh = size, int(size * h / w)
     else:
         nw, nh = int(size * w / h), size
-    im = im.resize((nw, nh), Image.Resampling.BICUBIC)
-    top = int(round((nh - size) / 2.0))
-    left = int(round((nw - size) / 2.0))
-    im = im.crop((left, top, left + size, top + size))
+    im = im.resize((nw, nh), t.resample)
+    if t.crop:
+        top = int(round((nh - t.crop) / 2.0))
+        left = int(round((nw - t.crop) / 2.0))
+        im = im.crop((left, top, left + t.crop, top + t.crop))
     x = np.asarray(im, dtype=np.float32).transpose(2, 0, 1) / 255.0
-    return (x - MEAN) / STD
+    return (x - t.mean) / t.std
 
 
-def embed(model, paths):
+def embed(model, paths, t=None):
     import onnxruntime as ort
 
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -77,7 +100,7 @@ def embed(model, paths):
     ok = []
     for p in paths:
         try:
-            ok.append((p, preprocess(p)))
+            ok.append((p, preprocess(p, t)))
         except Exception as e:  # noqa: BLE001 - report every decode failure
             errors[p] = f"{type(e).__name__}: {e}"
     for i in range(0, len(ok), BATCH):
@@ -127,6 +150,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="ONNX model (pixel_values -> image_embeds)")
     ap.add_argument("--bench", action="store_true", help="time Pillow preprocessing only")
+    ap.add_argument("--size", type=int, default=SIZE, help="resize: short side (or both, --squash)")
+    ap.add_argument("--crop", type=int, help="center crop side (default: --size; 0: none)")
+    ap.add_argument("--squash", action="store_true", help="resize both sides to --size")
+    ap.add_argument("--resample", choices=sorted(RESAMPLE), default="bicubic")
+    floats = lambda v: tuple(float(x) for x in v.split(","))  # noqa: E731
+    ap.add_argument("--mean", type=floats, default=MEAN, help="R,G,B")
+    ap.add_argument("--std", type=floats, default=STD, help="R,G,B")
     ap.add_argument("paths", nargs="*")
     a = ap.parse_args()
     if a.bench:
@@ -137,7 +167,8 @@ def main():
         return bench(paths)
     if not a.model or not a.paths:
         ap.error("--model and at least one PATH are required")
-    res = embed(a.model, a.paths)
+    t = Transform(a.size, a.crop, a.squash, a.resample, a.mean, a.std)
+    res = embed(a.model, a.paths, t)
     for p, e in res["errors"].items():
         print(f"reference.py: {p}: {e}", file=sys.stderr)
     json.dump(res, sys.stdout)

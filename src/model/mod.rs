@@ -2,10 +2,14 @@
 //!
 //! ONNX Runtime is loaded from `ORT_DYLIB_PATH` (the PyPI wheel's library here, the CUDA build in
 //! the image), so a missing library is a clear start-up error instead of a panic. The execution
-//! provider is chosen once: with `auto`, a CUDA registration failure falls back to CPU and the
-//! reason is kept for the log and /readyz.
+//! provider is chosen once, before any model file is read (it decides which file of a model
+//! folder to read): with `auto`, a CUDA registration failure falls back to CPU and the reason is
+//! kept for the log and /readyz.
 
+mod files;
+mod folder;
 mod normalizer;
+mod preprocessor;
 
 use std::{
     path::{Path, PathBuf},
@@ -23,9 +27,14 @@ use ort::{
 };
 
 use self::normalizer::Normalizer;
+pub use self::{
+    files::{open_folder, read_image_model},
+    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
+    preprocessor::parse as parse_preprocessor_config,
+};
 use crate::{
     config::{Normalize, Provider, Settings},
-    preprocess::{Layout, Pixels},
+    preprocess::{Layout, Pixels, Transform},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +45,10 @@ pub enum ModelError {
     CudaUnavailable(String),
     #[error("model: {0}")]
     Load(String),
+    #[error("model folder: {0}")]
+    Folder(String),
+    #[error("preprocessor_config.json: {0}")]
+    Preprocessor(String),
     #[error("inference failed: {0}")]
     Inference(String),
 }
@@ -44,6 +57,9 @@ pub enum ModelError {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ModelInfo {
     pub id: String,
+    /// The ONNX file that runs (relative to its folder when the model is a folder).
+    pub file: String,
+    pub precision: Weights,
     /// `cuda` or `cpu`.
     pub provider: &'static str,
     /// Why `auto` fell back to CPU, when it did.
@@ -53,6 +69,8 @@ pub struct ModelInfo {
     pub output_name: String,
     /// Side of the square input image.
     pub image_size: u32,
+    /// How photos are resized, cropped and normalised for this model.
+    pub preprocessing: Transform,
     /// What the batcher hands the model: normalised floats, or raw bytes normalised in the model.
     pub input_layout: Layout,
     /// Length of one embedding.
@@ -67,6 +85,39 @@ impl ModelInfo {
     }
 }
 
+/// The process's ONNX Runtime and the execution provider chosen for it.
+pub struct Runtime {
+    environment: Environment,
+    on_cuda: bool,
+    /// Why `auto` fell back to CPU, when it did.
+    fallback_reason: Option<String>,
+}
+
+impl Runtime {
+    /// Loads ONNX Runtime and settles the provider: CUDA when asked and its provider registers.
+    pub fn start(settings: &Settings) -> Result<Self, ModelError> {
+        let environment = init_runtime()?;
+        let (on_cuda, fallback_reason) = match settings.provider {
+            Provider::Cpu => (false, None),
+            Provider::Cuda | Provider::Auto => match session_builder(&environment, settings, true) {
+                Ok(_) => (true, None),
+                Err(e) if settings.provider == Provider::Cuda => {
+                    return Err(ModelError::CudaUnavailable(e.to_string()));
+                }
+                Err(e) => {
+                    tracing::warn!(reason = %e, "CUDA execution provider unavailable; running on CPU");
+                    (false, Some(e.to_string()))
+                }
+            },
+        };
+        Ok(Runtime { environment, on_cuda, fallback_reason })
+    }
+
+    pub fn on_cuda(&self) -> bool {
+        self.on_cuda
+    }
+}
+
 /// Where the session's weights come from. ONNX Runtime reads a local file by itself, so clipfn
 /// never holds a second copy of the weights; a model fetched from a store arrives as bytes, which
 /// are let go as soon as the session holds the weights.
@@ -75,15 +126,25 @@ pub enum ModelData {
     Bytes(bytes::Bytes),
 }
 
-/// Where start-up time went, for the "model loaded and warmed up" log line and the bench.
+/// Where the model's part of start-up went, for the "model loaded and warmed up" log line.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LoadTimings {
-    /// Loading the ONNX Runtime library and creating its environment.
-    pub runtime: Duration,
     /// Building the session: parsing the graph, optimising it, placing and prepacking weights.
     pub session: Duration,
     /// The warm-up batch.
     pub warm_up: Duration,
+}
+
+/// A model file read for loading.
+pub struct ModelFile {
+    pub data: ModelData,
+    /// The model's name as clients see it.
+    pub id: String,
+    /// Its file name (relative to its folder for a folder) and precision.
+    pub file: String,
+    pub precision: Weights,
+    /// The folder's preprocessing, when it has a `preprocessor_config.json`.
+    pub preprocessing: Option<Transform>,
 }
 
 pub struct Model {
@@ -97,33 +158,49 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads ONNX Runtime, builds the session from `data` and runs one warm-up batch, which also
-    /// reveals the embedding size.
-    pub fn load(settings: &Settings, data: ModelData, id: String) -> Result<Self, ModelError> {
-        let mut timings = LoadTimings::default();
+    /// Builds the session from `model` and runs one warm-up batch, which also reveals the
+    /// embedding size.
+    pub fn load(runtime: Runtime, settings: &Settings, model: ModelFile) -> Result<Self, ModelError> {
+        let Runtime { environment, on_cuda, fallback_reason } = runtime;
         let started = Instant::now();
-        let environment = init_runtime()?;
-        timings.runtime = started.elapsed();
-        let started = Instant::now();
-        let (session, provider, fallback_reason) = build_session(&environment, settings, &data)?;
-        // The session holds the weights now; fetched bytes must not stay beside them (nor sit on
-        // top of the warm-up's peak).
-        drop(data);
-        timings.session = started.elapsed();
-        let on_cuda = provider == "cuda";
+        let (session, on_cuda, fallback_reason) =
+            build_session(&environment, settings, &model.data, on_cuda, fallback_reason)?;
+        // The session holds the weights now: fetched bytes must not stay beside them, nor sit
+        // under the warm-up's peak.
+        drop(model.data);
+        let timings = LoadTimings { session: started.elapsed(), ..LoadTimings::default() };
+        let provider = if on_cuda { "cuda" } else { "cpu" };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
-        let image_size = match settings.image_size {
-            Some(size) => size,
-            None => square_side(input.dtype().tensor_shape().map(|s| &s[..]))?,
+        let side = settings.image_size.or(square_side(input.dtype().tensor_shape().map(|s| &s[..])));
+        let preprocessing = match (model.preprocessing, side) {
+            // The graph (or CLIPFN_IMAGE_SIZE) must take what the folder's config makes.
+            (Some(transform), Some(side)) if side != transform.side() => {
+                return Err(ModelError::Preprocessor(format!(
+                    "it makes {0}x{0} input, but the model takes {side}x{side}",
+                    transform.side()
+                )));
+            }
+            (Some(transform), _) => transform,
+            (None, Some(side)) => Transform::clip(side),
+            (None, None) => {
+                return Err(ModelError::Load(format!(
+                    "input shape {:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE",
+                    input.dtype().tensor_shape()
+                )));
+            }
         };
+        let image_size = preprocessing.side();
         let info = ModelInfo {
-            id,
+            id: model.id,
+            file: model.file,
+            precision: model.precision,
             provider,
             fallback_reason,
             input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
             output_name: settings.output_name.clone().unwrap_or_else(|| output.name().to_string()),
             image_size,
+            preprocessing,
             input_layout: match (settings.normalize, on_cuda) {
                 (Normalize::Model, _) | (Normalize::Auto, true) => Layout::RawNhwc,
                 (Normalize::Cpu, _) | (Normalize::Auto, false) => Layout::NormalizedNchw,
@@ -133,7 +210,7 @@ impl Model {
         };
         let normalizer = match info.input_layout {
             Layout::RawNhwc => {
-                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, image_size, on_cuda)?)
+                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, &info.preprocessing, on_cuda)?)
             }
             Layout::NormalizedNchw => None,
         };
@@ -201,24 +278,29 @@ fn init_runtime() -> Result<Environment, ModelError> {
         .map_err(|e| ModelError::Runtime(e.to_string()))
 }
 
-type Built = (Session, &'static str, Option<String>);
+type Built = (Session, bool, Option<String>);
 
-/// Builds the CLIP session on CUDA when asked and possible, else on CPU.
-fn build_session(environment: &Environment, settings: &Settings, data: &ModelData) -> Result<Built, ModelError> {
-    if settings.provider != Provider::Cpu {
-        let attempt =
-            session_builder(environment, settings, true).and_then(|b| commit(b, data)).map_err(|e| e.to_string());
-        match (attempt, settings.provider) {
-            (Ok(session), _) => return Ok((session, "cuda", None)),
-            (Err(reason), Provider::Cuda) => return Err(ModelError::CudaUnavailable(reason)),
-            (Err(reason), _) => {
-                tracing::warn!(%reason, "CUDA execution provider unavailable; running on CPU");
-                let session = commit(session_builder(environment, settings, false)?, data)?;
-                return Ok((session, "cpu", Some(reason)));
-            }
+/// Builds the session on the provider the runtime chose. Should CUDA registration pass but the
+/// session still fail on it under `auto`, CPU takes over.
+fn build_session(
+    environment: &Environment,
+    settings: &Settings,
+    data: &ModelData,
+    on_cuda: bool,
+    fallback_reason: Option<String>,
+) -> Result<Built, ModelError> {
+    let cpu = || commit(session_builder(environment, settings, false)?, data);
+    if !on_cuda {
+        return Ok((cpu()?, false, fallback_reason));
+    }
+    match session_builder(environment, settings, true).and_then(|b| commit(b, data)) {
+        Ok(session) => Ok((session, true, None)),
+        Err(e) if settings.provider == Provider::Cuda => Err(ModelError::CudaUnavailable(e.to_string())),
+        Err(e) => {
+            tracing::warn!(reason = %e, "the model cannot run on CUDA; running on CPU");
+            Ok((cpu()?, false, Some(e.to_string())))
         }
     }
-    Ok((commit(session_builder(environment, settings, false)?, data)?, "cpu", None))
 }
 
 fn commit(mut builder: SessionBuilder, data: &ModelData) -> Result<Session, ModelError> {
@@ -253,13 +335,11 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
     Ok(builder)
 }
 
-/// The input must be `[N, 3, S, S]`; S is read from the graph unless CLIPFN_IMAGE_SIZE overrides it.
-fn square_side(shape: Option<&[i64]>) -> Result<u32, ModelError> {
+/// S of an `[N, 3, S, S]` input with a fixed S.
+fn square_side(shape: Option<&[i64]>) -> Option<u32> {
     match shape {
-        Some([_, 3, h, w]) if h == w && *h > 0 => Ok(*h as u32),
-        other => Err(ModelError::Load(format!(
-            "input shape {other:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE"
-        ))),
+        Some([_, 3, h, w]) if h == w && *h > 0 => Some(*h as u32),
+        _ => None,
     }
 }
 

@@ -1,4 +1,5 @@
-//! CLIP normalisation as ONNX ops, for `CLIPFN_NORMALIZE=model`.
+//! The model's normalisation (CLIP's, or its folder's `preprocessor_config.json`) as ONNX ops,
+//! for `CLIPFN_NORMALIZE=model`.
 //!
 //! A second, tiny session takes the photos as they leave the resizer (uint8, `[N, S, S, 3]`) and
 //! does cast, scale, per-channel shift and the NHWC -> NCHW transpose on the execution provider.
@@ -15,7 +16,7 @@ use ort::{
 };
 
 use super::ModelError;
-use crate::preprocess::{CLIP_MEAN, CLIP_STD};
+use crate::preprocess::Transform;
 
 const INPUT: &str = "pixels_u8";
 const OUTPUT: &str = "pixel_values";
@@ -29,18 +30,17 @@ pub struct Normalizer {
 impl Normalizer {
     /// `builder` carries the same execution provider as the CLIP session; `on_cuda` says where
     /// its output should live.
-    pub fn new(builder: &SessionBuilder, side: u32, on_cuda: bool) -> Result<Self, ModelError> {
-        let side = i64::from(side);
+    pub fn new(builder: &SessionBuilder, transform: &Transform, on_cuda: bool) -> Result<Self, ModelError> {
+        let side = i64::from(transform.side());
+        let (scale, offset) = transform.scale_and_offset();
         let mut graph = Graph::new().map_err(load)?;
         graph.set_inputs([Outlet::new(INPUT, tensor(TensorElementType::Uint8, [-1, side, side, 3]))]).map_err(load)?;
         graph
             .set_outputs([Outlet::new(OUTPUT, tensor(TensorElementType::Float32, [-1, 3, side, side]))])
             .map_err(load)?;
-        // x * (1 / (255 std)) - mean / std, per channel on the last (NHWC) axis.
-        graph.add_initializer("clip_scale", constant(CLIP_STD.map(|s| 1.0 / (255.0 * s)))?, false).map_err(load)?;
-        graph
-            .add_initializer("clip_shift", constant(std::array::from_fn(|c| -CLIP_MEAN[c] / CLIP_STD[c]))?, false)
-            .map_err(load)?;
+        // x * (rescale / std) - mean / std, per channel on the last (NHWC) axis.
+        graph.add_initializer("clip_scale", constant(scale)?, false).map_err(load)?;
+        graph.add_initializer("clip_shift", constant(offset)?, false).map_err(load)?;
         let nodes = [
             Node::new("Cast", "", "to_float", [INPUT], ["as_float"], [Attribute::new("to", 1_i64).map_err(load)?]),
             Node::new("Mul", "", "scale", ["as_float", "clip_scale"], ["scaled"], []),

@@ -170,6 +170,21 @@ impl Server {
     }
 }
 
+/// Runs `clipfn serve` with a broken setting and returns its stderr; it must exit non-zero.
+pub fn failed_start(envs: &[(&str, &str)]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_clipfn"))
+        .arg("serve")
+        .env_clear()
+        .env("PORT", free_port().to_string())
+        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
+        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{envs:?} should stop start-up");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// Server logs are noise in a passing run; CLIPFN_TEST_LOGS=1 shows them.
 fn server_log() -> Stdio {
     if std::env::var_os("CLIPFN_TEST_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() }
@@ -211,10 +226,16 @@ pub fn camera_photos(n: usize) -> Vec<PathBuf> {
 
 /// Reference embeddings from Pillow preprocessing + Python onnxruntime (tools/reference.py).
 pub fn reference_embeddings(model: &str, photos: &[PathBuf]) -> HashMap<PathBuf, Vec<f32>> {
+    reference_embeddings_with(model, &[], photos)
+}
+
+/// [`reference_embeddings`] with preprocessing flags (`--size`, `--crop`, `--mean`, ...).
+pub fn reference_embeddings_with(model: &str, flags: &[&str], photos: &[PathBuf]) -> HashMap<PathBuf, Vec<f32>> {
     let output = Command::new(setup_var("CLIPFN_PYTHON"))
         .arg(repo().join("tools/reference.py"))
         .arg("--model")
         .arg(model)
+        .args(flags)
         .args(photos)
         .env_remove("OPENBLAS_CORETYPE")
         .output()

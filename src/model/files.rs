@@ -1,0 +1,69 @@
+//! Reading the image model that `CLIPFN_MODEL` names: one `.onnx` file as it is, or, for a model
+//! folder, the file that the precision rule picks for the provider in use, with the folder's
+//! preprocessing.
+
+use anyhow::Context;
+
+use super::{
+    ModelData, ModelFile, ModelFolder, PREPROCESSOR_CONFIG, VISION, Weights, is_folder, parse_preprocessor_config,
+};
+use crate::{
+    config::{Precision, Settings},
+    source::{Source, local_config_file},
+};
+
+/// Lists the model folder at `location` (a path, or a URI prefix).
+pub async fn open_folder(source: &Source, location: &str) -> anyhow::Result<ModelFolder> {
+    let files = source.list_config_folder(location).await.with_context(|| format!("listing {location}"))?;
+    Ok(ModelFolder::new(location, files))
+}
+
+/// Reads the image tower to run on CUDA (`on_cuda`) or CPU.
+pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: bool) -> anyhow::Result<ModelFile> {
+    let location = settings.model.as_str();
+    if !is_folder(location) {
+        let name = location.rsplit('/').next().unwrap_or(location);
+        let precision = Weights::of_file(name);
+        if ![Precision::Auto, precision.into()].contains(&settings.precision) {
+            anyhow::bail!(
+                "CLIPFN_PRECISION picks a file of a model folder, but CLIPFN_MODEL names one file ({name}, {} by its name)",
+                precision.as_str()
+            );
+        }
+        return Ok(ModelFile {
+            data: read_weights(source, location).await?,
+            id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
+            file: name.to_string(),
+            precision,
+            preprocessing: None,
+        });
+    }
+    let folder = open_folder(source, location).await?;
+    let variant = folder.pick(VISION, settings.precision, on_cuda)?;
+    let preprocessing = match folder.has(PREPROCESSOR_CONFIG) {
+        true => {
+            let config = folder.locate(PREPROCESSOR_CONFIG);
+            let bytes = source.fetch_config_object(&config).await.with_context(|| format!("reading {config}"))?;
+            Some(parse_preprocessor_config(&bytes).with_context(|| format!("in {config}"))?)
+        }
+        false => None,
+    };
+    let path = folder.locate(&variant.file);
+    Ok(ModelFile {
+        data: read_weights(source, &path).await?,
+        id: folder.name().to_string(),
+        file: variant.file,
+        precision: variant.precision,
+        preprocessing,
+    })
+}
+
+/// A local model file is left for ONNX Runtime to read (no copy in clipfn); one in a store is
+/// fetched.
+async fn read_weights(source: &Source, location: &str) -> anyhow::Result<ModelData> {
+    let data = match local_config_file(location) {
+        Some(path) => path.map(ModelData::File),
+        None => source.fetch_config_object(location).await.map(ModelData::Bytes),
+    };
+    data.with_context(|| format!("reading {location}"))
+}

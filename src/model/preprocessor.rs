@@ -1,0 +1,222 @@
+//! A model folder's `preprocessor_config.json` (Hugging Face's CLIP and SigLIP image processors)
+//! read into the preprocess stage's [`Transform`], so CLIP-family models other than ViT-B/32
+//! (B/16, L/14-336, fashion CLIPs, SigLIP's mean and std) preprocess as they were trained.
+//!
+//! Every field that changes pixels is honoured or refused at start-up: a model fed photos
+//! prepared another way answers with plausible but wrong embeddings, which nobody would notice.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::ModelError;
+use crate::preprocess::{Filter, Resize, Transform};
+
+/// Fields that describe the file, not the pixels.
+const INFORMATIONAL: &[&str] =
+    &["image_processor_type", "feature_extractor_type", "processor_class", "_processor_class"];
+
+#[derive(Deserialize)]
+struct Config {
+    do_resize: Option<bool>,
+    size: Option<Size>,
+    do_center_crop: Option<bool>,
+    crop_size: Option<Size>,
+    resample: Option<u32>,
+    do_rescale: Option<bool>,
+    rescale_factor: Option<f32>,
+    do_normalize: Option<bool>,
+    image_mean: Option<Channels>,
+    image_std: Option<Channels>,
+    do_convert_rgb: Option<bool>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+/// `224`, `{"shortest_edge": 224}` or `{"height": 224, "width": 224}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Size {
+    Side(u32),
+    Edges { shortest_edge: Option<u32>, height: Option<u32>, width: Option<u32>, longest_edge: Option<u32> },
+}
+
+/// One value per channel, or one for all.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Channels {
+    Each([f32; 3]),
+    All(f32),
+}
+
+impl Channels {
+    fn values(&self) -> [f32; 3] {
+        match self {
+            Channels::Each(values) => *values,
+            Channels::All(value) => [*value; 3],
+        }
+    }
+}
+
+/// Reads `preprocessor_config.json`, or says which option clipfn cannot honour.
+pub fn parse(bytes: &[u8]) -> Result<Transform, ModelError> {
+    let config: Config = serde_json::from_slice(bytes).map_err(|e| refuse(format!("not a valid config: {e}")))?;
+    for (key, value) in &config.other {
+        // An option of another processor is harmless only when it is off.
+        let harmless =
+            INFORMATIONAL.contains(&key.as_str()) || (key.starts_with("do_") && *value == Value::Bool(false));
+        if !harmless {
+            return Err(refuse(format!("'{key}': {value} is an option clipfn cannot honour")));
+        }
+    }
+    if config.do_resize == Some(false) {
+        return Err(refuse("do_resize=false: photos of any size cannot go into a fixed-size model".into()));
+    }
+    if config.do_convert_rgb == Some(false) {
+        return Err(refuse("do_convert_rgb=false: clipfn always feeds RGB".into()));
+    }
+    let resize = match config.size.ok_or_else(|| refuse("'size' is missing".into()))? {
+        Size::Side(side) | Size::Edges { shortest_edge: Some(side), height: None, width: None, longest_edge: None } => {
+            Resize::ShortestEdge(side)
+        }
+        Size::Edges { shortest_edge: None, height: Some(h), width: Some(w), longest_edge: None } if h == w => {
+            Resize::Square(h)
+        }
+        _ => return Err(refuse("'size' must be a number, {shortest_edge} or a square {height, width}".into())),
+    };
+    let crop = match (config.do_center_crop.unwrap_or(config.crop_size.is_some()), config.crop_size) {
+        (false, _) => None,
+        (true, Some(Size::Side(side))) => Some(side),
+        (true, Some(Size::Edges { height: Some(h), width: Some(w), shortest_edge: None, longest_edge: None }))
+            if h == w =>
+        {
+            Some(h)
+        }
+        (true, _) => return Err(refuse("'crop_size' must be a number or a square {height, width}".into())),
+    };
+    let resize_side = match resize {
+        Resize::ShortestEdge(side) | Resize::Square(side) => side,
+    };
+    match crop {
+        None if matches!(resize, Resize::ShortestEdge(_)) => {
+            return Err(refuse("a shortest_edge resize without a center crop gives non-square input".into()));
+        }
+        Some(side) if side > resize_side => {
+            return Err(refuse(format!("crop_size {side} is larger than the resized photo ({resize_side})")));
+        }
+        Some(0) => return Err(refuse("crop_size must be greater than 0".into())),
+        _ if resize_side == 0 => return Err(refuse("'size' must be greater than 0".into())),
+        _ => {}
+    }
+    let filter = match config.resample {
+        Some(3) | None => Filter::Bicubic,
+        Some(2) => Filter::Bilinear,
+        Some(other) => {
+            return Err(refuse(format!("resample={other}: clipfn resizes with 2 (bilinear) or 3 (bicubic) only")));
+        }
+    };
+    let rescale = if config.do_rescale == Some(false) { 1.0 } else { config.rescale_factor.unwrap_or(1.0 / 255.0) };
+    let (mean, std) = if config.do_normalize == Some(false) {
+        ([0.0; 3], [1.0; 3])
+    } else {
+        let mean = config.image_mean.ok_or_else(|| refuse("'image_mean' is missing".into()))?.values();
+        let std = config.image_std.ok_or_else(|| refuse("'image_std' is missing".into()))?.values();
+        if std.iter().any(|s| !s.is_normal() || *s < 0.0) || mean.iter().any(|m| !m.is_finite()) {
+            return Err(refuse(format!("image_mean {mean:?} / image_std {std:?} are not usable statistics")));
+        }
+        (mean, std)
+    };
+    Ok(Transform { resize, crop, filter, rescale, mean, std })
+}
+
+fn refuse(reason: String) -> ModelError {
+    ModelError::Preprocessor(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::preprocess::{CLIP_MEAN, CLIP_STD};
+
+    fn read(config: Value) -> Result<Transform, String> {
+        parse(&serde_json::to_vec(&config).unwrap()).map_err(|e| e.to_string())
+    }
+
+    /// `Xenova/clip-vit-base-patch32`'s file.
+    fn clip_b32() -> Value {
+        json!({
+            "crop_size": 224, "do_center_crop": true, "do_normalize": true, "do_resize": true,
+            "feature_extractor_type": "CLIPFeatureExtractor",
+            "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+            "resample": 3, "size": 224
+        })
+    }
+
+    #[test]
+    fn clip_files_read_as_clip() {
+        assert_eq!(read(clip_b32()).unwrap(), Transform::clip(224));
+        let mut newer = clip_b32();
+        newer["size"] = json!({"shortest_edge": 336});
+        newer["crop_size"] = json!({"height": 336, "width": 336});
+        newer["do_convert_rgb"] = json!(true);
+        newer["do_rescale"] = json!(true);
+        newer["rescale_factor"] = json!(0.00392156862745098);
+        newer["image_processor_type"] = json!("CLIPImageProcessor");
+        let l14 = read(newer).unwrap();
+        assert_eq!((l14.resize, l14.crop, l14.side()), (Resize::ShortestEdge(336), Some(336), 336));
+        assert_eq!((l14.mean, l14.std), (CLIP_MEAN, CLIP_STD));
+    }
+
+    #[test]
+    fn siglip_files_squash_to_a_square() {
+        let siglip = read(json!({
+            "do_normalize": true, "do_rescale": true, "do_resize": true,
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "image_processor_type": "SiglipImageProcessor", "processor_class": "SiglipProcessor",
+            "resample": 2, "rescale_factor": 0.00392156862745098, "size": {"height": 256, "width": 256}
+        }))
+        .unwrap();
+        assert_eq!((siglip.resize, siglip.crop, siglip.filter), (Resize::Square(256), None, Filter::Bilinear));
+        assert_eq!((siglip.mean, siglip.std), ([0.5; 3], [0.5; 3]));
+    }
+
+    #[test]
+    fn options_that_cannot_be_honoured_are_refused() {
+        let cases = [
+            ("resample", json!(0), "resample=0"),
+            ("resample", json!(1), "resample=1"),
+            ("do_resize", json!(false), "do_resize=false"),
+            ("do_convert_rgb", json!(false), "do_convert_rgb"),
+            ("do_pad", json!(true), "'do_pad'"),
+            ("crop_pct", json!(0.9), "'crop_pct'"),
+            ("size", json!({"height": 224, "width": 320}), "'size'"),
+            ("size", json!({"longest_edge": 224}), "'size'"),
+            ("crop_size", json!({"height": 200, "width": 224}), "'crop_size'"),
+            ("crop_size", json!(256), "larger"),
+            ("do_center_crop", json!(false), "non-square"),
+            ("image_std", json!([0.5, 0.0, 0.5]), "not usable"),
+        ];
+        for (key, value, expected) in cases {
+            let mut config = clip_b32();
+            config[key] = value.clone();
+            let message = read(config).expect_err(&format!("{key}={value} was accepted"));
+            assert!(message.contains("preprocessor_config.json") && message.contains(expected), "{key}: {message}");
+        }
+        let mut no_mean = clip_b32();
+        no_mean.as_object_mut().unwrap().remove("image_mean");
+        assert!(read(no_mean).unwrap_err().contains("image_mean"));
+        assert!(parse(b"{not json").is_err());
+    }
+
+    #[test]
+    fn switched_off_options_are_harmless() {
+        let mut config = clip_b32();
+        config["do_pad"] = json!(false);
+        config["do_normalize"] = json!(false);
+        let plain = read(config).unwrap();
+        assert_eq!((plain.mean, plain.std), ([0.0; 3], [1.0; 3]));
+    }
+}

@@ -1,0 +1,179 @@
+//! Model folders in the transformers.js layout: which file runs (CLIPFN_PRECISION and the provider),
+//! refusals that name what is wrong, and preprocessing that follows `preprocessor_config.json`,
+//! checked against Pillow with the same numbers. The real binary, real ONNX Runtime, the generated
+//! test model's fp32, fp16 and int8 variants (tools/make_models.py --folder).
+//!
+//! CUDA cannot run here: the fp16-on-CUDA choice is tested as a rule in `model::folder`'s unit
+//! tests, with the provider as input.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{
+    ServerConfig, camera_photos, cosine, failed_start, gcs_env, item, reference_embeddings_with, scrape, series,
+    setup_var, start_fake_gcs,
+};
+use serde_json::{Value, json};
+
+fn name(p: &Path) -> &str {
+    p.file_name().unwrap().to_str().unwrap()
+}
+
+/// A store holding real photos under their own names.
+fn store_with(photos: &[PathBuf]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for photo in photos {
+        std::fs::copy(photo, dir.path().join(name(photo))).unwrap();
+    }
+    dir
+}
+
+/// A model folder holding some of a generated folder's ONNX files and the given
+/// `preprocessor_config.json` (none when `Value::Null`).
+fn folder_with(from: &str, files: &[&str], config: &Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("onnx")).unwrap();
+    for file in files {
+        std::os::unix::fs::symlink(Path::new(from).join(file), dir.path().join(file)).unwrap();
+    }
+    if !config.is_null() {
+        std::fs::write(dir.path().join("preprocessor_config.json"), config.to_string()).unwrap();
+    }
+    dir
+}
+
+/// Embeddings of `photos` from a server on `model` with extra settings, and its /readyz model.
+fn embed_with(model: &str, envs: &[(&str, &str)], photos: &[PathBuf]) -> (Value, Vec<Vec<f32>>) {
+    let store = store_with(photos);
+    let config =
+        envs.iter().fold(ServerConfig::local(store.path()).env("CLIPFN_MODEL", model), |c, (k, v)| c.env(k, v));
+    let server = config.start();
+    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let (status, body) = server.embed(&keys);
+    assert_eq!(status, 200, "{body}");
+    let embeddings = (0..keys.len()).map(|i| item(&body, i).unwrap()).collect();
+    (server.get("/readyz").1["model"].clone(), embeddings)
+}
+
+#[test]
+fn cpu_auto_runs_int8_and_names_it() {
+    let store = tempfile::tempdir().unwrap();
+    let server = ServerConfig::local(store.path()).env("CLIPFN_MODEL", &setup_var("CLIPFN_TEST_FOLDER")).start();
+    let (status, ready) = server.get("/readyz");
+    assert_eq!(status, 200);
+    let model = &ready["model"];
+    assert_eq!(model["id"], "clip-test", "{ready}");
+    assert_eq!(model["provider"], "cpu");
+    assert_eq!(model["file"], "onnx/vision_model_quantized.onnx");
+    assert_eq!(model["precision"], "int8");
+    assert_eq!(model["preprocessing"]["resize"], json!({"shortest_edge": 224}));
+    let metrics = scrape(&server);
+    let labels = [("file", "onnx/vision_model_quantized.onnx"), ("precision", "int8"), ("model", "clip-test")];
+    assert!(series(&metrics, "clipfn_model_load_duration_seconds", &labels) > 0.0, "{metrics}");
+}
+
+#[test]
+fn every_variant_matches_fp32_through_the_pipeline() {
+    let photos = camera_photos(4);
+    let folder = setup_var("CLIPFN_TEST_FOLDER");
+    let (_, single_file) = embed_with(&setup_var("CLIPFN_TEST_MODEL"), &[], &photos);
+    let mut by_precision = Vec::new();
+    for (precision, floor) in [("fp32", 0.9999), ("fp16", 0.999), ("int8", 0.99)] {
+        let (model, embeddings) = embed_with(&folder, &[("CLIPFN_PRECISION", precision)], &photos);
+        assert_eq!(model["precision"], precision, "{model}");
+        for (i, (ours, fp32)) in embeddings.iter().zip(&single_file).enumerate() {
+            let similarity = cosine(ours, fp32);
+            assert!(similarity >= floor, "{precision} {}: cosine {similarity} to fp32", name(&photos[i]));
+        }
+        by_precision.push(embeddings);
+    }
+    // The folder's fp32 file is the single file; the other variants are really other weights.
+    assert_eq!(by_precision[0], single_file);
+    assert_ne!(by_precision[1], single_file, "fp16 gave fp32's exact numbers");
+    assert_ne!(by_precision[2], single_file, "int8 gave fp32's exact numbers");
+}
+
+#[test]
+fn refusals_name_what_is_wrong() {
+    let from = setup_var("CLIPFN_TEST_FOLDER");
+    let clip =
+        serde_json::from_slice::<Value>(&std::fs::read(Path::new(&from).join("preprocessor_config.json")).unwrap())
+            .unwrap();
+    let fp32_only = folder_with(&from, &["onnx/vision_model.onnx"], &clip);
+    let message = failed_start(&[("CLIPFN_MODEL", fp32_only.path().to_str().unwrap()), ("CLIPFN_PRECISION", "int8")]);
+    assert!(message.contains("CLIPFN_PRECISION=int8"), "{message}");
+    assert!(message.contains("onnx/vision_model.onnx, preprocessor_config.json"), "{message}");
+
+    let mut nearest = clip.clone();
+    nearest["resample"] = json!(0);
+    let unsupported = folder_with(&from, &["onnx/vision_model.onnx"], &nearest);
+    let message = failed_start(&[("CLIPFN_MODEL", unsupported.path().to_str().unwrap())]);
+    assert!(message.contains("preprocessor_config.json") && message.contains("resample=0"), "{message}");
+
+    let mut wrong_size = clip.clone();
+    wrong_size["crop_size"] = json!(192);
+    let mismatched = folder_with(&from, &["onnx/vision_model.onnx"], &wrong_size);
+    let message = failed_start(&[("CLIPFN_MODEL", mismatched.path().to_str().unwrap())]);
+    assert!(message.contains("192x192") && message.contains("224x224"), "{message}");
+
+    let message = failed_start(&[("CLIPFN_PRECISION", "fp16")]);
+    assert!(message.contains("CLIPFN_PRECISION") && message.contains("clip-test.onnx"), "{message}");
+}
+
+#[test]
+fn preprocessing_follows_the_folder_against_pillow() {
+    let mut photos = camera_photos(4);
+    photos.push(Path::new(&setup_var("CLIPFN_PILLOW_IMAGES_DIR")).join("hopper_orientation_6.jpg"));
+    // The generated folder: shortest edge 208, center crop 192, bilinear, mean and std 0.5.
+    let folder = setup_var("CLIPFN_TEST_FOLDER_192");
+    let fp32 = format!("{folder}/onnx/vision_model.onnx");
+    let flags = ["--size", "208", "--crop", "192", "--resample", "bilinear", "--mean", "0.5,0.5,0.5"];
+    let pillow = reference_embeddings_with(&fp32, &[&flags[..], &["--std", "0.5,0.5,0.5"]].concat(), &photos);
+    let clip_numbers = reference_embeddings_with(&fp32, &["--size", "192"], &photos);
+    for normalize in ["cpu", "model"] {
+        let envs = [("CLIPFN_PRECISION", "fp32"), ("CLIPFN_NORMALIZE", normalize)];
+        let (model, embeddings) = embed_with(&folder, &envs, &photos);
+        assert_eq!(model["image_size"], 192, "{model}");
+        for (photo, ours) in photos.iter().zip(&embeddings) {
+            let similarity = cosine(ours, &pillow[photo]);
+            assert!(similarity >= 0.99, "{normalize} {}: cosine {similarity} to Pillow", name(photo));
+        }
+        // Had CLIP's numbers been used, the test model would have said so.
+        let worst = photos.iter().zip(&embeddings).map(|(p, e)| cosine(e, &clip_numbers[p])).fold(1.0, f32::min);
+        assert!(worst < 0.99, "CLIP's numbers give the same embeddings (cosine {worst}): the check is blind");
+    }
+
+    // SigLIP-style: both sides squashed to the input size, no crop, other statistics.
+    let squash = json!({
+        "do_normalize": true, "do_rescale": true, "do_resize": true, "resample": 3,
+        "image_mean": [0.4, 0.5, 0.6], "image_std": [0.2, 0.3, 0.25], "size": {"height": 192, "width": 192}
+    });
+    let siglip = folder_with(&folder, &["onnx/vision_model.onnx"], &squash);
+    let (_, embeddings) = embed_with(siglip.path().to_str().unwrap(), &[], &photos);
+    let flags = ["--squash", "--size", "192", "--crop", "0", "--mean", "0.4,0.5,0.6", "--std", "0.2,0.3,0.25"];
+    let pillow = reference_embeddings_with(&fp32, &flags, &photos);
+    for (photo, ours) in photos.iter().zip(&embeddings) {
+        let similarity = cosine(ours, &pillow[photo]);
+        assert!(similarity >= 0.99, "squash {}: cosine {similarity} to Pillow", name(photo));
+    }
+}
+
+#[test]
+fn a_folder_loads_from_a_bucket_prefix() {
+    let data = tempfile::tempdir().unwrap();
+    let folder = Path::new(&setup_var("CLIPFN_TEST_FOLDER")).to_path_buf();
+    let bucket = data.path().join("models/clip-test");
+    std::fs::create_dir_all(bucket.join("onnx")).unwrap();
+    for file in ["onnx/vision_model.onnx", "onnx/vision_model_quantized.onnx", "preprocessor_config.json"] {
+        std::fs::copy(folder.join(file), bucket.join(file)).unwrap();
+    }
+    let (_gcs, port) = start_fake_gcs(data.path());
+    let store = tempfile::tempdir().unwrap();
+    let server = gcs_env(ServerConfig::local(store.path()), port).env("CLIPFN_MODEL", "gs://models/clip-test/").start();
+    let model = &server.get("/readyz").1["model"];
+    assert_eq!(
+        (model["id"].as_str(), model["file"].as_str()),
+        (Some("clip-test"), Some("onnx/vision_model_quantized.onnx"))
+    );
+}
