@@ -335,6 +335,7 @@ mod tests {
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
+        assert!(!s.cpu_arena, "the CPU arena holds the largest batch's memory for good");
     }
 
     #[test]

@@ -371,6 +371,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn local_model_files_are_named_by_path_and_store_objects_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.onnx");
+        std::fs::write(&model, b"onnx").unwrap();
+        let real = std::fs::canonicalize(&model).unwrap();
+        assert_eq!(local_config_file(model.to_str().unwrap()).unwrap().unwrap(), real);
+        assert_eq!(local_config_file(&format!("file://{}", model.display())).unwrap().unwrap(), real);
+        assert!(matches!(local_config_file("/nonexistent/m.onnx"), Some(Err(SourceError::Config(_)))));
+        assert!(local_config_file("gs://models/m.onnx").is_none());
+        assert!(local_config_file("s3://models/m.onnx").is_none());
+    }
+
+    #[test]
     fn keys_cannot_escape() {
         for bad in ["", "/etc/passwd", "../x.jpg", "a/../../x", "a//b", "./a", "a\\..\\b", "a/\0"] {
             assert!(matches!(checked_key(bad), Err(SourceError::Forbidden(_))), "{bad:?} was accepted");
