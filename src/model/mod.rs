@@ -324,9 +324,12 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
         builder = builder.with_execution_providers([ep::CUDA::default().build().error_on_failure()]).map_err(load)?;
     } else {
         // On CPU the decoders share the cores with inference: idle ONNX Runtime threads must
-        // sleep, not spin, or they burn the time decoding needs.
+        // sleep, not spin, or they burn the time decoding needs. Batches come in every size up
+        // to the limit, so no memory pattern is planned and kept per size: each run allocates
+        // as it goes.
         builder = builder
             .with_intra_op_spinning(false)
+            .and_then(|b| b.with_memory_pattern(false))
             .and_then(|b| {
                 b.with_execution_providers([ep::CPU::default().with_arena_allocator(settings.cpu_arena).build()])
             })
