@@ -42,7 +42,7 @@ const BATCHES: [usize; 4] = [1, 16, 32, 64];
 /// The end-to-end server's batch size.
 const SERVER_BATCH: usize = 64;
 /// The batch sizes the server warms up at start (see `Model::load`).
-const WARM_UP_BATCHES: [usize; 1] = [SERVER_BATCH];
+const WARM_UP_BATCHES: [usize; 2] = [1, SERVER_BATCH];
 const COLD_STARTS: usize = 5;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

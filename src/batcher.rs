@@ -6,6 +6,13 @@
 //! fill once it holds one, runs them together and sends each result back to its waiting photo. A
 //! photo whose request gave up (deadline, disconnect) is dropped from the batch before it runs.
 //!
+//! A batch that fails is not failed whole: its photos may belong to other users' requests. The
+//! worker first runs the known-good warm-up input again. If that fails too, the model or its
+//! device is broken: the batch fails and the worker's [`Health`] turns bad, so /healthz and /readyz
+//! tell the platform to replace the instance. If it passes, the batch is split in halves, and
+//! halves that fail are split again, until only the photos that trip the model are left; they get
+//! `inference_failed` and everything else its embedding. A panic in the model counts as a failure.
+//!
 //! Admission is counted in photos: a request takes one permit per photo up front or is refused at
 //! once, so the queue, the decoded pixels and the fetches in flight all stay bounded.
 //!
@@ -15,7 +22,8 @@
 //! `clipfn.batch.id` it rode in, which is also on the `inference` span.
 
 use std::{
-    sync::{Arc, mpsc},
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::{Arc, OnceLock, mpsc},
     thread,
     time::{Duration, Instant},
 };
@@ -26,6 +34,7 @@ use tracing::Span;
 use crate::{
     metrics::{Metrics, Stage},
     model::{Model, ModelError, ModelInfo},
+    panics,
     preprocess::Pixels,
 };
 
@@ -44,6 +53,66 @@ pub enum BatchError {
     Model(#[from] ModelError),
     #[error("the model worker has stopped")]
     Stopped,
+}
+
+/// Why the model worker can no longer serve; the platform should replace the instance.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unhealthy {
+    #[error("the model fails its warm-up input after a failed batch")]
+    ModelBroken,
+    #[error("the model worker has stopped")]
+    WorkerStopped,
+}
+
+/// The model worker's health: a fact the worker owns and the API reads. Once bad it stays bad: a
+/// lost GPU does not come back, the instance must be replaced.
+#[derive(Debug, Clone, Default)]
+pub struct Health(Arc<OnceLock<Unhealthy>>);
+
+impl Health {
+    pub fn check(&self) -> Result<(), Unhealthy> {
+        self.0.get().map_or(Ok(()), |why| Err(why.clone()))
+    }
+
+    fn fail(&self, why: Unhealthy) {
+        if self.0.set(why.clone()).is_ok() {
+            tracing::error!(reason = %why, "model worker unhealthy; /healthz and /readyz now answer 503");
+        }
+    }
+}
+
+/// Marks the worker stopped when its thread dies (a panic the worker does not catch). Its orderly
+/// end, when the batcher is dropped at exit, is not a failure.
+struct StopWatch(Health);
+
+impl Drop for StopWatch {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.fail(Unhealthy::WorkerStopped);
+        }
+    }
+}
+
+/// What the worker needs from a model: `Model` in production; in unit tests, a stand-in that
+/// can lose its GPU (that cannot happen here for real).
+pub trait Infer: Send + 'static {
+    fn info(&self) -> &ModelInfo;
+    /// Runs `n` photos laid end to end; one raw embedding per photo.
+    fn run(&mut self, pixels: &Pixels, n: usize) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Runs the known-good warm-up input.
+    fn check(&mut self) -> Result<(), ModelError>;
+}
+
+impl Infer for Model {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+    fn run(&mut self, pixels: &Pixels, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+        Model::run(self, pixels, n)
+    }
+    fn check(&mut self) -> Result<(), ModelError> {
+        Model::check(self)
+    }
 }
 
 /// The whole queue is taken; the caller should come back later.
@@ -69,27 +138,38 @@ pub struct Batcher {
     places: Arc<Semaphore>,
     capacity: usize,
     info: ModelInfo,
+    health: Health,
     metrics: Arc<Metrics>,
 }
 
 impl Batcher {
     /// Moves `model` onto its own worker thread.
-    pub fn start(model: Model, batch_wait: Duration, capacity: usize, metrics: Arc<Metrics>) -> Self {
-        let info = model.info.clone();
+    pub fn start(model: impl Infer, batch_wait: Duration, capacity: usize, metrics: Arc<Metrics>) -> Self {
+        let info = model.info().clone();
         let (queue, jobs) = mpsc::channel();
         let places = Arc::new(Semaphore::new(capacity));
         let watched = Arc::clone(&places);
         metrics.watch_admitted(move || (capacity - watched.available_permits()) as u64);
-        let worker_metrics = Arc::clone(&metrics);
+        let health = Health::default();
+        let watched = health.clone();
+        metrics.watch_healthy(move || watched.check().is_ok());
+        let (worker_metrics, worker_health) = (Arc::clone(&metrics), health.clone());
         thread::Builder::new()
             .name("clipfn-model".into())
-            .spawn(move || run_worker(model, jobs, batch_wait, &worker_metrics))
+            .spawn(move || {
+                let _stopped = StopWatch(worker_health.clone());
+                run_worker(model, jobs, batch_wait, &worker_metrics, &worker_health)
+            })
             .expect("spawning the model worker thread");
-        Batcher { queue, places, capacity, info, metrics }
+        Batcher { queue, places, capacity, info, health, metrics }
     }
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Reserves queue places for `photos` photos, or says at once that there is no room.
@@ -117,9 +197,17 @@ impl Batcher {
     }
 }
 
-fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration, metrics: &Metrics) {
-    let max = model.info.batch_size;
-    let mut input = Pixels::empty(model.info.input_layout, max * model.info.slot_len());
+type JobResult = Result<Vec<f32>, BatchError>;
+
+fn run_worker(
+    mut model: impl Infer,
+    jobs: mpsc::Receiver<Job>,
+    batch_wait: Duration,
+    metrics: &Metrics,
+    health: &Health,
+) {
+    let max = model.info().batch_size;
+    let mut input = Pixels::empty(model.info().input_layout, max * model.info().slot_len());
     let mut batch_id: u64 = 0;
     // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
     while let Ok(first) = jobs.recv() {
@@ -138,34 +226,87 @@ fn run_worker(mut model: Model, jobs: mpsc::Receiver<Job>, batch_wait: Duration,
         }
         batch_id += 1;
         let span = batch_span(&mut batch, batch_id);
-        input.clear();
-        for job in &batch {
-            input.extend(&job.pixels);
-        }
         let started = Instant::now();
         // The span ends with the run, before any reply, so it never outlives the requests it serves.
-        let result = span.in_scope(|| model.run(&input, batch.len()));
+        let results = span.in_scope(|| run_batch(&mut model, &mut input, &batch, metrics, health));
         let finished = Instant::now();
         metrics.batch(batch.len());
         metrics.stage(Stage::Inference, finished - started);
         tracing::debug!(size = batch.len(), ms = (finished - started).as_millis() as u64, "batch");
-        match result {
-            Ok(embeddings) => {
-                for (job, embedding) in batch.into_iter().zip(embeddings) {
-                    let _ = job.reply.send(Ok(Embedded { embedding, started, finished }));
-                }
-            }
-            Err(e) => {
-                span.record("otel.status_code", "ERROR");
-                span.in_scope(|| tracing::error!(error = %e, size = batch.len(), "batch failed"));
-                let message = e.to_string();
-                for job in batch {
-                    let _ = job.reply.send(Err(BatchError::Model(ModelError::Inference(message.clone()))));
-                }
-            }
+        if results.iter().any(Result::is_err) {
+            span.record("otel.status_code", "ERROR");
+        }
+        for (job, result) in batch.into_iter().zip(results) {
+            let _ = job.reply.send(result.map(|embedding| Embedded { embedding, started, finished }));
         }
     }
     tracing::debug!("model worker stopped");
+}
+
+/// One result per job. A failed batch is told apart: a broken model fails every photo and the
+/// worker's health; otherwise the photos that trip the model are isolated by bisection.
+fn run_batch(
+    model: &mut impl Infer,
+    input: &mut Pixels,
+    batch: &[Job],
+    metrics: &Metrics,
+    health: &Health,
+) -> Vec<JobResult> {
+    let failure = match attempt(model, input, batch) {
+        Ok(embeddings) => return embeddings.into_iter().map(Ok).collect(),
+        Err(failure) => failure,
+    };
+    metrics.batch_failed(failure.cause);
+    tracing::error!(error = %failure.error, size = batch.len(), "batch failed; running the warm-up input");
+    // A panic here is not caught: the worker then stops, and its health says so.
+    if let Err(e) = model.check() {
+        tracing::error!(error = %e, "the warm-up input fails too: the model is broken");
+        health.fail(Unhealthy::ModelBroken);
+        let message = e.to_string();
+        return batch.iter().map(|_| Err(BatchError::Model(ModelError::Inference(message.clone())))).collect();
+    }
+    let results = isolate(model, input, batch, failure.error);
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    tracing::warn!(failed, size = batch.len(), "photos that trip the model isolated; the rest of the batch ran");
+    results
+}
+
+/// `jobs` failed together with `error`: runs each half on its own and splits again the halves
+/// that fail, down to single photos.
+fn isolate(model: &mut impl Infer, input: &mut Pixels, jobs: &[Job], error: ModelError) -> Vec<JobResult> {
+    if jobs.len() == 1 {
+        return vec![Err(BatchError::Model(error))];
+    }
+    let (left, right) = jobs.split_at(jobs.len() / 2);
+    let mut results = Vec::with_capacity(jobs.len());
+    for half in [left, right] {
+        match attempt(model, input, half) {
+            Ok(embeddings) => results.extend(embeddings.into_iter().map(Ok)),
+            Err(failure) => results.extend(isolate(model, input, half, failure.error)),
+        }
+    }
+    results
+}
+
+/// A model run that failed, by error or by panic.
+struct Failure {
+    error: ModelError,
+    cause: &'static str,
+}
+
+fn attempt(model: &mut impl Infer, input: &mut Pixels, jobs: &[Job]) -> Result<Vec<Vec<f32>>, Failure> {
+    input.clear();
+    for job in jobs {
+        input.extend(&job.pixels);
+    }
+    match catch_unwind(AssertUnwindSafe(|| model.run(input, jobs.len()))) {
+        Ok(Ok(embeddings)) => Ok(embeddings),
+        Ok(Err(error)) => Err(Failure { error, cause: "error" }),
+        Err(panic) => {
+            let error = ModelError::Inference(format!("the model panicked: {}", panics::message(panic.as_ref())));
+            Err(Failure { error, cause: "panic" })
+        }
+    }
 }
 
 /// Ends the photos' queue spans and opens the batch's `inference` span: a child of the first
@@ -197,4 +338,159 @@ fn batch_span(batch: &mut [Job], batch_id: u64) -> Span {
         drop(std::mem::replace(&mut job.queue_span, Span::none()));
     }
     span
+}
+
+/// A stand-in model for unit tests, here and in `api`: it can lose its device mid-flight, which
+/// cannot happen on this machine for real. A photo's embedding is `[mean of its values, 1]`. Like
+/// the poison model of tools/make_models.py, a photo whose values are all above 1.9 (white) fails
+/// the run it is in; one whose values are all below -1.7 (black) makes the run panic.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use super::*;
+    use crate::{
+        config::Provider,
+        model::Weights,
+        preprocess::{Layout, Transform},
+    };
+
+    pub const DEVICE_OK: u8 = 0;
+    /// Every run and the warm-up input fail.
+    pub const DEVICE_LOST: u8 = 1;
+    /// Every run fails and the warm-up input panics.
+    pub const DEVICE_CRASHING: u8 = 2;
+
+    pub struct FakeModel {
+        info: ModelInfo,
+        device: Arc<AtomicU8>,
+    }
+
+    impl FakeModel {
+        /// The model and the switch for its device's state.
+        pub fn new(batch_size: usize, image_size: u32) -> (Self, Arc<AtomicU8>) {
+            let info = ModelInfo {
+                id: "fake".into(),
+                file: "fake.onnx".into(),
+                precision: Weights::Fp32,
+                provider: Provider::Cpu,
+                fallback_reason: None,
+                input_name: "pixel_values".into(),
+                output_name: "image_embeds".into(),
+                image_size,
+                preprocessing: Transform::clip(image_size),
+                input_layout: Layout::NormalizedNchw,
+                dim: 2,
+                batch_size,
+                warm_up_batches: vec![1, batch_size],
+            };
+            let device = Arc::new(AtomicU8::new(DEVICE_OK));
+            (FakeModel { info, device: Arc::clone(&device) }, device)
+        }
+    }
+
+    impl Infer for FakeModel {
+        fn info(&self) -> &ModelInfo {
+            &self.info
+        }
+
+        fn run(&mut self, pixels: &Pixels, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+            if self.device.load(Ordering::SeqCst) != DEVICE_OK {
+                return Err(ModelError::Inference("CUDA error: device lost".into()));
+            }
+            let Pixels::NormalizedNchw(values) = pixels else { unreachable!("the fake takes normalised input") };
+            assert_eq!(values.len(), n * self.info.slot_len());
+            let photos: Vec<&[f32]> = values.chunks(self.info.slot_len()).collect();
+            if photos.iter().any(|p| p.iter().all(|&v| v < -1.7)) {
+                panic!("a black photo");
+            }
+            if photos.iter().any(|p| p.iter().all(|&v| v > 1.9)) {
+                return Err(ModelError::Inference("Reshape: the input cannot be reshaped".into()));
+            }
+            Ok(photos.iter().map(|p| vec![p.iter().sum::<f32>() / p.len() as f32, 1.0]).collect())
+        }
+
+        fn check(&mut self) -> Result<(), ModelError> {
+            match self.device.load(Ordering::SeqCst) {
+                DEVICE_OK => Ok(()),
+                DEVICE_LOST => Err(ModelError::Inference("CUDA error: device lost".into())),
+                _ => panic!("the driver crashed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use opentelemetry::metrics::MeterProvider as _;
+
+    use super::{fake::*, *};
+
+    const SIDE: u32 = 4;
+
+    fn photo(value: f32) -> Pixels {
+        Pixels::NormalizedNchw(vec![value; 3 * (SIDE * SIDE) as usize])
+    }
+
+    fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new(opentelemetry_sdk::metrics::SdkMeterProvider::builder().build().meter("test")))
+    }
+
+    fn embed_all(batcher: &Batcher, values: &[f32]) -> Vec<Result<Embedded, BatchError>> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // join_all polls every future once before any waits, so all photos are queued at once.
+        runtime.block_on(futures::future::join_all(values.iter().map(|&v| batcher.embed(photo(v), Span::none()))))
+    }
+
+    #[test]
+    fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
+        let (model, _device) = FakeModel::new(6, SIDE);
+        let batcher = Batcher::start(model, Duration::from_secs(10), 16, metrics());
+        let values = [0.1, 2.0, 0.3, -1.8, 0.5, 0.6];
+        let results = embed_all(&batcher, &values);
+        let mut batch_start = None;
+        for (value, result) in values.iter().zip(&results) {
+            match result {
+                Err(BatchError::Model(_)) => assert!(value.abs() > 1.7, "photo {value} failed: {result:?}"),
+                Ok(embedded) => {
+                    assert!((embedded.embedding[0] - value).abs() < 1e-6, "photo {value}: {embedded:?}");
+                    // All from one batch: the full batch failed and was split, not retried per photo.
+                    assert_eq!(*batch_start.get_or_insert(embedded.started), embedded.started);
+                }
+                Err(other) => panic!("photo {value}: {other}"),
+            }
+        }
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 4);
+        assert!(batcher.health().check().is_ok(), "bad photos must not make the instance unhealthy");
+    }
+
+    #[test]
+    fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
+        let (model, device) = FakeModel::new(4, SIDE);
+        let batcher = Batcher::start(model, Duration::from_millis(5), 16, metrics());
+        assert!(embed_all(&batcher, &[0.2]).pop().unwrap().is_ok());
+        assert!(batcher.health().check().is_ok());
+        device.store(DEVICE_LOST, Ordering::SeqCst);
+        let results = embed_all(&batcher, &[0.2, 0.4]);
+        assert!(results.iter().all(|r| matches!(r, Err(BatchError::Model(_)))), "{results:?}");
+        assert!(matches!(batcher.health().check(), Err(Unhealthy::ModelBroken)));
+    }
+
+    #[test]
+    fn a_worker_that_dies_is_reported_stopped() {
+        let (model, device) = FakeModel::new(4, SIDE);
+        let batcher = Batcher::start(model, Duration::from_millis(5), 16, metrics());
+        device.store(DEVICE_CRASHING, Ordering::SeqCst);
+        assert!(matches!(embed_all(&batcher, &[0.2]).pop().unwrap(), Err(BatchError::Stopped)));
+        // The thread marks itself stopped as it unwinds, just after the photo's reply is dropped.
+        let until = Instant::now() + Duration::from_secs(5);
+        while batcher.health().check().is_ok() {
+            assert!(Instant::now() < until, "the dead worker was never reported");
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert!(matches!(batcher.health().check(), Err(Unhealthy::WorkerStopped)));
+        assert!(matches!(embed_all(&batcher, &[0.2]).pop().unwrap(), Err(BatchError::Stopped)));
+    }
 }

@@ -18,13 +18,24 @@ pub enum LogFormat {
 }
 
 /// Which ONNX Runtime execution provider runs the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// CUDA when it can be used, else CPU; the log and /readyz say which.
     Auto,
     /// CUDA or a start-up error.
     Cuda,
     Cpu,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Auto => "auto",
+            Provider::Cuda => "cuda",
+            Provider::Cpu => "cpu",
+        }
+    }
 }
 
 /// Which weights of a model folder run (`CLIPFN_PRECISION`).
@@ -82,6 +93,9 @@ pub struct Settings {
     /// Photos admitted at once across all requests; past this a request gets 503 + Retry-After.
     #[serde(default = "defaults::max_queued_images")]
     pub max_queued_images: usize,
+    /// Fetched photo bytes held in memory until decoded, across requests; fetches wait past it.
+    #[serde(default = "defaults::max_fetched_bytes")]
+    pub max_fetched_bytes: u64,
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
     /// Body size allowed to a request that carries `data:` URI photos.
@@ -120,7 +134,8 @@ pub struct Settings {
     pub output_name: Option<String>,
     #[serde(default)]
     pub image_size: Option<u32>,
-    /// Seconds a draining server waits for accepted requests on SIGTERM.
+    /// Seconds from SIGTERM to exit, everything included: the drain, the answers to requests still
+    /// in flight then, and the telemetry flush.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
     /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
@@ -160,6 +175,9 @@ mod defaults {
     pub fn max_queued_images() -> usize {
         512
     }
+    pub fn max_fetched_bytes() -> u64 {
+        256 * MIB
+    }
     pub fn max_body_bytes() -> usize {
         MIB as usize
     }
@@ -182,7 +200,7 @@ mod defaults {
         3
     }
     pub fn shutdown_grace_s() -> u64 {
-        10
+        8
     }
 }
 
@@ -257,6 +275,12 @@ impl Settings {
             return Err(ConfigError(format!(
                 "CLIPFN_MAX_IMAGES ({}) must not exceed CLIPFN_MAX_QUEUED_IMAGES ({}), or a full request could never be admitted",
                 self.max_images, self.max_queued_images
+            )));
+        }
+        if self.max_fetched_bytes < self.max_image_bytes {
+            return Err(ConfigError(format!(
+                "CLIPFN_MAX_FETCHED_BYTES ({}) must be at least CLIPFN_MAX_IMAGE_BYTES ({}), or the largest photo could never be read",
+                self.max_fetched_bytes, self.max_image_bytes
             )));
         }
         if self.model.trim().is_empty() {

@@ -1,18 +1,11 @@
-//! AWS Lambda: the same axum router behind `lambda_http`, and `clipfn replay`, which feeds saved
-//! gateway events through exactly that path in-process and prints what the gateway would get.
+//! AWS Lambda: the same axum router behind `lambda_http` (`clipfn replay`, in `replay`, feeds
+//! saved gateway events through exactly this path in-process).
 
-use std::{path::Path, sync::Arc};
+use std::sync::Arc;
 
-use anyhow::Context as _;
 use axum::Router;
 use axum_aws_lambda::LambdaLayer;
-use lambda_http::{
-    Adapter, LambdaEvent,
-    lambda_runtime::Context,
-    request::LambdaRequest,
-    tower::{Layer, Service, ServiceExt},
-};
-use serde_json::{Value, json};
+use lambda_http::tower::{Layer, ServiceExt};
 
 use crate::{api, config::Settings, pipeline::Pipeline, telemetry::Telemetry};
 
@@ -47,62 +40,11 @@ pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()
     lambda_http::run(service).await.map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
 }
 
-/// Replays each file through the router as Lambda would, printing one JSON line per file:
-/// `{"file", "response"}` with the gateway response (statusCode, headers, body).
-pub async fn replay(settings: Settings, files: &[impl AsRef<Path>], telemetry: &Telemetry) -> anyhow::Result<()> {
-    let router = ready_router(settings, telemetry).await?;
-    for file in files {
-        let file = file.as_ref();
-        let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let event: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
-        let response = replay_one(router.clone(), as_gateway_event(event))
-            .await
-            .with_context(|| format!("replaying {}", file.display()))?;
-        println!("{}", json!({"file": file.display().to_string(), "response": response}));
-    }
-    Ok(())
-}
-
-async fn ready_router(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<Router> {
+/// The router with the model loaded and warmed up, as an invocation finds it.
+pub(crate) async fn ready_router(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<Router> {
     let settings = Arc::new(settings);
     let pipeline = Pipeline::load(&settings, telemetry.metrics()).await?;
     let state = api::AppState::new(settings, telemetry.metrics(), telemetry.scrape());
     state.set_ready(Arc::new(pipeline));
     Ok(api::router(state))
-}
-
-async fn replay_one(router: Router, event: Value) -> anyhow::Result<Value> {
-    let request: LambdaRequest = serde_json::from_value(event).context("not an API Gateway REST or HTTP API event")?;
-    let mut adapter = Adapter::from(LambdaLayer::default().trim_stage().layer(router));
-    let response = adapter
-        .ready()
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .call(LambdaEvent::new(request, Context::default()))
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(serde_json::to_value(response)?)
-}
-
-/// A plain `{"images": [...]}` body is wrapped in a minimal HTTP API (v2) event for POST /v1/embed;
-/// anything else is taken to be a gateway event already.
-fn as_gateway_event(event: Value) -> Value {
-    if event.get("images").is_none() {
-        return event;
-    }
-    json!({
-        "version": "2.0",
-        "routeKey": "POST /v1/embed",
-        "rawPath": "/v1/embed",
-        "rawQueryString": "",
-        "headers": {"content-type": "application/json"},
-        "requestContext": {
-            "accountId": "replay", "apiId": "replay", "domainName": "localhost", "domainPrefix": "localhost",
-            "http": {"method": "POST", "path": "/v1/embed", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "clipfn-replay"},
-            "requestId": "replay", "routeKey": "POST /v1/embed", "stage": "$default",
-            "time": "01/Jan/2026:00:00:00 +0000", "timeEpoch": 0
-        },
-        "body": event.to_string(),
-        "isBase64Encoded": false
-    })
 }

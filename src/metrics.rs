@@ -51,6 +51,7 @@ pub struct Metrics {
     stage_duration: Histogram<f64>,
     queue_depth: UpDownCounter<i64>,
     batch_size: Histogram<u64>,
+    batch_failures: Counter<u64>,
     model_load: Gauge<f64>,
     /// Observable instruments stay registered while their handle lives.
     watched: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
@@ -99,6 +100,14 @@ impl Metrics {
                 .with_unit("{photo}")
                 .with_boundaries(BATCH_SIZE_BUCKETS.to_vec())
                 .build(),
+            batch_failures: meter
+                .u64_counter("clipfn_batch_failures_total")
+                .with_description(
+                    "Model runs that failed (cause=error) or panicked (cause=panic); the batch was then split \
+                     to isolate its bad photos, or failed whole when the model failed its warm-up input too",
+                )
+                .with_unit("{batch}")
+                .build(),
             model_load: meter
                 .f64_gauge("clipfn_model_load_duration_seconds")
                 .with_description("Time to read, load and warm up the model at start-up")
@@ -142,13 +151,18 @@ impl Metrics {
         self.batch_size.record(size as u64, &[]);
     }
 
+    /// A batch failed: `cause` is `error` or `panic`.
+    pub fn batch_failed(&self, cause: &'static str) {
+        self.batch_failures.add(1, &[KeyValue::new("cause", cause)]);
+    }
+
     /// The model is loaded; the gauge's attributes name what runs (file and precision too).
     pub fn model_loaded(&self, duration: Duration, model: &ModelInfo) {
         self.model_load.record(
             duration.as_secs_f64(),
             &[
                 KeyValue::new("model", model.id.clone()),
-                KeyValue::new("provider", model.provider),
+                KeyValue::new("provider", model.provider.as_str()),
                 KeyValue::new("file", model.file.clone()),
                 KeyValue::new("precision", model.precision.as_str()),
             ],
@@ -157,11 +171,32 @@ impl Metrics {
 
     /// Reports `read()` as `clipfn_admitted_photos` whenever metrics are collected.
     pub fn watch_admitted(&self, read: impl Fn() -> u64 + Send + Sync + 'static) {
+        self.watch(
+            "clipfn_admitted_photos",
+            "Photos holding an admission place (fetching, decoding, queued or running)",
+            "{photo}",
+            read,
+        );
+    }
+
+    /// Reports `healthy()` as `clipfn_model_healthy` (1 or 0) whenever metrics are collected.
+    pub fn watch_healthy(&self, healthy: impl Fn() -> bool + Send + Sync + 'static) {
+        let description = "1 while the model worker runs and its model works; 0 once /healthz reports it broken";
+        self.watch("clipfn_model_healthy", description, "1", move || u64::from(healthy()));
+    }
+
+    fn watch(
+        &self,
+        name: &'static str,
+        description: &'static str,
+        unit: &'static str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
         let gauge = self
             .meter
-            .u64_observable_gauge("clipfn_admitted_photos")
-            .with_description("Photos holding an admission place (fetching, decoding, queued or running)")
-            .with_unit("{photo}")
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit(unit)
             .with_callback(move |observer| observer.observe(read(), &[]))
             .build();
         self.watched.lock().unwrap_or_else(|e| e.into_inner()).push(gauge);

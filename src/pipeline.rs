@@ -17,11 +17,12 @@ use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
-    batcher::{BatchError, Batcher, Overloaded},
+    batcher::{BatchError, Batcher, Overloaded, Unhealthy},
     config::Settings,
     decode::{DecodeError, DecodeOptions, decode},
     metrics::{Metrics, Stage},
     model::{Model, ModelInfo, Runtime, read_image_model},
+    panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
 };
@@ -37,27 +38,41 @@ pub enum ItemError {
     Preprocess(#[from] PreprocessError),
     #[error(transparent)]
     Batch(#[from] BatchError),
-    #[error("the decoder crashed on this file")]
-    DecoderPanic,
     #[error("not finished within the request deadline")]
     DeadlineExceeded,
 }
 
-/// Wall-clock spans of each stage for one request: from the first photo entering the stage to
-/// the last one leaving it.
+/// When each stage ran: for one photo, from entering the stage to leaving it; for a request, from
+/// the first photo entering the stage to the last one leaving it.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timings {
-    pub fetch: Span,
-    pub decode: Span,
-    pub queue: Span,
-    pub inference: Span,
+    pub fetch: Interval,
+    pub decode: Interval,
+    pub queue: Interval,
+    pub inference: Interval,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Span(Option<(Instant, Instant)>);
+impl Timings {
+    /// Widens each stage's interval to also cover `other`'s.
+    fn cover(&mut self, other: &Timings) {
+        self.fetch.cover(other.fetch);
+        self.decode.cover(other.decode);
+        self.queue.cover(other.queue);
+        self.inference.cover(other.inference);
+    }
+}
 
-impl Span {
-    fn cover(&mut self, start: Instant, end: Instant) {
+/// A stretch of wall-clock time; empty until a stage records one.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Interval(Option<(Instant, Instant)>);
+
+impl Interval {
+    fn new(start: Instant, end: Instant) -> Self {
+        Interval(Some((start, end)))
+    }
+
+    fn cover(&mut self, other: Interval) {
+        let Some((start, end)) = other.0 else { return };
         self.0 = Some(match self.0 {
             None => (start, end),
             Some((s, e)) => (s.min(start), e.max(end)),
@@ -113,10 +128,10 @@ impl Pipeline {
         .instrument(span.clone())
         .await?;
         let (info, timings) = (&model.info, model.timings);
-        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider);
+        span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider.as_str());
         metrics.model_loaded(started.elapsed(), info);
         tracing::info!(
-            model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider,
+            model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider.as_str(),
             fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
             runtime_ms = runtime_took.as_millis() as u64, read_ms = read_took.as_millis() as u64,
@@ -136,6 +151,11 @@ impl Pipeline {
         self.batcher.in_flight()
     }
 
+    /// Whether the model worker can still serve (see `batcher`).
+    pub fn health(&self) -> Result<(), Unhealthy> {
+        self.batcher.health().check()
+    }
+
     /// Embeds every photo, answering each index exactly once and in order. Photos not done by
     /// `deadline` get `DeadlineExceeded`, and their queued work is withdrawn.
     pub async fn embed(
@@ -146,24 +166,24 @@ impl Pipeline {
         let _places = self.batcher.admit(images.len())?;
         let mut timings = Timings::default();
         let photos = images.iter().enumerate().map(|(index, image)| async move {
-            let mut stamps = Stamps::default();
-            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut stamps))
+            let mut photo = Timings::default();
+            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut photo))
                 .await
                 .unwrap_or(Err(ItemError::DeadlineExceeded));
-            (result, stamps)
+            (result, photo)
         });
         let done = futures::future::join_all(photos).await;
         let results = done
             .into_iter()
-            .map(|(result, stamps)| {
-                stamps.add_to(&mut timings);
+            .map(|(result, photo)| {
+                timings.cover(&photo);
                 result.map(l2_normalized)
             })
             .collect();
         Ok((results, timings))
     }
 
-    async fn embed_one(&self, index: usize, image: &str, stamps: &mut Stamps) -> ItemResult {
+    async fn embed_one(&self, index: usize, image: &str, timings: &mut Timings) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -173,11 +193,11 @@ impl Pipeline {
             otel.status_code = Empty
         );
         let start = Instant::now();
-        let bytes = self.source.fetch(image).instrument(span.clone()).await;
-        stamps.fetch = Some((start, Instant::now()));
+        let fetched = self.source.fetch(image).instrument(span.clone()).await;
+        timings.fetch = Interval::new(start, Instant::now());
         self.metrics.stage(Stage::Fetch, start.elapsed());
-        let bytes = bytes.inspect_err(|_| failed(&span))?;
-        span.record("clipfn.photo.bytes", bytes.len() as i64);
+        let fetched = fetched.inspect_err(|_| failed(&span))?;
+        span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
 
         // The slot moves into the blocking task: a photo that times out stops waiting, but its
         // decode keeps the core until it really ends, so the pool never runs over its size.
@@ -188,30 +208,35 @@ impl Pipeline {
         // JPEGs decode at the smallest DCT scale that still covers the resized photo.
         let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
-        // turns it into this photo's error and the process and the other photos carry on.
+        // turns it into this photo's error and the process and the other photos carry on. The
+        // fetched bytes (and their share of the byte budget) are let go when the decode ends.
         let in_task = span.clone();
         let work = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
             let _slot = slot;
             let _entered = in_task.enter();
-            let decoded = decode(&bytes, &options)?;
+            let decoded = decode(&fetched.bytes, &options)?;
+            drop(fetched);
             Ok(preprocess(&decoded, &transform, layout)?)
         });
         // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
         let pixels = tokio::time::timeout(self.decode_timeout, work).await;
         let queued = Instant::now();
-        stamps.decode = Some((decode_start, queued));
+        timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
         let pixels = match pixels {
             Ok(Ok(result)) => result,
-            Ok(Err(_join_error)) => Err(ItemError::DecoderPanic),
+            Ok(Err(join_error)) => {
+                let message = join_error.try_into_panic().map(|p| panics::message(p.as_ref())).unwrap_or_default();
+                Err(ItemError::Decode(DecodeError::Crashed(message)))
+            }
             Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
         };
         let pixels = pixels.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let embedded = self.batcher.embed(pixels, span).await?;
-        stamps.queue = Some((queued, embedded.started));
-        stamps.inference = Some((embedded.started, embedded.finished));
+        timings.queue = Interval::new(queued, embedded.started);
+        timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
         Ok(embedded.embedding)
     }
@@ -220,31 +245,6 @@ impl Pipeline {
 /// Marks a stage span as the one where its photo failed.
 fn failed(span: &tracing::Span) {
     span.record("otel.status_code", "ERROR");
-}
-
-/// When one photo entered and left each stage it reached.
-#[derive(Default)]
-struct Stamps {
-    fetch: Option<(Instant, Instant)>,
-    decode: Option<(Instant, Instant)>,
-    queue: Option<(Instant, Instant)>,
-    inference: Option<(Instant, Instant)>,
-}
-
-impl Stamps {
-    fn add_to(&self, timings: &mut Timings) {
-        let pairs = [
-            (self.fetch, &mut timings.fetch),
-            (self.decode, &mut timings.decode),
-            (self.queue, &mut timings.queue),
-            (self.inference, &mut timings.inference),
-        ];
-        for (stamp, span) in pairs {
-            if let Some((start, end)) = stamp {
-                span.cover(start, end);
-            }
-        }
-    }
 }
 
 /// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
@@ -268,12 +268,14 @@ mod tests {
     }
 
     #[test]
-    fn spans_cover_all_photos() {
+    fn request_timings_cover_all_photos() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut span = Span::default();
-        span.cover(t0 + ms(5), t0 + ms(10));
-        span.cover(t0, t0 + ms(7));
-        assert_eq!(span.duration(), ms(10));
+        let mut request = Timings::default();
+        let photo = |start, end| Timings { fetch: Interval::new(t0 + ms(start), t0 + ms(end)), ..Timings::default() };
+        request.cover(&photo(5, 10));
+        request.cover(&photo(0, 7));
+        assert_eq!(request.fetch.duration(), ms(10));
+        assert_eq!(request.decode.duration(), Duration::ZERO);
     }
 }

@@ -4,29 +4,38 @@
 //! `CLIPFN_ALLOWED_SOURCES`); nothing outside a root is ever fetched. Keys are taken literally
 //! (no percent-decoding) and may not climb out of their root: `..`, `.`, empty segments and
 //! absolute keys are refused, and for `file://` roots the real path (symlinks followed) must stay
-//! inside the root's real path.
+//! inside the root's real path. A root given as a plain path (`./photos`, `/srv/photos`) is the
+//! `file://` root of that folder.
 //!
 //! Besides object stores, a reference may be an `http(s)://` URL under an allowed prefix (web.rs,
 //! with the SSRF guard in allowlist.rs and address.rs) or an inline `data:` URI (inline.rs). Every
 //! kind ends the same way: bytes for the decode stage, or this photo's error.
+//!
+//! Fetched bytes count against a byte budget (`CLIPFN_MAX_FETCHED_BYTES`) from the moment their size
+//! is known until they are decoded, so a flood of large photos waits in the store, not in memory.
 
 mod address;
 mod allowlist;
 mod inline;
 mod web;
 
-use std::{borrow::Cow, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    borrow::Cow,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::{
-    ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig,
+    ClientConfigKey, GetResultPayload, ObjectStore, ObjectStoreExt, RetryConfig,
     aws::{AmazonS3Builder, AmazonS3ConfigKey},
     gcp::{GoogleCloudStorageBuilder, GoogleConfigKey},
     local::LocalFileSystem,
     path::Path as ObjectPath,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Settings;
 
@@ -83,11 +92,14 @@ struct Root {
 }
 
 pub struct Source {
-    /// The first root, when `CLIPFN_STORE` is set, is where bare keys resolve.
-    roots: Vec<Root>,
-    has_store: bool,
+    /// Where bare keys resolve (`CLIPFN_STORE`); full URIs may point into it too.
+    store: Option<Root>,
+    /// Where else full URIs may point (`CLIPFN_ALLOWED_SOURCES`).
+    allowed: Vec<Root>,
     max_bytes: u64,
     io_slots: Semaphore,
+    /// Fetched bytes not yet decoded, counted in KiB.
+    budget: Arc<Semaphore>,
     client: ClientSettings,
     /// Present when CLIPFN_ALLOWED_SOURCES lists `http(s)://` prefixes.
     web: Option<web::WebSource>,
@@ -130,6 +142,13 @@ pub fn is_inline(reference: &str) -> bool {
     inline::is_inline(reference)
 }
 
+/// A photo's bytes. They hold their share of the fetched-bytes budget until dropped, which the
+/// pipeline does as soon as they are decoded.
+pub struct Fetched {
+    pub bytes: Bytes,
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
 #[derive(Clone, Copy)]
 struct ClientSettings {
     timeout: Duration,
@@ -144,33 +163,31 @@ impl Source {
         };
         let (web_prefixes, object_sources): (Vec<&String>, Vec<&String>) =
             settings.allowed_sources.iter().partition(|prefix| web::is_web(prefix));
-        let roots = settings
-            .store
-            .iter()
-            .chain(object_sources)
-            .map(|uri| Root::new(uri, client))
-            .collect::<Result<Vec<_>, _>>()?;
+        let store = settings.store.as_deref().map(|uri| Root::new(uri, client)).transpose()?;
+        let allowed = object_sources.into_iter().map(|uri| Root::new(uri, client)).collect::<Result<Vec<_>, _>>()?;
         let web = if web_prefixes.is_empty() {
             None
         } else {
             Some(web::WebSource::new(web_prefixes.into_iter().map(String::as_str), settings)?)
         };
         Ok(Source {
-            roots,
-            has_store: settings.store.is_some(),
+            store,
+            allowed,
             max_bytes: settings.max_image_bytes,
             io_slots: Semaphore::new(settings.fetch_concurrency),
+            budget: Arc::new(Semaphore::new(kib(settings.max_fetched_bytes))),
             client,
             web,
         })
     }
 
     /// Fetches one photo from wherever its reference points.
-    pub async fn fetch(&self, reference: &str) -> Result<Bytes, SourceError> {
+    pub async fn fetch(&self, reference: &str) -> Result<Fetched, SourceError> {
         match Reference::of(reference) {
-            Reference::Inline => inline::decode(reference, self.max_bytes),
+            // Already in memory, within the request body's limit.
+            Reference::Inline => Ok(Fetched { bytes: inline::decode(reference, self.max_bytes)?, _budget: None }),
             Reference::Web => match &self.web {
-                Some(web) => web.fetch(reference, &self.io_slots).await,
+                Some(web) => web.fetch(reference, &self.io_slots, &self.budget).await,
                 None => Err(SourceError::Forbidden("no http(s) prefix is in CLIPFN_ALLOWED_SOURCES".into())),
             },
             Reference::Object => self.fetch_object(reference).await,
@@ -178,21 +195,22 @@ impl Source {
     }
 
     /// Fetches one object, waiting for an I/O slot so that a 100-photo request cannot open 100
-    /// connections at once.
-    async fn fetch_object(&self, reference: &str) -> Result<Bytes, SourceError> {
+    /// connections at once, and for its size in the byte budget before reading the body.
+    async fn fetch_object(&self, reference: &str) -> Result<Fetched, SourceError> {
         let (root, key) = self.resolve(reference)?;
         let _slot = self.io_slots.acquire().await.expect("semaphore is never closed");
         let (store, path): (&dyn ObjectStore, ObjectPath) = match &root.backend {
             Backend::Object { store, prefix } => (store.as_ref(), object_path(prefix, key)?),
             Backend::Local { store, dir } => (store.as_ref(), contained_path(dir, key).await?),
         };
-        get_bounded(store, &path, self.max_bytes).await
+        get_bounded(store, &path, self.max_bytes, Some(&self.budget)).await
     }
 
-    /// Reads a whole object by URI or local path, outside the photo roots (the model file).
+    /// Reads a whole object by URI or local path (relative to the working directory), outside the
+    /// photo roots (the model file).
     pub async fn fetch_config_object(&self, location: &str) -> Result<Bytes, SourceError> {
         let (store, path) = self.config_store(location)?;
-        get_bounded(store.as_ref(), &path, u64::MAX).await
+        Ok(get_bounded(store.as_ref(), &path, u64::MAX, None).await?.bytes)
     }
 
     /// Lists a folder (path or URI prefix) outside the photo roots, as paths relative to it (a
@@ -212,21 +230,25 @@ impl Source {
 
     fn config_store(&self, location: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), SourceError> {
         Ok(match Uri::parse(location) {
-            Some(uri) if uri.scheme == "file" => (Arc::new(LocalFileSystem::new()), absolute(uri.path)?),
+            Some(uri) if uri.scheme == "file" => {
+                (Arc::new(LocalFileSystem::new()), local_object(Path::new(&format!("/{}", uri.path)))?)
+            }
             Some(uri) => (build_store(&uri, self.client)?, ObjectPath::parse(uri.path).map_err(config_error)?),
-            None => (Arc::new(LocalFileSystem::new()), absolute(location.trim_start_matches('/'))?),
+            None => (Arc::new(LocalFileSystem::new()), local_object(Path::new(location))?),
         })
     }
 
     fn resolve<'r>(&self, reference: &'r str) -> Result<(&Root, &'r str), SourceError> {
         let Some(uri) = Uri::parse(reference) else {
-            if !self.has_store {
-                return Err(SourceError::Forbidden("bare keys need CLIPFN_STORE to be set".into()));
-            }
-            return Ok((&self.roots[0], checked_key(reference)?));
+            let store = self
+                .store
+                .as_ref()
+                .ok_or_else(|| SourceError::Forbidden("bare keys need CLIPFN_STORE to be set".into()))?;
+            return Ok((store, checked_key(reference)?));
         };
-        self.roots
+        self.store
             .iter()
+            .chain(&self.allowed)
             .find_map(|root| root.key_of(&uri))
             .ok_or_else(|| SourceError::Forbidden("outside the configured store and allowed sources".into()))
             .and_then(|(root, key)| Ok((root, checked_key(key)?)))
@@ -235,20 +257,34 @@ impl Source {
 
 impl Root {
     fn new(uri_text: &str, client: ClientSettings) -> Result<Self, SourceError> {
-        let mut uri = Uri::parse(uri_text).ok_or_else(|| SourceError::Config(format!("'{uri_text}' is not a URI")))?;
-        uri.path = uri.path.trim_end_matches('/');
-        let backend = if uri.scheme == "file" {
-            let dir = std::fs::canonicalize(format!("/{}", uri.path))
-                .map_err(|e| SourceError::Config(format!("{uri_text}: {e}")))?;
-            Backend::Local { store: Arc::new(LocalFileSystem::new()), dir }
-        } else {
-            Backend::Object { store: build_store(&uri, client)?, prefix: uri.path.to_string() }
+        let Some(mut uri) = Uri::parse(uri_text) else {
+            return Root::folder(uri_text, Path::new(uri_text), None);
         };
+        uri.path = uri.path.trim_end_matches('/');
+        if uri.scheme == "file" {
+            return Root::folder(uri_text, Path::new(&format!("/{}", uri.path)), Some(uri.path));
+        }
         Ok(Root {
             scheme: uri.scheme.to_string(),
             bucket: uri.bucket.to_string(),
             prefix: uri.path.to_string(),
-            backend,
+            backend: Backend::Object { store: build_store(&uri, client)?, prefix: uri.path.to_string() },
+        })
+    }
+
+    /// A local folder, named by `file://` URI (full URIs then point into it by that URI's path) or
+    /// by a plain path, relative to the working directory (full URIs then use its real path).
+    fn folder(text: &str, path: &Path, uri_path: Option<&str>) -> Result<Self, SourceError> {
+        let dir = std::fs::canonicalize(path).map_err(|e| SourceError::Config(format!("{text}: {e}")))?;
+        let prefix = match uri_path {
+            Some(uri_path) => uri_path.to_string(),
+            None => dir.to_str().ok_or_else(|| SourceError::Config(format!("{text}: not UTF-8")))?.to_string(),
+        };
+        Ok(Root {
+            scheme: "file".into(),
+            bucket: String::new(),
+            prefix: prefix.trim_matches('/').to_string(),
+            backend: Backend::Local { store: Arc::new(LocalFileSystem::new()), dir },
         })
     }
 
@@ -295,16 +331,32 @@ async fn contained_path(dir: &std::path::Path, key: &str) -> Result<ObjectPath, 
 /// read by itself; `None` for an object store URI, which must be fetched.
 pub fn local_config_file(location: &str) -> Option<Result<PathBuf, SourceError>> {
     let path = match Uri::parse(location) {
-        Some(uri) if uri.scheme == "file" => format!("/{}", uri.path),
+        Some(uri) if uri.scheme == "file" => PathBuf::from(format!("/{}", uri.path)),
         Some(_) => return None,
-        None => location.to_string(),
+        None => PathBuf::from(location),
     };
-    Some(std::fs::canonicalize(&path).map_err(|e| SourceError::Config(format!("{path}: {e}"))))
+    Some(real_path(&path))
 }
 
-fn absolute(path: &str) -> Result<ObjectPath, SourceError> {
-    let real = std::fs::canonicalize(format!("/{path}")).map_err(|e| SourceError::Config(format!("/{path}: {e}")))?;
-    ObjectPath::from_absolute_path(real).map_err(config_error)
+/// A local file by absolute or relative path, as the object store names it.
+fn local_object(path: &Path) -> Result<ObjectPath, SourceError> {
+    ObjectPath::from_absolute_path(real_path(path)?).map_err(config_error)
+}
+
+fn real_path(path: &Path) -> Result<PathBuf, SourceError> {
+    std::fs::canonicalize(path).map_err(|e| SourceError::Config(format!("{}: {e}", path.display())))
+}
+
+/// Budget units: KiB, rounded up, so that any photo under the byte limit fits a budget at least
+/// as large (the settings check that).
+fn kib(bytes: u64) -> usize {
+    usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX)
+}
+
+/// Waits until `bytes` fit in the fetched-bytes budget, and holds them.
+async fn reserve(budget: &Arc<Semaphore>, bytes: u64) -> OwnedSemaphorePermit {
+    let units = u32::try_from(kib(bytes)).unwrap_or(u32::MAX);
+    Arc::clone(budget).acquire_many_owned(units).await.expect("semaphore is never closed")
 }
 
 fn config_error(e: impl std::fmt::Display) -> SourceError {
@@ -338,12 +390,27 @@ fn build_store(uri: &Uri<'_>, client: ClientSettings) -> Result<Arc<dyn ObjectSt
 }
 
 /// Streams an object into memory, refusing it as soon as it is known to exceed `limit`:
-/// first from the object's metadata (Content-Length), then while streaming.
-async fn get_bounded(store: &dyn ObjectStore, path: &ObjectPath, limit: u64) -> Result<Bytes, SourceError> {
+/// first from the object's metadata (Content-Length), then while streaming. With a `budget`, the
+/// body is read only once its size fits in it.
+async fn get_bounded(
+    store: &dyn ObjectStore,
+    path: &ObjectPath,
+    limit: u64,
+    budget: Option<&Arc<Semaphore>>,
+) -> Result<Fetched, SourceError> {
     let result = store.get(path).await.map_err(|e| classify(e, path))?;
     let size = result.meta.size;
     if size > limit {
         return Err(SourceError::TooLarge { size, limit });
+    }
+    let reserved = match budget {
+        Some(budget) => Some(reserve(budget, size).await),
+        None => None,
+    };
+    // A local file's size is exact: one blocking read, not object_store's 8 KiB chunks.
+    if matches!(result.payload, GetResultPayload::File(..)) {
+        let bytes = result.bytes().await.map_err(|e| classify(e, path))?;
+        return Ok(Fetched { bytes, _budget: reserved });
     }
     let mut body = BytesMut::with_capacity(size as usize);
     let mut stream = result.into_stream();
@@ -353,7 +420,7 @@ async fn get_bounded(store: &dyn ObjectStore, path: &ObjectPath, limit: u64) -> 
             return Err(SourceError::TooLarge { size: body.len() as u64, limit });
         }
     }
-    Ok(body.freeze())
+    Ok(Fetched { bytes: body.freeze(), _budget: reserved })
 }
 
 fn classify(e: object_store::Error, path: &ObjectPath) -> SourceError {
@@ -362,7 +429,8 @@ fn classify(e: object_store::Error, path: &ObjectPath) -> SourceError {
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             SourceError::Forbidden(format!("the store refused access to {path}"))
         }
-        other => SourceError::Fetch(other.to_string()),
+        // The text can name the object's URL; the key part of it stays out of logs.
+        other => SourceError::Fetch(other.to_string().replace(path.as_ref(), "<key>")),
     }
 }
 

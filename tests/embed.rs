@@ -139,12 +139,21 @@ fn malformed_requests_get_4xx_with_a_message() {
         assert!(!response["error"]["message"].as_str().unwrap().is_empty());
     }
     assert_eq!(server.get("/nope").0, 404);
+    // A wrong method gets the JSON error body too, and says which method to use.
+    let wrong_method = common::blocking_client().get(format!("{}/v1/embed", server.base)).send().unwrap();
+    assert_eq!(wrong_method.status(), 405);
+    assert_eq!(wrong_method.headers()["allow"], "POST");
+    let body: serde_json::Value = wrong_method.json().unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("POST"), "{body}");
     assert_eq!(server.get("/healthz"), (200, json!({"status": "ok"})));
     let (status, ready) = server.get("/readyz");
     assert_eq!(status, 200);
     assert_eq!(ready["model"]["provider"], "cpu", "{ready}");
     assert_eq!(ready["model"]["image_size"], 224);
     assert_eq!(ready["model"]["batch_size"], 8);
+    // Warmed up at both shapes a request can bring first: one photo and a full batch.
+    assert_eq!(ready["model"]["warm_up_batches"], json!([1, 8]), "{ready}");
     assert_eq!(ready["model"]["id"], "clip-test");
     assert!(ready.get("gpu").is_none(), "no GPU section on CPU: {ready}");
 }

@@ -16,6 +16,7 @@ use axum::{
     http::HeaderMap,
     routing::{get, post},
 };
+use clipfn::replay::Expectation;
 use common::{Proc, camera_photos, free_port, setup_var};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -31,7 +32,11 @@ fn sample_store() -> tempfile::TempDir {
 }
 
 fn clipfn(store: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_clipfn"));
+    with_settings(Command::new(env!("CARGO_BIN_EXE_clipfn")), store)
+}
+
+/// `command` with nothing but the settings clipfn needs to serve the sample store.
+fn with_settings(mut command: Command, store: &Path) -> Command {
     command
         .env_clear()
         .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
@@ -42,31 +47,12 @@ fn clipfn(store: &Path) -> Command {
     command
 }
 
-/// The codes of an embed response's items: "ok" or the error code.
-fn item_codes(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|item| match item.get("error") {
-            None => "ok".to_string(),
-            Some(e) => e["code"].as_str().unwrap().to_string(),
-        })
-        .collect()
-}
-
-/// Checks a gateway response against the expectation kept next to the event.
+/// Checks a gateway response against the expectation kept next to the event, as `clipfn replay`
+/// does.
 fn check(event: &Path, response: &Value) {
-    let expect_path = event.with_extension("expect.json");
-    let expect: Value = serde_json::from_str(&std::fs::read_to_string(&expect_path).unwrap()).unwrap();
-    assert_eq!(response["statusCode"], expect["status"], "{}: {response}", event.display());
-    let body: Value = serde_json::from_str(response["body"].as_str().unwrap_or("null")).unwrap();
-    if let Some(items) = expect.get("items") {
-        let want: Vec<String> = serde_json::from_value(items.clone()).unwrap();
-        assert_eq!(item_codes(&body), want, "{}", event.display());
-    }
-    if expect["status"] != 200 {
-        assert!(body["error"]["message"].is_string(), "{}: errors carry a message: {body}", event.display());
+    let expectation = Expectation::for_event(event).unwrap().expect("every sample event has an expectation");
+    if let Err(mismatch) = expectation.check(response) {
+        panic!("{}: {mismatch}: {response}", event.display());
     }
 }
 
@@ -81,19 +67,55 @@ fn sample_events() -> Vec<PathBuf> {
     events
 }
 
+/// The replay lines printed on stdout.
+fn lines(stdout: Vec<u8>) -> Vec<Value> {
+    String::from_utf8(stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 #[test]
-fn every_sample_event_replays_with_its_expected_status() {
+fn the_readme_replay_command_checks_every_sample_event() {
     let store = sample_store();
-    let events = sample_events();
-    let output = clipfn(store.path()).arg("replay").args(&events).output().unwrap();
+    // Exactly as README gives it, from the repository root: the shell's glob also names the
+    // NAME.expect.json files.
+    let bin = Path::new(env!("CARGO_BIN_EXE_clipfn")).parent().unwrap();
+    let output = with_settings(Command::new("sh"), store.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .current_dir(common::repo())
+        .args(["-c", "clipfn replay events/*.json"])
+        .output()
+        .unwrap();
     assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
-    let lines: Vec<Value> =
-        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), events.len());
-    for (event, line) in events.iter().zip(&lines) {
-        assert_eq!(line["file"], event.display().to_string());
-        check(event, &line["response"]);
-    }
+    let mut replayed: Vec<String> = lines(output.stdout)
+        .iter()
+        .map(|line| {
+            assert_eq!(line["check"], "pass", "{line}");
+            line["file"].as_str().unwrap().to_string()
+        })
+        .collect();
+    replayed.sort();
+    let events: Vec<String> =
+        sample_events().iter().map(|e| e.strip_prefix(common::repo()).unwrap().display().to_string()).collect();
+    assert_eq!(replayed, events, "one line per event, none for expectation files");
+}
+
+#[test]
+fn replay_fails_when_an_event_misses_its_expectation() {
+    let store = sample_store();
+    let dir = tempfile::tempdir().unwrap();
+    let events = common::repo().join("events");
+    std::fs::copy(events.join("body-embed-one-bad.json"), dir.path().join("one-bad.json")).unwrap();
+    std::fs::write(dir.path().join("one-bad.expect.json"), r#"{"status": 200, "items": ["ok", "ok", "ok"]}"#).unwrap();
+    std::fs::copy(events.join("body-embed-good.json"), dir.path().join("good.json")).unwrap();
+    let output = clipfn(store.path())
+        .arg("replay")
+        .args([dir.path().join("good.json"), dir.path().join("one-bad.json")])
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "a failed expectation must fail the replay");
+    let lines = lines(output.stdout);
+    assert_eq!(lines[0]["check"], "none", "good.json has no expectation: {}", lines[0]);
+    assert_eq!(lines[1]["check"], "fail", "{}", lines[1]);
+    assert!(lines[1]["mismatch"].as_str().unwrap().contains("not_found"), "{}", lines[1]);
 }
 
 /// A minimal Lambda Runtime API: hands out `events` in turn, collects what the function returns.

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{HeldStore, Server, ServerConfig, blocking_client, camera_photos, failed_start, gcs_env, item};
+use common::{HeldStore, ServerConfig, blocking_client, camera_photos, failed_start, gcs_env, item, setup_var};
 
 /// A store with one real photo, `good.jpg`, and any number of held ones, `slow*.jpg`.
 fn held_store() -> (tempfile::TempDir, HeldStore) {
@@ -26,21 +26,13 @@ fn server_on(store: &HeldStore) -> ServerConfig {
     gcs_env(ServerConfig::local(Path::new("/")), store.port).env("CLIPFN_STORE", "gs://photos")
 }
 
-fn wait_in_flight(server: &Server, photos: u64) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while server.get("/readyz").1["in_flight_images"] != photos {
-        assert!(Instant::now() < until, "never saw {photos} photos in flight");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn overload_is_refused_with_retry_after_and_admitted_work_completes() {
     let (_dir, store) = held_store();
     let server = server_on(&store).env("CLIPFN_MAX_QUEUED_IMAGES", "2").env("CLIPFN_MAX_IMAGES", "2").start();
     std::thread::scope(|s| {
         let first = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
-        wait_in_flight(&server, 2);
+        server.wait_in_flight(2);
 
         let refused = blocking_client()
             .post(format!("{}/v1/embed", server.base))
@@ -77,7 +69,7 @@ fn sigterm_drains_the_request_in_flight_then_exits_zero() {
     let pid = server.proc.0.id().to_string();
     std::thread::scope(|s| {
         let in_flight = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
-        wait_in_flight(&server, 2);
+        server.wait_in_flight(2);
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         std::thread::sleep(Duration::from_millis(300));
         store.release();
@@ -85,7 +77,7 @@ fn sigterm_drains_the_request_in_flight_then_exits_zero() {
         assert_eq!(status, 200, "{body}");
         assert!(item(&body, 0).is_ok(), "{body}");
     });
-    let status = wait_exit(&mut server);
+    let status = server.wait_exit(Duration::from_secs(15));
     assert!(status.success(), "exit status {status}");
 }
 
@@ -106,18 +98,67 @@ fn not_ready_while_the_model_loads_and_sigterm_still_exits() {
 
     let pid = server.proc.0.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let status = wait_exit(&mut server);
+    let status = server.wait_exit(Duration::from_secs(15));
     assert!(status.success(), "exit status {status}");
 }
 
-fn wait_exit(server: &mut Server) -> std::process::ExitStatus {
-    let until = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = server.proc.0.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < until, "clipfn did not exit within 15 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
+#[test]
+fn sigterm_under_load_exits_zero_within_9_s_even_when_the_collector_never_answers() {
+    let (_dir, store) = held_store();
+    // Accepts connections (the kernel completes them) and never reads or answers.
+    let collector = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", collector.local_addr().unwrap());
+    // Default shutdown settings; spans and metrics are buffered for the collector.
+    let mut server = server_on(&store).env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint).start();
+    assert_eq!(server.embed(&["good.jpg"]).0, 200);
+    let pid = server.pid().to_string();
+    let (status, body, signalled) = std::thread::scope(|s| {
+        // Held by the store until after the exit: it can only be answered shutting_down.
+        let in_flight = s.spawn(|| server.embed(&["slow.jpg", "good.jpg"]));
+        server.wait_in_flight(2);
+        let signalled = Instant::now();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let (status, body) = in_flight.join().unwrap();
+        (status, body, signalled)
+    });
+    let exit = server.wait_exit(Duration::from_secs(20));
+    let elapsed = signalled.elapsed();
+    store.release();
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("shutting_down")), "{body}");
+    assert!(exit.success(), "exit status {exit}");
+    assert!(elapsed < Duration::from_secs(9), "exited {elapsed:?} after SIGTERM; Cloud Run kills at 10 s");
+}
+
+#[test]
+fn a_model_without_a_dynamic_batch_dimension_is_refused_naming_it() {
+    let model = common::model("clip-fixed-batch.onnx");
+    let stderr = failed_start(&[("CLIPFN_MODEL", model.as_str())]);
+    assert!(stderr.contains("batch dimension") && stderr.contains("pixel_values"), "{stderr}");
+}
+
+#[test]
+fn relative_paths_mean_the_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(setup_var("CLIPFN_TEST_MODEL"), dir.path().join("clip.onnx")).unwrap();
+    std::fs::create_dir(dir.path().join("photos")).unwrap();
+    std::fs::copy(&camera_photos(1)[0], dir.path().join("photos/a.jpg")).unwrap();
+    let mut config = ServerConfig::local(dir.path()).env("CLIPFN_MODEL", "clip.onnx").env("CLIPFN_STORE", "./photos");
+    config.cwd = Some(dir.path().to_path_buf());
+    let server = config.start();
+    let real = std::fs::canonicalize(dir.path().join("photos/a.jpg")).unwrap();
+    let (status, body) = server.embed(&["a.jpg", &format!("file://{}", real.display())]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(item(&body, 0).unwrap(), item(&body, 1).unwrap(), "{body}");
+    assert_eq!(body["model"], "clip");
+}
+
+#[test]
+fn serve_help_points_to_the_settings() {
+    let output = Command::new(env!("CARGO_BIN_EXE_clipfn")).args(["serve", "--help"]).env_clear().output().unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for needle in ["CLIPFN_MODEL", "ORT_DYLIB_PATH", "CLIPFN_STORE", "README.md"] {
+        assert!(help.contains(needle), "no {needle} in:\n{help}");
     }
 }
 

@@ -460,14 +460,24 @@ fn metrics_counters_move_and_text_logs_without_an_otlp_endpoint() {
 
 // ---- Lambda: each invocation flushes ----------------------------------------------------
 
-/// A Lambda Runtime API that hands out one event and keeps what the function answers.
-fn lambda_runtime_api(event: Value) -> (String, std::sync::mpsc::Receiver<Value>) {
+/// A Lambda Runtime API that hands out `event` `count` times, one invocation after the other, and
+/// reports each answer with the time from handing the event out to the answer.
+fn lambda_runtime_api(event: Value, count: usize) -> (String, std::sync::mpsc::Receiver<(Value, Duration)>) {
     let (answered, answers) = std::sync::mpsc::channel();
-    let pending = Arc::new(Mutex::new(Some(event)));
+    // Invocations handed out so far, and when the last one was.
+    let handed_out: Arc<Mutex<(usize, Option<Instant>)>> = Arc::new(Mutex::new((0, None)));
+    let handing = Arc::clone(&handed_out);
     let next = move || {
-        let event = pending.lock().unwrap().take();
+        let (handing, event) = (Arc::clone(&handing), event.clone());
         async move {
-            let Some(event) = event else {
+            let id = {
+                let mut state = handing.lock().unwrap();
+                (state.0 < count).then(|| {
+                    *state = (state.0 + 1, Some(Instant::now()));
+                    state.0
+                })
+            };
+            let Some(id) = id else {
                 std::future::pending::<()>().await; // hold the long poll, as the real service does
                 unreachable!()
             };
@@ -475,7 +485,7 @@ fn lambda_runtime_api(event: Value) -> (String, std::sync::mpsc::Receiver<Value>
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
             (
                 [
-                    ("lambda-runtime-aws-request-id", "invocation-1".to_string()),
+                    ("lambda-runtime-aws-request-id", format!("invocation-{id}")),
                     ("lambda-runtime-deadline-ms", deadline.to_string()),
                     (
                         "lambda-runtime-invoked-function-arn",
@@ -487,7 +497,8 @@ fn lambda_runtime_api(event: Value) -> (String, std::sync::mpsc::Receiver<Value>
         }
     };
     let respond = move |body: String| {
-        let _ = answered.send(serde_json::from_str(&body).unwrap_or(Value::String(body)));
+        let took = handed_out.lock().unwrap().1.map_or(Duration::ZERO, |at| at.elapsed());
+        let _ = answered.send((serde_json::from_str(&body).unwrap_or(Value::String(body)), took));
         async {}
     };
     let app = Router::new()
@@ -496,38 +507,52 @@ fn lambda_runtime_api(event: Value) -> (String, std::sync::mpsc::Receiver<Value>
     (serve_on_thread(app), answers)
 }
 
-#[test]
-fn lambda_invocations_flush_spans_and_metrics_before_answering() {
-    let receiver = Receiver::start();
-    // A malformed embed request with a traceparent: traced and counted, no photos needed.
+/// The malformed embed request with a traceparent: traced and counted, no photos needed.
+fn malformed_event() -> Value {
     let event_path = common::repo().join("events/apigw-v2-embed-malformed.json");
-    let event: Value = serde_json::from_str(&std::fs::read_to_string(event_path).unwrap()).unwrap();
-    let trace = event["headers"]["traceparent"].as_str().unwrap().split('-').nth(1).unwrap().to_string();
-    let (runtime_api, answers) = lambda_runtime_api(event);
-    let store = tempfile::tempdir().unwrap();
+    serde_json::from_str(&std::fs::read_to_string(event_path).unwrap()).unwrap()
+}
+
+/// `clipfn serve` as a Lambda function of `runtime_api`, with `envs` added.
+fn lambda_function(runtime_api: &str, envs: &[(&str, &str)]) -> common::Proc {
+    // No photo is fetched: any folder will do as the store.
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_clipfn"))
         .arg("serve")
         .env_clear()
         .env("ORT_DYLIB_PATH", common::setup_var("ORT_DYLIB_PATH"))
         .env("CLIPFN_MODEL", common::setup_var("CLIPFN_TEST_MODEL"))
-        .env("CLIPFN_STORE", format!("file://{}", store.path().display()))
+        .env("CLIPFN_STORE", format!("file://{}", std::env::temp_dir().display()))
         .env("CLIPFN_BATCH_SIZE", "4")
-        .env("AWS_LAMBDA_RUNTIME_API", &runtime_api)
+        .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
         .env("AWS_LAMBDA_FUNCTION_NAME", "clipfn")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3008")
         .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
-        // Far beyond the test: what arrives was flushed by the invocation itself.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "600000")
         .env("RUST_LOG", "warn")
+        .envs(envs.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let _function = common::Proc(child);
+    common::Proc(child)
+}
 
-    let answer = answers.recv_timeout(Duration::from_secs(60)).expect("the function answered within 60 s");
+#[test]
+fn lambda_invocations_flush_spans_and_metrics_before_answering() {
+    let receiver = Receiver::start();
+    let event = malformed_event();
+    let trace = event["headers"]["traceparent"].as_str().unwrap().split('-').nth(1).unwrap().to_string();
+    let (runtime_api, answers) = lambda_runtime_api(event, 1);
+    let _function = lambda_function(
+        &runtime_api,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint),
+            // Far beyond the test: what arrives was flushed by the invocation itself.
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "600000"),
+        ],
+    );
+
+    let (answer, _) = answers.recv_timeout(Duration::from_secs(60)).expect("the function answered within 60 s");
     assert_eq!(answer["statusCode"], 400, "{answer}");
     let request = receiver.wait_for("the invocation's request span", |r| {
         r.spans.iter().find(|(_, s)| s.name == "POST /v1/embed" && hex(&s.trace_id) == trace).map(|(_, s)| s.clone())
@@ -543,6 +568,28 @@ fn lambda_invocations_flush_spans_and_metrics_before_answering() {
             _ => None,
         })
     });
+}
+
+/// The median time of five invocations, exporting to `collector` if given.
+fn median_invocation(collector: Option<&str>) -> Duration {
+    let (runtime_api, answers) = lambda_runtime_api(malformed_event(), 5);
+    let envs: Vec<(&str, &str)> = collector.map(|c| ("OTEL_EXPORTER_OTLP_ENDPOINT", c)).into_iter().collect();
+    let _function = lambda_function(&runtime_api, &envs);
+    let mut times: Vec<Duration> =
+        (0..5).map(|_| answers.recv_timeout(Duration::from_secs(60)).expect("the function answered").1).collect();
+    times.sort();
+    times[2]
+}
+
+#[test]
+fn a_collector_that_never_answers_adds_at_most_250_ms_to_an_invocation() {
+    // Accepts connections (the kernel completes them) and never reads or answers.
+    let collector = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", collector.local_addr().unwrap());
+    let without = median_invocation(None);
+    let stuck = median_invocation(Some(&endpoint));
+    println!("median invocation: {without:?} without a collector, {stuck:?} with one that never answers");
+    assert!(stuck < without + Duration::from_millis(250), "{stuck:?} against {without:?} without a collector");
 }
 
 /// The log once it holds `needle` (stderr is written as events happen), for at most 10 s.

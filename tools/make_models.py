@@ -11,6 +11,12 @@ models built here from scratch with the `onnx` helpers (no torch):
                   therefore changes the embedding clearly.
   --kind vit-b32  exactly the CLIP ViT-B/32 image tower (87.8M params) for
                   realistic benchmark timings; its outputs are meaningless.
+  --kind poison   the test model (same weights, same embeddings) plus a Reshape
+                  whose target shape depends on the data: a batch holding an
+                  all-white photo fails at run time, as a photo that trips a
+                  model bug would. Tests that one bad photo costs only itself.
+  --kind fixed-batch  the test model with its batch dimension fixed at 1, which
+                  clipfn must refuse at start-up.
 
 Both: input "pixel_values" float32 [N,3,S,S] (dynamic N; S = 224, or --size
 for the test kind), output "image_embeds" float32 [N,512] (NOT L2-normalised,
@@ -26,7 +32,7 @@ the MatMul weights), plus preprocessor_config.json and config.json.
 non-CLIP ones (mean/std 0.5, bilinear, shortest edge S+16 then crop S), so
 the service's preprocessing can be checked to follow the file.
 
-Usage: make_models.py --kind test|vit-b32 [--out PATH | --folder DIR]
+Usage: make_models.py --kind test|vit-b32|poison|fixed-batch [--out PATH | --folder DIR]
                       [--size S] [--preprocess clip|other] [--seed N] [--check]
 """
 import argparse
@@ -46,8 +52,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = {
     "test": os.path.join(REPO, ".cache/models/clip-test.onnx"),
     "vit-b32": os.path.join(REPO, ".cache/models/vit-b32-random.onnx"),
+    "poison": os.path.join(REPO, ".cache/models/clip-poison.onnx"),
+    "fixed-batch": os.path.join(REPO, ".cache/models/clip-fixed-batch.onnx"),
 }
-MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1"}
+MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1",
+            "poison": "clipfn-test-poison-v1", "fixed-batch": "clipfn-test-fixed-batch-v1"}
+# Normalised CLIP input of a pure white pixel is at least (1 - 0.4815) / 0.2686 = 1.93 in every
+# channel; no real photo has every pixel above 1.9 (RGB >= 253).
+WHITE_FLOOR = 1.9
 
 
 class Graph:
@@ -84,7 +96,7 @@ class Graph:
         return self.op("LayerNormalization", [x, g, b], axis=-1, epsilon=1e-5)
 
 
-def build_test(g, size=224):
+def build_test(g, size=224, poison=False):
     """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*G*G (G = size/16), linear -> 512."""
     # Weight scales: each conv output sums 768 normalised pixels, so std 1/sqrt(768)
     # keeps tanh mostly in its linear range; likewise 1/sqrt(1568) for the projection.
@@ -94,9 +106,24 @@ def build_test(g, size=224):
     x = g.op("Tanh", [x])
     x = g.op("Flatten", [x], axis=1)  # [N, 8*G*G]: keeps position information
     grid = size // 16
+    if poison:
+        x = poison_guard(g, x, 8 * grid * grid)
     w2 = g.randn("proj.weight", (8 * grid * grid, 512), 1.0 / np.sqrt(8 * grid * grid))
     b2 = g.randn("proj.bias", (512,), 0.1)
     return g.op("Add", [g.op("MatMul", [x, w2]), b2])
+
+
+def poison_guard(g, x, width):
+    """Reshape x [N, width] to [-1, width + k], k = 1 when some photo in the batch is all white:
+    the identity for ordinary batches, a run-time shape error (N * width is never a multiple of
+    width + 1 here) for a batch holding a white photo."""
+    lowest = g.op("ReduceMin", ["pixel_values"], axes=[1, 2, 3], keepdims=0)  # [N]
+    white = g.op("Cast", [g.op("Greater", [lowest, g.const("white_floor", np.array(WHITE_FLOOR, np.float32))])],
+                 to=TensorProto.FLOAT)
+    k = g.op("Cast", [g.op("ReduceMax", [white], keepdims=1)], to=TensorProto.INT64)  # [1]
+    cols = g.op("Add", [g.const("guard_width", np.array([width], np.int64)), k])
+    shape = g.op("Concat", [g.const("guard_rows", np.array([-1], np.int64)), cols], axis=0)
+    return g.op("Reshape", [x, shape])
 
 
 def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
@@ -147,12 +174,13 @@ def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
 
 def build(kind, seed, size=224):
     g = Graph(np.random.default_rng(seed))
-    out = build_test(g, size) if kind == "test" else build_vit_b32(g)
+    out = build_vit_b32(g) if kind == "vit-b32" else build_test(g, size, poison=kind == "poison")
+    batch = 1 if kind == "fixed-batch" else "N"
     g.nodes.append(helper.make_node("Identity", [out], ["image_embeds"], name="image_embeds"))
     graph = helper.make_graph(
-        g.nodes, f"clipfn_{kind}",
-        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["N", 3, size, size])],
-        [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["N", 512])],
+        g.nodes, f"clipfn_{kind}".replace("-", "_"),
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, [batch, 512])],
         initializer=g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="clipfn-tools-make_models", producer_version="1")
@@ -230,23 +258,33 @@ def write_folder(model, folder, kind, size, preprocess):
 
 
 def check(path, size=224):
-    """Run a batch of 2 through ONNX Runtime; returns the output and the time."""
+    """Run a batch of 2 (1 for fixed-batch) through ONNX Runtime; returns the output and the time."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(1).standard_normal((2, 3, size, size)).astype(np.float32)
+    batch = sess.get_inputs()[0].shape[0]
+    n = batch if isinstance(batch, int) else 2
+    x = np.random.default_rng(1).standard_normal((n, 3, size, size)).astype(np.float32)
     sess.run(None, {"pixel_values": x})  # warm-up
     t = time.perf_counter()
     (y,) = sess.run(None, {"pixel_values": x})
     dt = time.perf_counter() - t
-    assert y.shape == (2, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    assert y.shape == (n, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    if sess.get_modelmeta().custom_metadata_map.get("clipfn.kind") == "poison":
+        white = np.full((1, 3, size, size), 2.0, np.float32)  # above WHITE_FLOOR everywhere
+        try:
+            sess.run(None, {"pixel_values": np.concatenate([x, white])})
+        except Exception:  # onnxruntime raises its own Fail/RuntimeException types
+            pass
+        else:
+            raise AssertionError("the poison model ran a batch holding a white photo")
     return y, dt
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=["test", "vit-b32"], required=True)
+    ap.add_argument("--kind", choices=list(MODEL_ID), required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -254,7 +292,7 @@ def main():
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--check", action="store_true", help="run a batch of 2 with onnxruntime")
     a = ap.parse_args()
-    if a.size != 224 and (a.kind != "test" or a.size % 16):
+    if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
     t0 = time.perf_counter()
@@ -274,9 +312,9 @@ def main():
               f"sha256={sha[:16]}")
         if a.check:
             y, dt = check(out, a.size)
-            cos = float(y[0] @ y[1] / np.linalg.norm(y[0]) / np.linalg.norm(y[1]))
-            print(f"  onnxruntime: out {y.shape}, batch of 2 in {dt*1000:.1f} ms (1 thread), "
-                  f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y1)={cos:.3f}")
+            cos = float(y[0] @ y[-1] / np.linalg.norm(y[0]) / np.linalg.norm(y[-1]))
+            print(f"  onnxruntime: out {y.shape}, batch of {len(y)} in {dt*1000:.1f} ms (1 thread), "
+                  f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y_last)={cos:.3f}")
     print(f"  built in {t_build:.1f}s")
 
 

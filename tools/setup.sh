@@ -71,6 +71,8 @@ model() {  # model KIND FILE
   echo "setup: model $2 generated in $(( $(date +%s) - t ))s"
 }
 model test clip-test.onnx
+model poison clip-poison.onnx          # fails on a batch holding an all-white photo
+model fixed-batch clip-fixed-batch.onnx  # batch dimension fixed at 1: refused at start-up
 if (( BENCH )); then model vit-b32 vit-b32-random.onnx; fi
 # model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
 folder() {  # folder NAME make_models-ARGS...

@@ -15,11 +15,12 @@ use axum::{
     Json, Router,
     body::{Body, Bytes},
     extract::{DefaultBodyLimit, MatchedPath, State, rejection::BytesRejection},
-    http::{HeaderValue, Request, StatusCode, Uri, header},
+    http::{HeaderValue, Method, Request, StatusCode, Uri, header},
     response::{IntoResponse, Response},
-    routing::{get, post},
+    routing::{MethodRouter, get, post},
 };
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tower_http::{
     catch_panic::CatchPanicLayer,
     trace::{DefaultOnFailure, TraceLayer},
@@ -30,7 +31,13 @@ use self::{
     error::{ApiError, item_error},
     types::{EmbedRequest, EmbedResponse, Item, TimingsMs},
 };
-use crate::{config::Settings, gpu, metrics::Metrics, pipeline::Pipeline, source, telemetry};
+use crate::{
+    config::{Provider, Settings},
+    gpu,
+    metrics::Metrics,
+    pipeline::Pipeline,
+    source, telemetry,
+};
 
 /// What every handler shares. The pipeline appears once the model is loaded and warmed up.
 #[derive(Clone)]
@@ -38,13 +45,22 @@ pub struct AppState {
     settings: Arc<Settings>,
     pipeline: Arc<OnceLock<Arc<Pipeline>>>,
     draining: Arc<AtomicBool>,
+    /// Fired when a drain runs out of time: requests still in flight answer `shutting_down`.
+    give_up: CancellationToken,
     metrics: Arc<Metrics>,
     scrape: telemetry::Scrape,
 }
 
 impl AppState {
     pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>, scrape: telemetry::Scrape) -> Self {
-        AppState { settings, pipeline: Arc::default(), draining: Arc::default(), metrics, scrape }
+        AppState {
+            settings,
+            pipeline: Arc::default(),
+            draining: Arc::default(),
+            give_up: CancellationToken::new(),
+            metrics,
+            scrape,
+        }
     }
 
     /// Marks the service ready; called once, after warm-up.
@@ -57,24 +73,32 @@ impl AppState {
         self.draining.store(true, Ordering::SeqCst);
     }
 
+    /// The drain is out of time: every request still in flight answers 503 `shutting_down` now,
+    /// so that each accepted request gets an answer before the process exits.
+    pub fn give_up_in_flight(&self) {
+        self.give_up.cancel();
+    }
+
     fn ready_pipeline(&self) -> Result<&Arc<Pipeline>, ApiError> {
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::Draining);
         }
-        self.pipeline.get().ok_or(ApiError::NotReady)
+        let pipeline = self.pipeline.get().ok_or(ApiError::NotReady)?;
+        pipeline.health()?;
+        Ok(pipeline)
     }
 }
 
 pub fn router(state: AppState) -> Router {
     let body_limit = transport_body_limit(&state.settings);
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/embed", post(embed))
+        .route("/healthz", only("GET", get(healthz)))
+        .route("/readyz", only("GET", get(readyz)))
+        .route("/metrics", only("GET", get(metrics)))
+        .route("/v1/embed", only("POST", post(embed)))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(CatchPanicLayer::new())
+        .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response()))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
@@ -83,6 +107,11 @@ pub fn router(state: AppState) -> Router {
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
         )
         .with_state(state)
+}
+
+/// Other methods get 405 with the JSON error body, like every other error.
+fn only(allowed: &'static str, route: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    route.fallback(move |method: Method| async move { ApiError::MethodNotAllowed(method.to_string(), allowed) })
 }
 
 /// Probes and scrapes are not traced.
@@ -119,8 +148,16 @@ fn record_status(response: &Response<Body>, _latency: Duration, span: &Span) {
     }
 }
 
-async fn healthz() -> impl IntoResponse {
-    Json(json!({"status": "ok"}))
+/// 200 while the process can serve: also while the model loads, but not once the model worker
+/// has died or its model fails the warm-up input (the platform should then restart the instance).
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.pipeline.get().map(|pipeline| pipeline.health()) {
+        Some(Err(why)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unhealthy", "reason": why.to_string()})))
+                .into_response()
+        }
+        _ => Json(json!({"status": "ok"})).into_response(),
+    }
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -128,7 +165,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         Ok(pipeline) => {
             let model = pipeline.model();
             let mut body = json!({"status": "ready", "model": model, "in_flight_images": pipeline.in_flight()});
-            if model.provider == "cuda" {
+            if model.provider == Provider::Cuda {
                 // CUDA device 0 is the one the session uses (ort's default device id).
                 body["gpu"] = match gpu::status(0) {
                     Ok(status) => json!(status),
@@ -137,7 +174,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
             }
             Json(body).into_response()
         }
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": e.to_string()}))).into_response(),
+        Err(e) => {
+            let (status, code) = e.status_and_code();
+            (status, Json(json!({"status": code, "reason": e.to_string()}))).into_response()
+        }
     }
 }
 
@@ -150,9 +190,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// One info line per embed request, whatever its outcome: counts and time, never keys or bodies.
 async fn embed(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
+    let mut cancelled = Cancelled { metrics: &state.metrics, started, span: Span::current(), armed: true };
     let outcome = embed_request(&state, body, started).await;
+    cancelled.armed = false;
     let elapsed = started.elapsed();
-    let total_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
+    let total_ms = millis(elapsed);
     match outcome {
         Ok((response, images, errors)) => {
             state.metrics.request("ok", elapsed);
@@ -168,6 +210,32 @@ async fn embed(State(state): State<AppState>, body: Result<Bytes, BytesRejection
     }
 }
 
+fn millis(elapsed: Duration) -> f64 {
+    (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// Logs and counts (`cancelled`) an embed request whose client went away before its answer: axum
+/// then drops the handler's future, and with it the photos' futures, which withdraws their fetches
+/// and their places in the model's queue.
+struct Cancelled<'a> {
+    metrics: &'a Metrics,
+    started: Instant,
+    span: Span,
+    armed: bool,
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let elapsed = self.started.elapsed();
+            self.metrics.request("cancelled", elapsed);
+            let total_ms = millis(elapsed);
+            self.span
+                .in_scope(|| tracing::info!(code = "cancelled", total_ms, "embed request cancelled by the client"));
+        }
+    }
+}
+
 /// The embed response, the number of photos and the number that failed.
 async fn embed_request(
     state: &AppState,
@@ -179,7 +247,10 @@ async fn embed_request(
     span.record("clipfn.images", images.len() as i64);
     let pipeline = state.ready_pipeline()?;
     let deadline = tokio::time::Instant::now() + state.settings.request_timeout();
-    let (results, timings) = pipeline.embed(&images, deadline).await?;
+    let (results, timings) = tokio::select! {
+        done = pipeline.embed(&images, deadline) => done?,
+        () = state.give_up.cancelled() => return Err(ApiError::Draining),
+    };
 
     let mut errors = 0;
     let data = images
@@ -193,9 +264,20 @@ async fn embed_request(
             }
             Err(e) => {
                 errors += 1;
-                let error = item_error(&e);
+                let shown = source::shown(image);
+                let error = item_error(&e, &shown);
+                // The detail goes to the log line (with the trace id), not to the client; the
+                // reference itself stays out of the log. `not_found` and `deadline_exceeded`
+                // have no detail beyond their code.
+                if !matches!(error.code, "not_found" | "deadline_exceeded") {
+                    let mut detail = e.to_string();
+                    for reference in [image, &*shown].into_iter().filter(|r| !r.is_empty()) {
+                        detail = detail.replace(reference, "<reference>");
+                    }
+                    tracing::warn!(index, code = error.code, error = %detail, "photo failed");
+                }
                 state.metrics.photo(Some(error.code));
-                Item { index, image: source::shown(image), embedding: None, error: Some(error) }
+                Item { index, image: shown, embedding: None, error: Some(error) }
             }
         })
         .collect();
@@ -234,4 +316,64 @@ fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings)
         return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
     }
     Ok(request.images)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use opentelemetry::metrics::MeterProvider as _;
+    use serde_json::Value;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{
+        batcher::{Batcher, fake::*},
+        source::Source,
+    };
+
+    async fn call(app: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
+        let request = Request::builder().method(method).uri(uri).body(Body::from(body.to_string())).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// The whole router over a real store, decoder and batcher, with a stand-in model whose
+    /// device can be lost (which cannot happen here for real).
+    #[tokio::test]
+    async fn the_probes_report_what_the_model_worker_knows() {
+        let store = tempfile::tempdir().unwrap();
+        image::RgbImage::from_pixel(16, 16, image::Rgb([90, 120, 30])).save(store.path().join("a.png")).unwrap();
+        let vars =
+            [("CLIPFN_MODEL", "unused".to_string()), ("CLIPFN_STORE", format!("file://{}", store.path().display()))];
+        let settings = Arc::new(Settings::from_vars(vars.map(|(k, v)| (k.to_string(), v))).unwrap());
+        let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
+        let metrics = Arc::new(Metrics::new(meters.meter("test")));
+        let (model, device) = FakeModel::new(4, 8);
+        let batcher = Batcher::start(model, Duration::from_millis(1), 16, Arc::clone(&metrics));
+        let pipeline = Pipeline::new(&settings, Source::new(&settings).unwrap(), batcher, Arc::clone(&metrics));
+        let state = AppState::new(settings, metrics, telemetry::Scrape::default());
+        state.set_ready(Arc::new(pipeline));
+        let app = router(state);
+        let embed = r#"{"images": ["a.png"]}"#;
+
+        let (status, body) = call(&app, "POST", "/v1/embed", embed).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body["data"][0]["embedding"].is_array(), "{body}");
+        assert_eq!(call(&app, "GET", "/healthz", "").await.0, StatusCode::OK);
+
+        device.store(DEVICE_LOST, Ordering::SeqCst);
+        let (status, body) = call(&app, "POST", "/v1/embed", embed).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["data"][0]["error"]["code"], "inference_failed", "{body}");
+        let (status, health) = call(&app, "GET", "/healthz", "").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(health["reason"].as_str().unwrap().contains("warm-up input"), "{health}");
+        let (status, ready) = call(&app, "GET", "/readyz", "").await;
+        assert_eq!((status, ready["status"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unhealthy")));
+        let (status, refused) = call(&app, "POST", "/v1/embed", embed).await;
+        assert_eq!((status, refused["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unhealthy")));
+    }
 }

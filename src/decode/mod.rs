@@ -44,6 +44,9 @@ pub enum DecodeError {
     /// The decode ran past its time budget (set by the pipeline, which stops waiting for it).
     #[error("decoding took longer than the {} ms budget", .0.as_millis())]
     Timeout(Duration),
+    /// The decoder panicked on this file (contained: only this photo fails).
+    #[error("the decoder crashed on this file: {0}")]
+    Crashed(String),
 }
 
 /// How to decode.
@@ -153,14 +156,8 @@ fn with_image_crate(bytes: &[u8], format: ImageFormat, options: &DecodeOptions) 
 /// files) must not hide new ones. libjpeg-turbo and libheif are C and C++: they report errors as
 /// return codes and are not wrapped.
 fn contain_panics<T>(decode: impl FnOnce() -> Result<T, DecodeError>) -> Result<T, DecodeError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(DecodeError::Failed(format!("the decoder crashed on this file: {message}")))
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
+        .unwrap_or_else(|panic| Err(DecodeError::Crashed(crate::panics::message(panic.as_ref()))))
 }
 
 /// Refuses empty images and images over the pixel budget, before their pixels are decoded.
@@ -229,9 +226,14 @@ mod tests {
         for format in ENCODABLE {
             let bytes = encode(photo.clone(), format);
             for cut in [1, 3, 10, 30, bytes.len() / 3, bytes.len() / 2, bytes.len() - 2] {
-                // Either decodes what is there or reports a failure: never panics.
-                if let Ok(decoded) = decode(&bytes[..cut], &opts()) {
-                    assert_eq!(decoded.image.dimensions(), (64, 64), "{format:?} cut at {cut}");
+                // Either decodes what is there or reports a failure: never panics, and a panic
+                // that `contain_panics` caught still counts as one.
+                match decode(&bytes[..cut], &opts()) {
+                    Ok(decoded) => assert_eq!(decoded.image.dimensions(), (64, 64), "{format:?} cut at {cut}"),
+                    Err(DecodeError::Crashed(message)) => {
+                        panic!("{format:?} cut at {cut}: decoder panicked: {message}")
+                    }
+                    Err(_) => {}
                 }
             }
         }
@@ -269,6 +271,14 @@ mod tests {
         }
         let full = decode(&jpeg, &DecodeOptions::full_size(LIMIT)).unwrap();
         assert_eq!((full.scale_denom, full.image.dimensions()), (1, (2000, 1800)));
+    }
+
+    #[test]
+    fn contained_panics_are_told_apart_from_failures() {
+        let crashed = contain_panics::<()>(|| panic!("index out of bounds"));
+        assert!(matches!(&crashed, Err(DecodeError::Crashed(m)) if m == "index out of bounds"), "{crashed:?}");
+        let failed = contain_panics::<()>(|| Err(DecodeError::Failed("truncated".into())));
+        assert!(matches!(failed, Err(DecodeError::Failed(_))), "{failed:?}");
     }
 
     #[test]

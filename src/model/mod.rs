@@ -60,8 +60,8 @@ pub struct ModelInfo {
     /// The ONNX file that runs (relative to its folder when the model is a folder).
     pub file: String,
     pub precision: Weights,
-    /// `cuda` or `cpu`.
-    pub provider: &'static str,
+    /// `Cuda` or `Cpu`: the provider in use, never `Auto`.
+    pub provider: Provider,
     /// Why `auto` fell back to CPU, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
@@ -76,6 +76,9 @@ pub struct ModelInfo {
     /// Length of one embedding.
     pub dim: usize,
     pub batch_size: usize,
+    /// The batch sizes run at start-up (1 and `batch_size`), so that no request pays for a first
+    /// run at a new shape (on CUDA, kernel selection and memory planning take seconds).
+    pub warm_up_batches: Vec<usize>,
 }
 
 impl ModelInfo {
@@ -131,7 +134,7 @@ pub enum ModelData {
 pub struct LoadTimings {
     /// Building the session: parsing the graph, optimising it, placing and prepacking weights.
     pub session: Duration,
-    /// The warm-up batch.
+    /// The warm-up batches (batch 1 and the full batch size).
     pub warm_up: Duration,
 }
 
@@ -158,8 +161,8 @@ pub struct Model {
 }
 
 impl Model {
-    /// Builds the session from `model` and runs one warm-up batch, which also reveals the
-    /// embedding size.
+    /// Builds the session from `model`, refuses a fixed batch dimension, and warms it up at batch
+    /// 1 and at the full batch size; the warm-up also reveals the embedding size.
     pub fn load(runtime: Runtime, settings: &Settings, model: ModelFile) -> Result<Self, ModelError> {
         let Runtime { environment, on_cuda, fallback_reason } = runtime;
         let started = Instant::now();
@@ -169,10 +172,12 @@ impl Model {
         // under the warm-up's peak.
         drop(model.data);
         let timings = LoadTimings { session: started.elapsed(), ..LoadTimings::default() };
-        let provider = if on_cuda { "cuda" } else { "cpu" };
+        let provider = if on_cuda { Provider::Cuda } else { Provider::Cpu };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
-        let side = settings.image_size.or(square_side(input.dtype().tensor_shape().map(|s| &s[..])));
+        let shape = input.dtype().tensor_shape().map(|s| &s[..]);
+        require_dynamic_batch(input.name(), shape)?;
+        let side = settings.image_size.or(square_side(shape));
         let preprocessing = match (model.preprocessing, side) {
             // The graph (or CLIPFN_IMAGE_SIZE) must take what the folder's config makes.
             (Some(transform), Some(side)) if side != transform.side() => {
@@ -207,6 +212,7 @@ impl Model {
             },
             dim: 0,
             batch_size: settings.batch_size,
+            warm_up_batches: Vec::new(),
         };
         let normalizer = match info.input_layout {
             Layout::RawNhwc => {
@@ -216,21 +222,34 @@ impl Model {
         };
         let started = Instant::now();
         let mut model = Model { session, normalizer, info, timings, _environment: environment };
-        let mut zeros = Pixels::empty(model.info.input_layout, 0);
-        let one = match model.info.input_layout {
-            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; model.info.slot_len()]),
-            Layout::RawNhwc => Pixels::RawNhwc(vec![0; model.info.slot_len()]),
-        };
-        for _ in 0..settings.batch_size {
-            zeros.extend(&one);
-        }
-        let embeddings = model.run(&zeros, settings.batch_size)?;
-        model.info.dim = embeddings.first().map_or(0, Vec::len);
-        if model.info.dim == 0 {
-            return Err(ModelError::Load("the model returned empty embeddings".into()));
+        let mut sizes = vec![1, settings.batch_size];
+        sizes.dedup();
+        for n in sizes {
+            let embeddings = model.warm_up(n)?;
+            model.info.dim = embeddings.first().map_or(0, Vec::len);
+            if model.info.dim == 0 {
+                return Err(ModelError::Load("the model returned empty embeddings".into()));
+            }
+            model.info.warm_up_batches.push(n);
         }
         model.timings.warm_up = started.elapsed();
         Ok(model)
+    }
+
+    /// Runs the known-good warm-up input again: after a failed batch, this tells a broken model or
+    /// device (every input fails) from photos that trip the model (only they fail).
+    pub fn check(&mut self) -> Result<(), ModelError> {
+        self.warm_up(1).map(drop)
+    }
+
+    /// Runs `n` black photos.
+    fn warm_up(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+        let len = n * self.info.slot_len();
+        let zeros = match self.info.input_layout {
+            Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.0; len]),
+            Layout::RawNhwc => Pixels::RawNhwc(vec![0; len]),
+        };
+        self.run(&zeros, n)
     }
 
     /// Runs one batch of `n` preprocessed photos laid end to end in `pixels`; returns one raw
@@ -336,6 +355,18 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
             .map_err(load)?;
     }
     Ok(builder)
+}
+
+/// Photos from several requests share a batch of any size up to CLIPFN_BATCH_SIZE, so the input's
+/// first dimension must be dynamic (ONNX Runtime reports it as -1).
+fn require_dynamic_batch(name: &str, shape: Option<&[i64]>) -> Result<(), ModelError> {
+    match shape {
+        Some([n, ..]) if *n >= 0 => Err(ModelError::Load(format!(
+            "input '{name}' has a fixed batch dimension of {n}; clipfn needs a dynamic batch dimension \
+             (export with dynamic axis 0, e.g. torch.onnx.export(..., dynamic_axes={{'{name}': {{0: 'batch'}}}}))"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// S of an `[N, 3, S, S]` input with a fixed S.

@@ -5,15 +5,16 @@
 
 use std::{collections::HashMap, error::Error as _, sync::Arc, time::Duration};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use reqwest::{StatusCode, redirect};
 use tokio::sync::Semaphore;
 use url::Url;
 
 use super::{
-    SourceError,
+    Fetched, SourceError,
     address::{GuardedResolver, RefusedAddress},
     allowlist::{Allowlist, host_key, shown},
+    reserve,
 };
 use crate::config::Settings;
 
@@ -86,14 +87,19 @@ impl WebSource {
     /// Fetches one URL, retrying 5xx answers, timeouts and failed connections with backoff. The
     /// host's slot is taken before the process-wide `io_slots`, so fetches queued behind a busy
     /// host do not hold slots that other sources could use.
-    pub async fn fetch(&self, reference: &str, io_slots: &Semaphore) -> Result<Bytes, SourceError> {
+    pub async fn fetch(
+        &self,
+        reference: &str,
+        io_slots: &Semaphore,
+        budget: &Arc<Semaphore>,
+    ) -> Result<Fetched, SourceError> {
         let url = self.allowlist.admit(reference)?;
         let host_slots = self.per_host.get(&host_key(&url)).expect("admitted URLs are under a prefix's host");
         let _host_slot = host_slots.acquire().await.expect("semaphore is never closed");
         let _slot = io_slots.acquire().await.expect("semaphore is never closed");
         let mut attempt = 0;
         loop {
-            match self.fetch_once(&url).await {
+            match self.fetch_once(&url, budget).await {
                 Ok(bytes) => return Ok(bytes),
                 Err(Failure::Transient(e)) if attempt < self.retries => {
                     tracing::debug!(url = %shown(&url), error = %e, attempt, "retrying fetch");
@@ -105,11 +111,11 @@ impl WebSource {
         }
     }
 
-    async fn fetch_once(&self, url: &Url) -> Result<Bytes, Failure> {
+    async fn fetch_once(&self, url: &Url, budget: &Arc<Semaphore>) -> Result<Fetched, Failure> {
         let mut response = self.client.get(url.clone()).send().await.map_err(|e| send_failure(&e, url))?;
         let status = response.status();
         if status.is_success() {
-            return read_capped(response, self.max_bytes, url).await;
+            return read_capped(response, self.max_bytes, url, budget).await;
         }
         let what = shown(url);
         Err(match status {
@@ -158,13 +164,20 @@ fn send_failure(e: &reqwest::Error, url: &Url) -> Failure {
 }
 
 /// Streams the body into memory, refusing it as soon as it is known to exceed `limit`: first from
-/// Content-Length, then while streaming.
-async fn read_capped(mut response: reqwest::Response, limit: u64, url: &Url) -> Result<Bytes, Failure> {
+/// Content-Length, then while streaming. The body is read once its size (the limit, when the
+/// length is not given) fits in the fetched-bytes budget.
+async fn read_capped(
+    mut response: reqwest::Response,
+    limit: u64,
+    url: &Url,
+    budget: &Arc<Semaphore>,
+) -> Result<Fetched, Failure> {
     let too_large = |size| Failure::Final(SourceError::TooLarge { size, limit });
     let expected = response.content_length().unwrap_or(0);
     if expected > limit {
         return Err(too_large(expected));
     }
+    let reserved = reserve(budget, response.content_length().unwrap_or(limit)).await;
     let mut body = BytesMut::with_capacity(expected as usize);
     while let Some(chunk) = response.chunk().await.map_err(|e| send_failure(&e, url))? {
         body.extend_from_slice(&chunk);
@@ -172,7 +185,7 @@ async fn read_capped(mut response: reqwest::Response, limit: u64, url: &Url) -> 
             return Err(too_large(body.len() as u64));
         }
     }
-    Ok(body.freeze())
+    Ok(Fetched { bytes: body.freeze(), _budget: Some(reserved) })
 }
 
 /// The start of an error response's body, as text (empty if it cannot be read).

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, find_tool
 
-SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "tools/check-infra.sh"]
+SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "infra/soak.sh", "tools/check-infra.sh"]
 LOAD_JS = REPO / "infra" / "k6" / "load.js"
 
 
@@ -62,9 +62,10 @@ def test_load_js_rejects_bad_settings(k6, env, message):
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
 
 
-def test_export_script_compiles():
-    """infra/export_clip_onnx.py needs torch and the Hub to run; here it must at least compile."""
-    path = REPO / "infra" / "export_clip_onnx.py"
+@pytest.mark.parametrize("script", ["export_clip_onnx.py", "soak.py"])
+def test_python_scripts_compile(script):
+    """export_clip_onnx.py needs torch and the Hub, soak.py ten minutes: here they must compile."""
+    path = REPO / "infra" / script
     compile(path.read_text(), str(path), "exec")  # in memory: no __pycache__ next to it
 
 

@@ -11,7 +11,9 @@
 //!   OTLP when an endpoint is set.
 //!
 //! ONNX Runtime logs through `tracing` too and is chatty at info, so it is held to warn unless
-//! RUST_LOG names it.
+//! RUST_LOG names it. The JSON line format is in `cloud_logging`.
+
+mod cloud_logging;
 
 use std::{env, sync::Arc, time::Duration};
 
@@ -26,21 +28,11 @@ use opentelemetry::{
 use opentelemetry_sdk::{
     Resource, metrics::SdkMeterProvider, propagation::TraceContextPropagator, trace::SdkTracerProvider,
 };
-use tracing::{Event, Level, Subscriber};
+use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::{
-    EnvFilter, Layer,
-    filter::Targets,
-    fmt::{
-        FmtContext, FormatEvent, FormatFields,
-        format::Writer,
-        time::{FormatTime, SystemTime},
-    },
-    layer::SubscriberExt,
-    registry::LookupSpan,
-    util::SubscriberInitExt,
-};
+use tracing_subscriber::{EnvFilter, Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
+use self::cloud_logging::CloudLoggingJson;
 use crate::{config::LogFormat, metrics::Metrics};
 
 /// The running telemetry: keep it for the life of the process and call [`Telemetry::shutdown`]
@@ -152,11 +144,20 @@ impl Telemetry {
         Flusher { traces: self.tracer_provider.clone(), meters: self.meter_provider.clone() }
     }
 
-    /// Flushes and stops the exporters. Call outside the async runtime, at exit.
-    pub fn shutdown(self) {
-        flush_providers(&self.tracer_provider, &self.meter_provider);
-        let _ = self.tracer_provider.shutdown_with_timeout(Duration::from_secs(5));
-        let _ = self.meter_provider.shutdown_with_timeout(Duration::from_secs(5));
+    /// Flushes and stops the exporters, giving up after `within`: the exit must not wait on a
+    /// collector that does not answer. Call outside the async runtime, at exit.
+    pub fn shutdown(self, within: Duration) {
+        let (traces, meters) = (self.tracer_provider, self.meter_provider);
+        let (done, finished) = std::sync::mpsc::channel();
+        let flushing = std::thread::Builder::new().name("clipfn-flush".into()).spawn(move || {
+            flush_providers(&traces, &meters);
+            let _ = traces.shutdown_with_timeout(within);
+            let _ = meters.shutdown_with_timeout(within);
+            let _ = done.send(());
+        });
+        if flushing.is_ok() && finished.recv_timeout(within).is_err() {
+            tracing::warn!(within_ms = within.as_millis() as u64, "telemetry not flushed in time; exiting without it");
+        }
     }
 }
 
@@ -175,17 +176,25 @@ pub struct Flusher {
     meters: SdkMeterProvider,
 }
 
+/// The most a Lambda invocation waits for its telemetry to leave: a collector that does not answer
+/// must not hold every response up by the exporter's timeout (10 s).
+const INVOCATION_FLUSH: Duration = Duration::from_millis(150);
+
 impl Flusher {
-    /// Exports what is buffered and waits for it (bounded by the exporters' timeouts).
+    /// Exports what is buffered and waits for it, at most `INVOCATION_FLUSH`; what is not sent by
+    /// then goes with a later flush.
     pub async fn flush(&self) {
         let (traces, meters) = (self.traces.clone(), self.meters.clone());
         // The SDK's flush blocks on its export threads; keep that off the async workers.
-        let _ = tokio::task::spawn_blocking(move || flush_providers(&traces, &meters)).await;
+        let flush = tokio::task::spawn_blocking(move || flush_providers(&traces, &meters));
+        if tokio::time::timeout(INVOCATION_FLUSH, flush).await.is_err() {
+            tracing::warn!(within_ms = INVOCATION_FLUSH.as_millis() as u64, "telemetry not flushed in time");
+        }
     }
 }
 
 /// Renders the metrics registry as Prometheus text exposition format.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Scrape(prometheus::Registry);
 
 impl Scrape {
@@ -269,87 +278,6 @@ fn endpoint_for_log() -> Option<String> {
     Some(format!("{}://{}{}", url.scheme(), url.host_str()?, url.port().map(|p| format!(":{p}")).unwrap_or_default()))
 }
 
-/// One JSON object per line in the shape Cloud Logging's agent parses: `severity`, `message`,
-/// `time`, and, inside a traced span, `logging.googleapis.com/trace` (as
-/// `projects/P/traces/T` when the project is known, else the bare trace id), `spanId` and
-/// `trace_sampled`. The event's own fields follow at the top level.
-struct CloudLoggingJson {
-    gcp_project: Option<String>,
-}
-
-impl<S, N> FormatEvent<S, N> for CloudLoggingJson
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
-        let meta = event.metadata();
-        let mut fields = serde_json::Map::new();
-        event.record(&mut JsonFields(&mut fields));
-
-        let mut line = serde_json::Map::new();
-        line.insert("severity".into(), severity(*meta.level()).into());
-        line.insert("message".into(), fields.remove("message").unwrap_or_else(|| "".into()));
-        let mut time = String::new();
-        SystemTime.format_time(&mut Writer::new(&mut time))?;
-        line.insert("time".into(), time.into());
-        line.insert("target".into(), meta.target().into());
-        if let Some(span) = ctx.lookup_current() {
-            line.insert("span".into(), span.name().into());
-        }
-        // The OpenTelemetry layer makes the entered span's context current on this thread.
-        let cx = opentelemetry::Context::current();
-        let span = cx.span();
-        let span_context = span.span_context();
-        if span_context.is_valid() {
-            let trace_id = span_context.trace_id().to_string();
-            let trace = match &self.gcp_project {
-                Some(project) => format!("projects/{project}/traces/{trace_id}"),
-                None => trace_id,
-            };
-            line.insert("logging.googleapis.com/trace".into(), trace.into());
-            line.insert("logging.googleapis.com/spanId".into(), span_context.span_id().to_string().into());
-            line.insert("logging.googleapis.com/trace_sampled".into(), span_context.is_sampled().into());
-        }
-        for (key, value) in fields {
-            line.entry(key).or_insert(value);
-        }
-        writeln!(writer, "{}", serde_json::Value::Object(line))
-    }
-}
-
-fn severity(level: Level) -> &'static str {
-    match level {
-        Level::ERROR => "ERROR",
-        Level::WARN => "WARNING",
-        Level::INFO => "INFO",
-        Level::DEBUG | Level::TRACE => "DEBUG",
-    }
-}
-
-struct JsonFields<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
-
-impl tracing::field::Visit for JsonFields<'_> {
-    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
-        self.0.insert(field.name().into(), value.into());
-    }
-    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        self.0.insert(field.name().into(), value.into());
-    }
-    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        self.0.insert(field.name().into(), value.into());
-    }
-    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
-        self.0.insert(field.name().into(), value.into());
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.0.insert(field.name().into(), value.into());
-    }
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().into(), format!("{value:?}").into());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,12 +303,5 @@ mod tests {
         assert!(export_from_env(vars(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")])).is_ok());
         let grpc = export_from_env(vars(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])).unwrap_err().to_string();
         assert!(grpc.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && grpc.contains("http/protobuf"), "{grpc}");
-    }
-
-    #[test]
-    fn severities_are_cloud_logging_names() {
-        assert_eq!(severity(Level::WARN), "WARNING");
-        assert_eq!(severity(Level::TRACE), "DEBUG");
-        assert_eq!(severity(Level::ERROR), "ERROR");
     }
 }
