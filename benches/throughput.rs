@@ -9,7 +9,10 @@
 //!    server's peak RSS after the seed shape, against Immich's 0.72 GB on the same weights;
 //! 4. precision: the same closed loop on the model folder's fp32 and int8 files (CLIPFN_PRECISION),
 //!    with each server's peak RSS and the int8 embeddings' cosine to fp32's on every photo;
-//! 5. cold start: the release server started, until /readyz and its first answer, 5 times, each
+//! 5. the text tower (when `tools/setup.sh --bench` made the ViT-B/32 text model): tokenizer
+//!    texts/s on one core, text embeddings/s at batch 1 and 64, and the latency of a one-line search
+//!    query sent while 256 photos wait for the model worker.
+//! 6. cold start: the release server started, until /readyz and its first answer, 5 times, each
 //!    beside Python ONNX Runtime's session creation + warm-up runs (tools/coldstart_reference.py).
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
@@ -31,8 +34,9 @@ use std::{
 use clipfn::{
     config::Settings,
     decode::{DecodeOptions, decode},
-    model::{Model, ModelData, ModelFile, Runtime, Weights},
+    model::{Model, ModelData, ModelFile, Runtime, TextModel, Weights},
     preprocess::{Layout, Pixels, Transform, preprocess},
+    tokenize::Tokenizer,
 };
 use common::{ServerConfig, camera_photos, setup_var};
 use plotters::prelude::*;
@@ -64,12 +68,18 @@ struct RawPoint {
     ms_per_batch: f64,
 }
 
-fn raw_inference(model_path: &str, provider: &str, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
-    let settings = Settings::from_vars([
+/// Settings for sessions loaded in the bench process (warm-up batch of 1).
+fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> {
+    Ok(Settings::from_vars([
         ("CLIPFN_MODEL".to_string(), model_path.to_string()),
         ("CLIPFN_BATCH_SIZE".to_string(), "1".to_string()),
         ("CLIPFN_PROVIDER".to_string(), provider.to_string()),
-    ])?;
+    ])?)
+}
+
+/// The image session the bench runs raw; it also hosts the text session (one ONNX Runtime
+/// environment per process).
+fn load_image_model(settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
     let file = ModelFile {
         data: ModelData::File(model_path.into()),
         id: "bench".into(),
@@ -77,7 +87,10 @@ fn raw_inference(model_path: &str, provider: &str, runs: usize) -> anyhow::Resul
         precision: Weights::of_file(model_path),
         preprocessing: None,
     };
-    let mut model = Model::load(Runtime::start(&settings)?, &settings, file)?;
+    Ok(Model::load(Runtime::start(settings)?, settings, file)?)
+}
+
+fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
     let slot = model.info.slot_len();
     BATCHES
         .iter()
@@ -321,7 +334,10 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(Path::new(&model).is_file(), "{model} missing: run tools/setup.sh --bench");
     let photos = camera_photos(usize::MAX);
 
-    let raw = raw_inference(&model, &provider, runs)?;
+    // One ONNX Runtime environment per process: the image session also hosts the text session.
+    let settings = bench_settings(&model, &provider)?;
+    let mut session = load_image_model(&settings, &model)?;
+    let raw = raw_inference(&mut session, runs)?;
     let ours = preprocessing(&photos, runs)?;
     eprintln!("preprocessing: {ours:.1} photos/s on one core");
     let (pillow, pillow_draft) = pillow_baseline(&photos)?;
@@ -359,6 +375,13 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .map(|precision| precision_run(precision_server(), precision, &keys, secs, &runtime))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let text = match setup_env_path("CLIPFN_BENCH_TEXT_MODEL") {
+        Some(text_model) => {
+            let batch_ms = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.ms_per_batch);
+            Some(text_tower(&session, &settings, &text_model, &model, batch_ms, &keys, gcs_port, &provider, runs)?)
+        }
+        None => None,
+    };
 
     // Cold starts, each beside the Python reference, so that both see the same machine load.
     let mut starts = Vec::new();
@@ -468,6 +491,10 @@ fn main() -> anyhow::Result<()> {
         cosines.len(),
         cosines.iter().sum::<f64>() / cosines.len() as f64
     )?;
+    match &text {
+        Some(text) => text.write(&mut md)?,
+        None => writeln!(md, "\n## 5. Text tower\n\nSkipped: no CLIPFN_BENCH_TEXT_MODEL (tools/setup.sh --bench).")?,
+    }
     cold_start_sections(&mut md, &starts, &references, peak_rss)?;
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
@@ -477,7 +504,7 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sections 5 (cold start and its breakdown) and 6 (memory) of the report, with their goals.
+/// Sections 6 (cold start and its breakdown) and 7 (memory) of the report, with their goals.
 fn cold_start_sections(
     md: &mut String,
     starts: &[cold_start::Start],
@@ -487,7 +514,7 @@ fn cold_start_sections(
     let warm_up = WARM_UP_BATCHES.map(|b| b.to_string()).join(" and ");
     writeln!(
         md,
-        "\n## 5. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
+        "\n## 6. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
          {COLD_STARTS} starts of the server, each followed by one request of one photo from a file store and by \
          Python ONNX Runtime in a fresh process: session creation + one run at each warm-up batch size on the same \
          model (tools/coldstart_reference.py).\n"
@@ -514,7 +541,7 @@ fn cold_start_sections(
     ] {
         writeln!(md, "| {phase} | {value:.0} |")?;
     }
-    writeln!(md, "\n## 6. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
+    writeln!(md, "\n## 7. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
     writeln!(md, "| clipfn, end-to-end server after the seed shape (VmHWM) | {:.2} |", peak_rss / 1e9)?;
     let python = median(references.iter().map(|r| r.peak_rss).collect());
     writeln!(md, "| Python ONNX Runtime, session + warm-up runs (ru_maxrss, median) | {:.2} |", python / 1e9)?;
@@ -534,6 +561,185 @@ fn cold_start_sections(
         peak_rss / cold_start::IMMICH_PEAK_RSS
     )?;
     Ok(())
+
+/// A path from .cache/clipfn.env, if set and present.
+fn setup_env_path(name: &str) -> Option<String> {
+    common::setup_env().get(name).filter(|p| Path::new(p).is_file()).cloned()
+}
+
+struct TextResult {
+    tokenizer_per_s: f64,
+    /// (batch, texts/s, ms per batch)
+    embeddings: Vec<(usize, f64, f64)>,
+    /// Raw batch-64 time of the image session alone (section 1).
+    image_batch_ms: f64,
+    backlog: Backlog,
+}
+
+impl TextResult {
+    fn write(&self, md: &mut String) -> std::fmt::Result {
+        writeln!(md, "\n## 5. Text tower (ViT-B/32 text architecture, random weights)\n")?;
+        writeln!(md, "Tokenizer (clean-up + BPE, one core): **{:.0} texts/s**.\n", self.tokenizer_per_s)?;
+        writeln!(md, "| batch | texts/s | ms per batch |\n|---|---|---|")?;
+        for (batch, rate, ms) in &self.embeddings {
+            writeln!(md, "| {batch} | {rate:.1} | {ms:.1} |")?;
+        }
+        let stats = |xs: &[f64]| {
+            let mut xs = xs.to_vec();
+            xs.sort_by(f64::total_cmp);
+            if xs.is_empty() { (f64::NAN, f64::NAN) } else { (percentile(&xs, 0.5), xs[xs.len() - 1]) }
+        };
+        let b = &self.backlog;
+        let ((idle_p50, idle_max), (busy_p50, busy_max)) = (stats(&b.idle_ms), stats(&b.busy_ms));
+        writeln!(
+            md,
+            "\nOne-line search query over HTTP (`/v1/embed` with one new text), end to end:\n\n| while | queries | p50 ms | max ms |\n|---|---|---|---|"
+        )?;
+        writeln!(md, "| idle | {} | {idle_p50:.1} | {idle_max:.1} |", b.idle_ms.len())?;
+        writeln!(
+            md,
+            "| one request of 256 photos in flight, {} photos queued for the model when sent | {} | {busy_p50:.1} | {busy_max:.1} |",
+            b.queued.iter().map(|q| format!("{q:.0}")).collect::<Vec<_>>().join(", "),
+            b.busy_ms.len()
+        )?;
+        // In a single queue the query would wait for the batch running and every queued photo.
+        let fifo_ms: Vec<String> =
+            b.queued.iter().map(|q| format!("{:.0}", ((q / 64.0).ceil() + 1.0) * b.batch_ms)).collect();
+        writeln!(
+            md,
+            "\nImage batches (up to 64 photos) took {:.0} ms on average on the server during the backlog (decoders sharing the cores; {:.0} ms for the session alone in section 1). A query waits for the batch already running, then runs ahead of the queued photos; behind them, in one queue, it would have waited about {} ms.",
+            b.batch_ms,
+            self.image_batch_ms,
+            fifo_ms.join(" and ")
+        )
+    }
+}
+
+/// Section 4: the tokenizer, the text session alone, and a query against an image backlog.
+#[allow(clippy::too_many_arguments)]
+fn text_tower(
+    image: &Model,
+    settings: &Settings,
+    text_model: &str,
+    image_model: &str,
+    image_batch_ms: f64,
+    keys: &[String],
+    gcs_port: u16,
+    provider: &str,
+    runs: usize,
+) -> anyhow::Result<TextResult> {
+    let queries: Vec<String> = (0..2000)
+        .map(|i| {
+            let things = ["beach at sunset", "my dog in the snow", "birthday cake", "Tokyo at night", "서울 야경"];
+            format!("a photo of {} #{i}", things[i % things.len()])
+        })
+        .collect();
+    let tokenizer = Tokenizer::new();
+    let tokenizer_per_s = median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                queries.iter().for_each(|q| drop(std::hint::black_box(tokenizer.tokenize(q))));
+                queries.len() as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
+
+    let mut session = TextModel::load(image, settings, &std::fs::read(text_model)?, "bench-text".into())?;
+    let ids: Vec<i64> = queries.iter().take(64).flat_map(|q| tokenizer.tokenize(q).ids).collect();
+    let mut embeddings = Vec::new();
+    for batch in [1, 64] {
+        let ids = &ids[..batch * clipfn::tokenize::CONTEXT];
+        session.run(ids, batch)?;
+        let secs = median(
+            (0..runs)
+                .map(|_| {
+                    let t = Instant::now();
+                    session.run(ids, batch).map(|_| t.elapsed().as_secs_f64())
+                })
+                .collect::<Result<_, _>>()?,
+        );
+        eprintln!("text embeddings: batch {batch}: {:.1} texts/s", batch as f64 / secs);
+        embeddings.push((batch, batch as f64 / secs, secs * 1e3));
+    }
+    let backlog = query_under_backlog(text_model, image_model, keys, gcs_port, provider)?;
+    Ok(TextResult { tokenizer_per_s, embeddings, image_batch_ms, backlog })
+}
+
+/// Latencies (ms) of one-text queries over HTTP, first idle, then while one request of 256 photos
+/// is in flight with at least a batch of them queued for the model; and the queue depth seen
+/// before each of those. Every query is a new text, so none comes from the cache.
+fn query_under_backlog(
+    text_model: &str,
+    image_model: &str,
+    keys: &[String],
+    gcs_port: u16,
+    provider: &str,
+) -> anyhow::Result<Backlog> {
+    let server = common::gcs_env(ServerConfig::local(Path::new("/")), gcs_port)
+        .env("CLIPFN_STORE", "gs://photos")
+        .env("CLIPFN_MODEL", image_model)
+        .env("CLIPFN_TEXT_MODEL", text_model)
+        .env("CLIPFN_PROVIDER", provider)
+        .env("LD_LIBRARY_PATH", &std::env::var("LD_LIBRARY_PATH").unwrap_or_default())
+        .env("CLIPFN_BATCH_SIZE", "64")
+        .env("CLIPFN_MAX_IMAGES", "256")
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
+        .start();
+    let client = common::blocking_client();
+    let url = format!("{}/v1/embed", server.base);
+    let mut n = 0;
+    let mut query = || -> anyhow::Result<f64> {
+        n += 1;
+        let t = Instant::now();
+        let response =
+            client.post(&url).json(&serde_json::json!({ "texts": [format!("{n} dogs on a beach")] })).send()?;
+        anyhow::ensure!(response.status() == 200, "text query: {}", response.status());
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let idle = (0..10).map(|_| query()).collect::<anyhow::Result<Vec<_>>>()?;
+    let images: Vec<String> = keys.iter().cycle().take(256).cloned().collect();
+    let backlog_url = url.clone();
+    let backlog = std::thread::spawn(move || {
+        common::blocking_client()
+            .post(backlog_url)
+            .json(&serde_json::json!({ "images": images }))
+            .send()
+            .map(|r| r.status())
+    });
+    let (mut busy, mut depths) = (Vec::new(), Vec::new());
+    while !backlog.is_finished() && busy.len() < 20 {
+        let depth = common::series(&common::scrape(&server), "clipfn_queue_depth_photos", &[]);
+        if depth >= 64.0 {
+            depths.push(depth);
+            busy.push(query()?);
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let status = backlog.join().expect("backlog thread")?;
+    anyhow::ensure!(status == 200, "the 256-photo request: {status}");
+    // The image batches that ran meanwhile, as the server timed them (decoders sharing the cores).
+    let metrics = common::scrape(&server);
+    let stage = |suffix: &str| {
+        common::series(&metrics, &format!("clipfn_stage_duration_seconds_{suffix}"), &[("stage", "inference")])
+    };
+    let batch_ms = stage("sum") / stage("count") * 1e3;
+    eprintln!(
+        "search query: idle {idle:?} ms, under backlog {busy:?} ms (queue depths {depths:?}), image batches {batch_ms:.0} ms"
+    );
+    Ok(Backlog { idle_ms: idle, busy_ms: busy, queued: depths, batch_ms })
+}
+
+/// A search query's latency against an image backlog, and the image batches that ran meanwhile.
+struct Backlog {
+    idle_ms: Vec<f64>,
+    busy_ms: Vec<f64>,
+    /// Photos queued for the model when each busy query was sent.
+    queued: Vec<f64>,
+    /// Mean image batch time on the server during the backlog.
+    batch_ms: f64,
 }
 
 fn cpu_name() -> String {

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""Export the image tower of OpenAI CLIP ViT-B/32 to ONNX for clipfn.
+"""Export the towers of OpenAI CLIP ViT-B/32 to ONNX for clipfn.
 
     pip install torch transformers onnx onnxscript onnxruntime
-    python infra/export_clip_onnx.py --out clip-vit-b32.onnx
+    python infra/export_clip_onnx.py --out clip-vit-b32.onnx                      # image tower
+    python infra/export_clip_onnx.py --tower both --out clip-vit-b32.onnx \
+        --text-out clip-vit-b32-text.onnx                                          # and the text tower
 
-The model written:
-  input   pixel_values  float32 [batch, 3, 224, 224]  RGB, CLIP-normalised
-  output  image_embeds  float32 [batch, 512]          visual projection, not L2-normalised
-  opset 17, the batch axis dynamic, one file (about 350 MB).
+The models written (opset 17, the batch axis dynamic, one file each):
+  image (CLIPFN_MODEL, about 350 MB)
+    input   pixel_values  float32 [batch, 3, 224, 224]  RGB, CLIP-normalised
+    output  image_embeds  float32 [batch, 512]          visual projection, not L2-normalised
+  text (CLIPFN_TEXT_MODEL, about 250 MB)
+    input   input_ids     int64   [batch, 77]           CLIP BPE ids: start, text, end, zeros
+    output  text_embeds   float32 [batch, 512]          text projection at the end token, not L2-normalised
 
 It downloads openai/clip-vit-base-patch32 from the Hugging Face Hub unless
 --model names a local copy (a folder holding config.json and the weights).
-After exporting it runs the ONNX model with ONNX Runtime on batches of 1 and 3
+After exporting it runs each ONNX model with ONNX Runtime on batches of 1 and 3
 and compares with PyTorch, so a file that is written is one that loads.
 
 --random-init exports the same architecture, shrunk and with random weights,
@@ -43,6 +48,8 @@ from pathlib import Path
 MODEL_ID = "openai/clip-vit-base-patch32"
 OPSET = 17
 IMAGE_SIZE = 224
+CONTEXT = 77
+START, END = 49406, 49407
 # CLIP's preprocessing, recorded in the model's metadata for reference.
 PREPROCESS = (
     "resize shortest side to 224 (bicubic), center crop 224x224, RGB scaled to [0,1], "
@@ -52,7 +59,9 @@ PREPROCESS = (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("infra/model/model.onnx"), help="ONNX file to write")
+    p.add_argument("--tower", choices=["image", "text", "both"], default="image", help="which tower(s) to export")
+    p.add_argument("--out", type=Path, default=Path("infra/model/model.onnx"), help="image tower ONNX file")
+    p.add_argument("--text-out", type=Path, default=Path("infra/model/text.onnx"), help="text tower ONNX file")
     p.add_argument("--model", default=MODEL_ID, help=f"Hub id or local folder (default {MODEL_ID})")
     p.add_argument("--opset", type=int, default=OPSET)
     p.add_argument("--random-init", action="store_true", help="small random model, no download (self-test)")
@@ -70,47 +79,79 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def load_vision_model(args: argparse.Namespace):
-    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+def load_model(args: argparse.Namespace, tower: str):
+    import transformers
 
+    if tower == "text":
+        config_class, model_class = transformers.CLIPTextConfig, transformers.CLIPTextModelWithProjection
+        shape = {"max_position_embeddings": CONTEXT}
+    else:
+        config_class, model_class = transformers.CLIPVisionConfig, transformers.CLIPVisionModelWithProjection
+        shape = {"image_size": IMAGE_SIZE, "patch_size": 32}
     if args.random_init:
-        config = CLIPVisionConfig(
+        config = config_class(
             hidden_size=64,
             intermediate_size=128,
             num_hidden_layers=2,
             num_attention_heads=2,
             projection_dim=32,
-            image_size=IMAGE_SIZE,
-            patch_size=32,
+            **shape,
         )
-        model = CLIPVisionModelWithProjection(config)
+        model = model_class(config)
     else:
-        model = CLIPVisionModelWithProjection.from_pretrained(args.model)
+        model = model_class.from_pretrained(args.model)
     return model.eval()
 
 
-def wrap(model):
+# Per tower: graph input, output, and the input shape after the batch axis.
+INTERFACE = {
+    "image": ("pixel_values", "image_embeds", [3, IMAGE_SIZE, IMAGE_SIZE]),
+    "text": ("input_ids", "text_embeds", [CONTEXT]),
+}
+
+
+def wrap(model, tower: str):
     import torch
 
-    class ImageEncoder(torch.nn.Module):
-        """pixel_values -> image_embeds, nothing else (no hidden states, no dict)."""
+    class Encoder(torch.nn.Module):
+        """One input -> the projected embeddings, nothing else (no hidden states, no dict).
+        The text tower pools at the end token, the largest id, as CLIP does."""
 
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
-        def forward(self, pixel_values):
-            return self.inner(pixel_values=pixel_values).image_embeds
+        def forward(self, x):
+            if tower == "text":
+                return self.inner(input_ids=x).text_embeds
+            return self.inner(pixel_values=x).image_embeds
 
-    return ImageEncoder(model).eval()
+    return Encoder(model).eval()
 
 
-def export(encoder, out: Path, opset: int) -> None:
+def example_input(tower: str, batch: int, seed: int = 0):
+    """Random pixels, or random token ids laid out as clipfn sends them: start, text, end, zeros."""
     import torch
 
-    example = torch.randn(2, 3, IMAGE_SIZE, IMAGE_SIZE)
+    generator = torch.Generator().manual_seed(seed)
+    if tower == "image":
+        return torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    ids = torch.zeros(batch, CONTEXT, dtype=torch.int64)
+    for row in range(batch):
+        length = int(torch.randint(0, CONTEXT - 1, (1,), generator=generator))
+        ids[row, 0] = START
+        ids[row, 1 : length + 1] = torch.randint(0, START, (length,), generator=generator)
+        ids[row, length + 1] = END
+    return ids
+
+
+def export(encoder, tower: str, out: Path, opset: int) -> None:
+    import torch
+
+    input_name, output_name, _ = INTERFACE[tower]
+    example = example_input(tower, 2)
     params = inspect.signature(torch.onnx.export).parameters
-    common = {"input_names": ["pixel_values"], "output_names": ["image_embeds"], "opset_version": opset}
+    common = {"input_names": [input_name], "output_names": [output_name], "opset_version": opset}
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -123,10 +164,10 @@ def export(encoder, out: Path, opset: int) -> None:
                 encoder,
                 (example,),
                 dynamo=True,
-                dynamic_shapes={"pixel_values": {0: batch}},
+                dynamic_shapes={"x": {0: batch}},
                 **common,
             )
-            # One file: the ViT-B/32 tower (~350 MB) is far below protobuf's 2 GB.
+            # One file: each ViT-B/32 tower (~350 and ~250 MB) is far below protobuf's 2 GB.
             save = inspect.signature(program.save).parameters
             program.save(str(out), **({"external_data": False} if "external_data" in save else {}))
         else:
@@ -134,13 +175,13 @@ def export(encoder, out: Path, opset: int) -> None:
                 encoder,
                 (example,),
                 str(out),
-                dynamic_axes={"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}},
+                dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}},
                 do_constant_folding=True,
                 **common,
             )
 
 
-def finish(out: Path, model_id: str, opset: int) -> None:
+def finish(out: Path, tower: str, model_id: str, opset: int) -> None:
     """Check the graph's interface and record where it came from."""
     import onnx
 
@@ -149,29 +190,32 @@ def finish(out: Path, model_id: str, opset: int) -> None:
     default_opsets = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if default_opsets != [opset]:
         raise SystemExit(f"exported opset {default_opsets}, wanted {opset}")
+    input_name, output_name, shape = INTERFACE[tower]
     inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    if [i.name for i in inputs] != ["pixel_values"] or [o.name for o in model.graph.output] != ["image_embeds"]:
+    if [i.name for i in inputs] != [input_name] or [o.name for o in model.graph.output] != [output_name]:
         raise SystemExit(f"unexpected interface: {[i.name for i in inputs]} -> {[o.name for o in model.graph.output]}")
     dims = inputs[0].type.tensor_type.shape.dim
-    if dims[0].dim_value or [d.dim_value for d in dims[1:]] != [3, IMAGE_SIZE, IMAGE_SIZE]:
-        raise SystemExit(f"pixel_values shape is {dims}, wanted [batch, 3, {IMAGE_SIZE}, {IMAGE_SIZE}]")
-    for key, value in {"source": model_id, "preprocess": PREPROCESS, "output": "image_embeds (not L2-normalised)"}.items():
+    if dims[0].dim_value or [d.dim_value for d in dims[1:]] != shape:
+        raise SystemExit(f"{input_name} shape is {dims}, wanted [batch, {', '.join(map(str, shape))}]")
+    preprocess = PREPROCESS if tower == "image" else "CLIP BPE (bpe_simple_vocab_16e6), 77 ids: start, text, end, zeros"
+    for key, value in {"source": model_id, "preprocess": preprocess, "output": f"{output_name} (not L2-normalised)"}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.save(model, str(out))
 
 
-def verify(encoder, out: Path, atol: float) -> None:
+def verify(encoder, tower: str, out: Path, atol: float) -> None:
     import numpy as np
     import onnxruntime as ort
     import torch
 
+    input_name, output_name, _ = INTERFACE[tower]
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     for batch in (1, 3):
-        pixels = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE)
+        x = example_input(tower, batch, seed=batch)
         with torch.no_grad():
-            expected = encoder(pixels).numpy()
-        (got,) = session.run(["image_embeds"], {"pixel_values": pixels.numpy()})
+            expected = encoder(x).numpy()
+        (got,) = session.run([output_name], {input_name: x.numpy()})
         diff = float(np.max(np.abs(got - expected)))
         print(f"batch {batch}: output {tuple(got.shape)}, max |torch - onnxruntime| = {diff:.2e}")
         if got.shape != expected.shape or diff > atol:
@@ -212,16 +256,34 @@ def write_folder_files(model, args: argparse.Namespace) -> None:
 
 def main() -> int:
     args = parse_args()
-    model = load_vision_model(args)
-    encoder = wrap(model)
-    out = args.folder / "onnx" / "vision_model.onnx" if args.folder else args.out
+    towers = ["image", "text"] if args.tower == "both" else [args.tower]
+    status = 0
+    if "image" in towers:
+        status = export_image(args)
+    if "text" in towers:
+        # In a model folder the text tower goes where transformers.js keeps it.
+        export_tower(args, "text", args.folder / "onnx" / "text_model.onnx" if args.folder else args.text_out)
+    return status
+
+
+def export_tower(args: argparse.Namespace, tower: str, out: Path):
+    """Exports, checks and verifies one tower; returns the PyTorch model."""
+    model = load_model(args, tower)
+    encoder = wrap(model, tower)
     if out.exists():
         out.unlink()
-    export(encoder, out, args.opset)
-    finish(out, "random-init (self-test)" if args.random_init else args.model, args.opset)
-    verify(encoder, out, args.atol)
+    export(encoder, tower, out, args.opset)
+    finish(out, tower, "random-init (self-test)" if args.random_init else args.model, args.opset)
+    verify(encoder, tower, out, args.atol)
+    input_name, output_name, shape = INTERFACE[tower]
     size_mb = out.stat().st_size / 1e6
-    print(f"wrote {out} ({size_mb:.1f} MB): pixel_values [batch,3,{IMAGE_SIZE},{IMAGE_SIZE}] -> image_embeds, opset {args.opset}")
+    print(f"wrote {out} ({size_mb:.1f} MB): {input_name} [batch,{','.join(map(str, shape))}] -> {output_name}, opset {args.opset}")
+    return model
+
+
+def export_image(args: argparse.Namespace) -> int:
+    """The image tower: one file, or a model folder with its reduced-precision variants."""
+    model = export_tower(args, "image", args.folder / "onnx" / "vision_model.onnx" if args.folder else args.out)
     if not args.folder:
         return 0
     write_folder_files(model, args)

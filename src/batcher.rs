@@ -13,6 +13,11 @@
 //! halves that fail are split again, until only the photos that trip the model are left; they get
 //! `inference_failed` and everything else its embedding. A panic in the model counts as a failure.
 //!
+//! Tokenized texts (search queries, labels) ride the same worker, on the text tower, in a queue
+//! of their own that the worker looks at first: a query waits at most for the batch being formed
+//! or run, never behind an image backlog. Text batches take what is queued without waiting to
+//! fill, and fail or split like photo batches.
+//!
 //! Admission is counted in photos: a request takes one permit per photo up front or is refused at
 //! once, so the queue, the decoded pixels and the fetches in flight all stay bounded.
 //!
@@ -23,19 +28,21 @@
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
-    sync::{Arc, OnceLock, mpsc},
+    sync::{Arc, OnceLock},
     thread,
     time::{Duration, Instant},
 };
 
+use crossbeam_channel::{Receiver, Sender, select_biased, unbounded};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::Span;
 
 use crate::{
     metrics::{Metrics, Stage},
-    model::{Model, ModelError, ModelInfo},
+    model::{Model, ModelError, ModelInfo, TextModel, TextModelInfo},
     panics,
     preprocess::Pixels,
+    tokenize::{CONTEXT, Tokens},
 };
 
 /// One photo's result from the worker.
@@ -124,8 +131,14 @@ pub struct Overloaded {
     pub capacity: usize,
 }
 
+/// What one job asks the worker to embed; a batch holds one kind only.
+enum Input {
+    Image(Pixels),
+    Text(Tokens),
+}
+
 struct Job {
-    pixels: Pixels,
+    input: Input,
     reply: oneshot::Sender<Result<Embedded, BatchError>>,
     /// The photo's wait; closed when its batch starts.
     queue_span: Span,
@@ -133,20 +146,36 @@ struct Job {
     request_span: Span,
 }
 
+/// The worker's two queues: texts are served first.
+struct Queues {
+    texts: Receiver<Job>,
+    images: Receiver<Job>,
+}
+
 pub struct Batcher {
-    queue: mpsc::Sender<Job>,
+    images: Sender<Job>,
+    texts: Sender<Job>,
     places: Arc<Semaphore>,
     capacity: usize,
     info: ModelInfo,
+    text_info: Option<TextModelInfo>,
     health: Health,
     metrics: Arc<Metrics>,
 }
 
 impl Batcher {
-    /// Moves `model` onto its own worker thread.
-    pub fn start(model: impl Infer, batch_wait: Duration, capacity: usize, metrics: Arc<Metrics>) -> Self {
+    /// Moves `model` (and the text tower, when there is one) onto its own worker thread.
+    pub fn start(
+        model: impl Infer,
+        text: Option<TextModel>,
+        batch_wait: Duration,
+        capacity: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let info = model.info().clone();
-        let (queue, jobs) = mpsc::channel();
+        let text_info = text.as_ref().map(|t| t.info.clone());
+        let ((images, image_jobs), (texts, text_jobs)) = (unbounded(), unbounded());
+        let queues = Queues { texts: text_jobs, images: image_jobs };
         let places = Arc::new(Semaphore::new(capacity));
         let watched = Arc::clone(&places);
         metrics.watch_admitted(move || (capacity - watched.available_permits()) as u64);
@@ -158,14 +187,19 @@ impl Batcher {
             .name("clipfn-model".into())
             .spawn(move || {
                 let _stopped = StopWatch(worker_health.clone());
-                run_worker(model, jobs, batch_wait, &worker_metrics, &worker_health)
+                run_worker(Towers { image: model, text }, queues, batch_wait, &worker_metrics, &worker_health)
             })
             .expect("spawning the model worker thread");
-        Batcher { queue, places, capacity, info, health, metrics }
+        Batcher { images, texts, places, capacity, info, text_info, health, metrics }
     }
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// The text tower, when CLIPFN_TEXT_MODEL is set.
+    pub fn text_info(&self) -> Option<&TextModelInfo> {
+        self.text_info.as_ref()
     }
 
     pub fn health(&self) -> &Health {
@@ -190,49 +224,116 @@ impl Batcher {
     /// closed when the batch starts; the current span is taken as the photo's request span.
     pub async fn embed(&self, pixels: Pixels, queue_span: Span) -> Result<Embedded, BatchError> {
         let (reply, result) = oneshot::channel();
-        let job = Job { pixels, reply, queue_span, request_span: Span::current() };
-        self.queue.send(job).map_err(|_| BatchError::Stopped)?;
+        let job = Job { input: Input::Image(pixels), reply, queue_span, request_span: Span::current() };
+        self.images.send(job).map_err(|_| BatchError::Stopped)?;
         self.metrics.queued(1);
         result.await.map_err(|_| BatchError::Stopped)?
     }
+
+    /// Queues one tokenized text for the text tower and waits for its embedding; dropping the
+    /// future withdraws it, as for photos.
+    pub async fn embed_text(&self, tokens: Tokens) -> Result<Embedded, BatchError> {
+        let (reply, result) = oneshot::channel();
+        // Texts have no queue span of their own: their wait is a batch at most.
+        let job = Job { input: Input::Text(tokens), reply, queue_span: Span::none(), request_span: Span::current() };
+        self.texts.send(job).map_err(|_| BatchError::Stopped)?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+}
+
+/// The sessions the worker owns, and the buffers batches are laid out in.
+struct Towers<M> {
+    image: M,
+    text: Option<TextModel>,
+}
+
+struct Buffers {
+    pixels: Pixels,
+    ids: Vec<i64>,
+}
+
+impl<M: Infer> Towers<M> {
+    /// Runs `jobs`, all of one kind, on their tower.
+    fn run(&mut self, jobs: &[Job], buffers: &mut Buffers) -> Result<Vec<Vec<f32>>, ModelError> {
+        buffers.pixels.clear();
+        buffers.ids.clear();
+        for job in jobs {
+            match &job.input {
+                Input::Image(pixels) => buffers.pixels.extend(pixels),
+                Input::Text(tokens) => buffers.ids.extend_from_slice(&tokens.ids),
+            }
+        }
+        match (&jobs[0].input, &mut self.text) {
+            (Input::Image(_), _) => self.image.run(&buffers.pixels, jobs.len()),
+            (Input::Text(_), Some(text)) => text.run(&buffers.ids, jobs.len()),
+            (Input::Text(_), None) => Err(ModelError::Inference("no text model is loaded".into())),
+        }
+    }
+}
+
+/// The next batch, all of one kind, or `None` once the Batcher is gone. Texts come first; an
+/// image batch then waits up to `batch_wait` to fill, a text batch takes what is queued.
+fn next_batch(queues: &Queues, max: usize, batch_wait: Duration) -> Option<Vec<Job>> {
+    let (first, queue) = match queues.texts.try_recv() {
+        Ok(job) => (job, &queues.texts),
+        Err(_) => select_biased! {
+            recv(queues.texts) -> job => match job {
+                Ok(job) => (job, &queues.texts),
+                // Both senders go together; photos still queued are served to the end.
+                Err(_) => (queues.images.recv().ok()?, &queues.images),
+            },
+            recv(queues.images) -> job => (job.ok()?, &queues.images),
+        },
+    };
+    let is_text = matches!(first.input, Input::Text(_));
+    let mut batch = vec![first];
+    let fill_by = Instant::now() + if is_text { Duration::ZERO } else { batch_wait };
+    while batch.len() < max {
+        match queue.recv_deadline(fill_by) {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
 }
 
 type JobResult = Result<Vec<f32>, BatchError>;
 
 fn run_worker(
-    mut model: impl Infer,
-    jobs: mpsc::Receiver<Job>,
+    mut towers: Towers<impl Infer>,
+    queues: Queues,
     batch_wait: Duration,
     metrics: &Metrics,
     health: &Health,
 ) {
-    let max = model.info().batch_size;
-    let mut input = Pixels::empty(model.info().input_layout, max * model.info().slot_len());
+    let info = towers.image.info();
+    let max = info.batch_size;
+    let pixels = Pixels::empty(info.input_layout, max * info.slot_len());
+    let mut buffers = Buffers { pixels, ids: Vec::with_capacity(max * CONTEXT) };
     let mut batch_id: u64 = 0;
     // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        let fill_by = Instant::now() + batch_wait;
-        while batch.len() < max {
-            match jobs.recv_timeout(fill_by.saturating_duration_since(Instant::now())) {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
+    while let Some(mut batch) = next_batch(&queues, max, batch_wait) {
+        let is_text = matches!(batch[0].input, Input::Text(_));
+        if !is_text {
+            metrics.queued(-(batch.len() as i64));
         }
-        metrics.queued(-(batch.len() as i64));
         batch.retain(|job| !job.reply.is_closed());
         if batch.is_empty() {
             continue;
         }
         batch_id += 1;
-        let span = batch_span(&mut batch, batch_id);
+        let span = batch_span(&mut batch, batch_id, if is_text { "text" } else { "image" });
         let started = Instant::now();
         // The span ends with the run, before any reply, so it never outlives the requests it serves.
-        let results = span.in_scope(|| run_batch(&mut model, &mut input, &batch, metrics, health));
+        let results = span.in_scope(|| run_batch(&mut towers, &mut buffers, &batch, metrics, health));
         let finished = Instant::now();
-        metrics.batch(batch.len());
-        metrics.stage(Stage::Inference, finished - started);
-        tracing::debug!(size = batch.len(), ms = (finished - started).as_millis() as u64, "batch");
+        if is_text {
+            metrics.stage(Stage::TextInference, finished - started);
+        } else {
+            metrics.batch(batch.len());
+            metrics.stage(Stage::Inference, finished - started);
+        }
+        tracing::debug!(size = batch.len(), text = is_text, ms = (finished - started).as_millis() as u64, "batch");
         if results.iter().any(Result::is_err) {
             span.record("otel.status_code", "ERROR");
         }
@@ -246,26 +347,27 @@ fn run_worker(
 /// One result per job. A failed batch is told apart: a broken model fails every photo and the
 /// worker's health; otherwise the photos that trip the model are isolated by bisection.
 fn run_batch(
-    model: &mut impl Infer,
-    input: &mut Pixels,
+    towers: &mut Towers<impl Infer>,
+    buffers: &mut Buffers,
     batch: &[Job],
     metrics: &Metrics,
     health: &Health,
 ) -> Vec<JobResult> {
-    let failure = match attempt(model, input, batch) {
+    let failure = match attempt(towers, buffers, batch) {
         Ok(embeddings) => return embeddings.into_iter().map(Ok).collect(),
         Err(failure) => failure,
     };
     metrics.batch_failed(failure.cause);
     tracing::error!(error = %failure.error, size = batch.len(), "batch failed; running the warm-up input");
-    // A panic here is not caught: the worker then stops, and its health says so.
-    if let Err(e) = model.check() {
+    // A panic here is not caught: the worker then stops, and its health says so. The image
+    // tower's warm-up input also tells whether the device the text tower shares still works.
+    if let Err(e) = towers.image.check() {
         tracing::error!(error = %e, "the warm-up input fails too: the model is broken");
         health.fail(Unhealthy::ModelBroken);
         let message = e.to_string();
         return batch.iter().map(|_| Err(BatchError::Model(ModelError::Inference(message.clone())))).collect();
     }
-    let results = isolate(model, input, batch, failure.error);
+    let results = isolate(towers, buffers, batch, failure.error);
     let failed = results.iter().filter(|r| r.is_err()).count();
     tracing::warn!(failed, size = batch.len(), "photos that trip the model isolated; the rest of the batch ran");
     results
@@ -273,16 +375,16 @@ fn run_batch(
 
 /// `jobs` failed together with `error`: runs each half on its own and splits again the halves
 /// that fail, down to single photos.
-fn isolate(model: &mut impl Infer, input: &mut Pixels, jobs: &[Job], error: ModelError) -> Vec<JobResult> {
+fn isolate(towers: &mut Towers<impl Infer>, buffers: &mut Buffers, jobs: &[Job], error: ModelError) -> Vec<JobResult> {
     if jobs.len() == 1 {
         return vec![Err(BatchError::Model(error))];
     }
     let (left, right) = jobs.split_at(jobs.len() / 2);
     let mut results = Vec::with_capacity(jobs.len());
     for half in [left, right] {
-        match attempt(model, input, half) {
+        match attempt(towers, buffers, half) {
             Ok(embeddings) => results.extend(embeddings.into_iter().map(Ok)),
-            Err(failure) => results.extend(isolate(model, input, half, failure.error)),
+            Err(failure) => results.extend(isolate(towers, buffers, half, failure.error)),
         }
     }
     results
@@ -294,12 +396,8 @@ struct Failure {
     cause: &'static str,
 }
 
-fn attempt(model: &mut impl Infer, input: &mut Pixels, jobs: &[Job]) -> Result<Vec<Vec<f32>>, Failure> {
-    input.clear();
-    for job in jobs {
-        input.extend(&job.pixels);
-    }
-    match catch_unwind(AssertUnwindSafe(|| model.run(input, jobs.len()))) {
+fn attempt(towers: &mut Towers<impl Infer>, buffers: &mut Buffers, jobs: &[Job]) -> Result<Vec<Vec<f32>>, Failure> {
+    match catch_unwind(AssertUnwindSafe(|| towers.run(jobs, buffers))) {
         Ok(Ok(embeddings)) => Ok(embeddings),
         Ok(Err(error)) => Err(Failure { error, cause: "error" }),
         Err(panic) => {
@@ -311,7 +409,7 @@ fn attempt(model: &mut impl Infer, input: &mut Pixels, jobs: &[Job]) -> Result<V
 
 /// Ends the photos' queue spans and opens the batch's `inference` span: a child of the first
 /// photo's request, linked to every other request in the batch.
-fn batch_span(batch: &mut [Job], batch_id: u64) -> Span {
+fn batch_span(batch: &mut [Job], batch_id: u64, tower: &'static str) -> Span {
     let mut requests: Vec<tracing::Id> = Vec::new();
     for job in batch.iter() {
         if let Some(id) = job.request_span.id()
@@ -327,6 +425,7 @@ fn batch_span(batch: &mut [Job], batch_id: u64) -> Span {
         clipfn.batch.id = batch_id as i64,
         clipfn.batch.size = batch.len() as i64,
         clipfn.batch.requests = requests.len() as i64,
+        clipfn.batch.tower = tower,
         otel.status_code = tracing::field::Empty,
     );
     let parent = batch[0].request_span.id();
@@ -447,7 +546,7 @@ mod tests {
     #[test]
     fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
         let (model, _device) = FakeModel::new(6, SIDE);
-        let batcher = Batcher::start(model, Duration::from_secs(10), 16, metrics());
+        let batcher = Batcher::start(model, None, Duration::from_secs(10), 16, metrics());
         let values = [0.1, 2.0, 0.3, -1.8, 0.5, 0.6];
         let results = embed_all(&batcher, &values);
         let mut batch_start = None;
@@ -469,7 +568,7 @@ mod tests {
     #[test]
     fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
         let (model, device) = FakeModel::new(4, SIDE);
-        let batcher = Batcher::start(model, Duration::from_millis(5), 16, metrics());
+        let batcher = Batcher::start(model, None, Duration::from_millis(5), 16, metrics());
         assert!(embed_all(&batcher, &[0.2]).pop().unwrap().is_ok());
         assert!(batcher.health().check().is_ok());
         device.store(DEVICE_LOST, Ordering::SeqCst);
@@ -478,10 +577,38 @@ mod tests {
         assert!(matches!(batcher.health().check(), Err(Unhealthy::ModelBroken)));
     }
 
+    fn job(input: Input) -> (Job, oneshot::Receiver<Result<Embedded, BatchError>>) {
+        let (reply, waiting) = oneshot::channel();
+        (Job { input, reply, queue_span: Span::none(), request_span: Span::none() }, waiting)
+    }
+
+    #[test]
+    fn a_text_goes_before_queued_photos() {
+        let ((images, image_jobs), (texts, text_jobs)) = (unbounded(), unbounded());
+        let queues = Queues { texts: text_jobs, images: image_jobs };
+        let mut waiting = Vec::new();
+        for _ in 0..5 {
+            let (job, rx) = job(Input::Image(photo(0.1)));
+            images.send(job).unwrap();
+            waiting.push(rx);
+        }
+        let (query, _rx) = job(Input::Text(Tokens { ids: vec![0; CONTEXT], len: 2 }));
+        texts.send(query).unwrap();
+
+        let first = next_batch(&queues, 4, Duration::ZERO).unwrap();
+        assert!(first.len() == 1 && matches!(first[0].input, Input::Text(_)), "the query runs first, alone");
+        let second = next_batch(&queues, 4, Duration::ZERO).unwrap();
+        assert_eq!(second.len(), 4, "then photos, in batches of the batch size");
+        assert!(second.iter().all(|j| matches!(j.input, Input::Image(_))));
+        drop((images, texts));
+        assert_eq!(next_batch(&queues, 4, Duration::ZERO).map(|b| b.len()), Some(1), "the last photo");
+        assert!(next_batch(&queues, 4, Duration::ZERO).is_none(), "then the worker stops");
+    }
+
     #[test]
     fn a_worker_that_dies_is_reported_stopped() {
         let (model, device) = FakeModel::new(4, SIDE);
-        let batcher = Batcher::start(model, Duration::from_millis(5), 16, metrics());
+        let batcher = Batcher::start(model, None, Duration::from_millis(5), 16, metrics());
         device.store(DEVICE_CRASHING, Ordering::SeqCst);
         assert!(matches!(embed_all(&batcher, &[0.2]).pop().unwrap(), Err(BatchError::Stopped)));
         // The thread marks itself stopped as it unwinds, just after the photo's reply is dropped.

@@ -63,6 +63,21 @@ pub enum Normalize {
 pub struct Settings {
     /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).
     pub model: String,
+    /// Path or object URI of the same CLIP's ONNX text encoder; unset, the text endpoints say 404.
+    #[serde(default)]
+    pub text_model: Option<String>,
+    /// Texts (or labels) per request.
+    #[serde(default = "defaults::max_texts")]
+    pub max_texts: usize,
+    /// Characters per text.
+    #[serde(default = "defaults::max_text_chars")]
+    pub max_text_chars: usize,
+    /// Path or object URI of the label sets' JSON file, embedded during warm-up.
+    #[serde(default)]
+    pub labels: Option<String>,
+    /// Prompt embeddings kept for ad-hoc labels (LRU); 0 keeps none.
+    #[serde(default = "defaults::text_cache")]
+    pub text_cache: usize,
     /// Root that bare keys resolve against: `gs://bucket[/prefix]`, `s3://bucket[/prefix]`, `file:///dir`.
     #[serde(default)]
     pub store: Option<String>,
@@ -202,6 +217,15 @@ mod defaults {
     pub fn shutdown_grace_s() -> u64 {
         8
     }
+    pub fn max_texts() -> usize {
+        256
+    }
+    pub fn max_text_chars() -> usize {
+        2000
+    }
+    pub fn text_cache() -> usize {
+        4096
+    }
 }
 
 fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -267,6 +291,8 @@ impl Settings {
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
             ("CLIPFN_FETCH_CONCURRENCY", self.fetch_concurrency as u64),
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
+            ("CLIPFN_MAX_TEXTS", self.max_texts as u64),
+            ("CLIPFN_MAX_TEXT_CHARS", self.max_text_chars as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError(format!("{name} must be greater than 0")));
@@ -285,6 +311,11 @@ impl Settings {
         }
         if self.model.trim().is_empty() {
             return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
+        }
+        if self.labels.is_some() && self.text_model.is_none() {
+            return Err(ConfigError(
+                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into(),
+            ));
         }
         Ok(())
     }
@@ -360,6 +391,7 @@ mod tests {
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
         assert!(!s.cpu_arena, "the CPU arena holds the largest batch's memory for good");
+        assert_eq!((s.text_model, s.max_texts, s.max_text_chars, s.text_cache), (None, 256, 2000, 4096));
     }
 
     #[test]
@@ -381,6 +413,9 @@ mod tests {
         let bad_format =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LOG_FORMAT", "xml")])).unwrap_err().to_string();
         assert!(bad_format.contains("CLIPFN_LOG_FORMAT") && bad_format.contains("xml"), "{bad_format}");
+        let labels_alone =
+            Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LABELS", "l.json")])).unwrap_err().to_string();
+        assert!(labels_alone.contains("CLIPFN_TEXT_MODEL"), "{labels_alone}");
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub enum Stage {
     Decode,
     Queue,
     Inference,
+    /// A batch of texts on the text tower.
+    TextInference,
 }
 
 impl Stage {
@@ -38,6 +40,7 @@ impl Stage {
             Stage::Decode => "decode",
             Stage::Queue => "queue",
             Stage::Inference => "inference",
+            Stage::TextInference => "text_inference",
         }
     }
 }
@@ -53,6 +56,7 @@ pub struct Metrics {
     batch_size: Histogram<u64>,
     batch_failures: Counter<u64>,
     model_load: Gauge<f64>,
+    text_cache: Counter<u64>,
     /// Observable instruments stay registered while their handle lives.
     watched: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
 }
@@ -85,7 +89,9 @@ impl Metrics {
                 .build(),
             stage_duration: meter
                 .f64_histogram("clipfn_stage_duration_seconds")
-                .with_description("Time in a stage: per photo for fetch, decode and queue; per batch for inference")
+                .with_description(
+                    "Time in a stage: per photo for fetch, decode and queue; per batch for inference and text_inference",
+                )
                 .with_unit("s")
                 .with_boundaries(SECONDS_BUCKETS.to_vec())
                 .build(),
@@ -112,6 +118,11 @@ impl Metrics {
                 .f64_gauge("clipfn_model_load_duration_seconds")
                 .with_description("Time to read, load and warm up the model at start-up")
                 .with_unit("s")
+                .build(),
+            text_cache: meter
+                .u64_counter("clipfn_text_cache_lookups_total")
+                .with_description("Prompt embeddings looked up in the text cache, by outcome (hit or miss)")
+                .with_unit("{lookup}")
                 .build(),
             watched: Default::default(),
             meter,
@@ -149,6 +160,11 @@ impl Metrics {
 
     pub fn batch(&self, size: usize) {
         self.batch_size.record(size as u64, &[]);
+    }
+
+    /// One prompt looked up in the text embedding cache.
+    pub fn text_cache(&self, hit: bool) {
+        self.text_cache.add(1, &[KeyValue::new("outcome", if hit { "hit" } else { "miss" })]);
     }
 
     /// A batch failed: `cause` is `error` or `panic`.

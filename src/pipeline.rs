@@ -8,6 +8,7 @@
 //! `clipfn.photo.index`), and their durations go to `clipfn_stage_duration_seconds`.
 
 use std::{
+    collections::BTreeMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -20,11 +21,13 @@ use crate::{
     batcher::{BatchError, Batcher, Overloaded, Unhealthy},
     config::Settings,
     decode::{DecodeError, DecodeOptions, decode},
+    labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo, Runtime, read_image_model},
+    model::{Model, ModelInfo, Runtime, TextModel, TextModelInfo, read_image_model},
     panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
+    text::{TextEmbedding, TextEncoder, TextError},
 };
 
 /// Why one photo has no embedding.
@@ -89,6 +92,10 @@ pub type ItemResult = Result<Vec<f32>, ItemError>;
 pub struct Pipeline {
     source: Source,
     batcher: Batcher,
+    /// Present when CLIPFN_TEXT_MODEL is set.
+    text: Option<TextEncoder>,
+    /// CLIPFN_LABELS, embedded during warm-up.
+    label_sets: BTreeMap<String, EmbeddedLabels>,
     cpu_slots: Arc<Semaphore>,
     max_pixels: u64,
     metrics: Arc<Metrics>,
@@ -97,9 +104,13 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(settings: &Settings, source: Source, batcher: Batcher, metrics: Arc<Metrics>) -> Self {
+        let text =
+            batcher.text_info().map(|t| TextEncoder::new(t.id.clone(), settings.text_cache, Arc::clone(&metrics)));
         Pipeline {
             source,
             batcher,
+            text,
+            label_sets: BTreeMap::new(),
             cpu_slots: Arc::new(Semaphore::new(settings.decode_threads())),
             max_pixels: settings.max_image_pixels,
             metrics,
@@ -138,9 +149,68 @@ impl Pipeline {
             session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
+        let (model, text_model) = load_text_model(&source, settings, model).await?;
         let batch_wait = Duration::from_millis(settings.batch_wait_ms);
-        let batcher = Batcher::start(model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
-        Ok(Pipeline::new(settings, source, batcher, metrics))
+        let batcher = Batcher::start(model, text_model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
+        let mut pipeline = Pipeline::new(settings, source, batcher, metrics);
+        if let Some(location) = &settings.labels {
+            pipeline.label_sets = pipeline.embed_label_sets(location).await?;
+        }
+        Ok(pipeline)
+    }
+
+    /// Reads CLIPFN_LABELS and embeds every set, so that classifying over a set costs image
+    /// inference only.
+    async fn embed_label_sets(&self, location: &str) -> anyhow::Result<BTreeMap<String, EmbeddedLabels>> {
+        let started = Instant::now();
+        let bytes = self.source.fetch_config_object(location).await.context("reading CLIPFN_LABELS")?;
+        let sets = parse_sets(&bytes).context("CLIPFN_LABELS")?;
+        let mut embedded = BTreeMap::new();
+        for (name, labels) in sets {
+            let embeddings =
+                self.label_embeddings(&labels, None).await.with_context(|| format!("label set '{name}'"))?;
+            embedded.insert(name, EmbeddedLabels { labels, embeddings });
+        }
+        tracing::info!(sets = embedded.len(), ms = started.elapsed().as_millis() as u64, "label sets embedded");
+        Ok(embedded)
+    }
+
+    /// The text tower, when there is one.
+    pub fn text_model(&self) -> Option<&TextModelInfo> {
+        self.batcher.text_info()
+    }
+
+    pub fn label_set(&self, name: &str) -> Option<&EmbeddedLabels> {
+        self.label_sets.get(name)
+    }
+
+    pub fn label_set_names(&self) -> Vec<&str> {
+        self.label_sets.keys().map(String::as_str).collect()
+    }
+
+    /// Embeds texts (L2-normalised, in order) on the text tower, or none if `deadline` passes.
+    pub async fn embed_texts(
+        &self,
+        texts: &[String],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<TextEmbedding>, TextError> {
+        let encoder = self.text.as_ref().ok_or(TextError::NotConfigured)?;
+        let work = encoder.embed(&self.batcher, texts);
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, work).await.unwrap_or(Err(TextError::DeadlineExceeded)),
+            None => work.await,
+        }
+    }
+
+    /// Each label's embedding: the normalised mean of its prompts' embeddings.
+    pub async fn label_embeddings(
+        &self,
+        labels: &Labels,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<Vec<f32>>, TextError> {
+        let prompts = self.embed_texts(&labels.prompts(), deadline).await?;
+        let prompts: Vec<&[f32]> = prompts.iter().map(|p| &p.embedding[..]).collect();
+        Ok(labels.embeddings(&prompts))
     }
 
     pub fn model(&self) -> &ModelInfo {
@@ -242,13 +312,42 @@ impl Pipeline {
     }
 }
 
+/// Loads CLIPFN_TEXT_MODEL, when set, beside the image model (same environment and provider).
+async fn load_text_model(
+    source: &Source,
+    settings: &Settings,
+    model: Model,
+) -> anyhow::Result<(Model, Option<TextModel>)> {
+    let Some(location) = settings.text_model.clone() else {
+        return Ok((model, None));
+    };
+    let started = Instant::now();
+    let bytes = source.fetch_config_object(&location).await.context("reading CLIPFN_TEXT_MODEL")?;
+    let settings = settings.clone();
+    let span = tracing::Span::current();
+    let (model, text) = tokio::task::spawn_blocking(move || {
+        // Named as clients see it: the file name without `.onnx`.
+        let name = location.rsplit('/').next().unwrap_or(&location);
+        let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
+        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, id));
+        (model, text)
+    })
+    .await?;
+    let text = text.context("loading CLIPFN_TEXT_MODEL")?;
+    tracing::info!(
+        model = %text.info.id, dim = text.info.dim, attention_mask = text.info.mask_name.is_some(),
+        load_ms = started.elapsed().as_millis() as u64, "text model loaded and warmed up"
+    );
+    Ok((model, Some(text)))
+}
+
 /// Marks a stage span as the one where its photo failed.
 fn failed(span: &tracing::Span) {
     span.record("otel.status_code", "ERROR");
 }
 
 /// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
-fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
+pub fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x /= norm);

@@ -18,10 +18,18 @@ models built here from scratch with the `onnx` helpers (no torch):
   --kind fixed-batch  the test model with its batch dimension fixed at 1, which
                   clipfn must refuse at start-up.
 
-Both: input "pixel_values" float32 [N,3,S,S] (dynamic N; S = 224, or --size
-for the test kind), output "image_embeds" float32 [N,512] (NOT L2-normalised,
-like CLIP's projection output), opset 17, metadata_props "clipfn.model_id".
-Same seed -> same bytes.
+  --kind text-test     small CLIP text tower (width 64, 2 layers, 4 heads, 3.3M
+                       params, mostly the 49,408-token embedding) with an extra
+                       "attention_mask" input, as Hugging Face exports have.
+  --kind vit-b32-text  exactly CLIP ViT-B/32's text tower (12 layers, width 512,
+                       8 heads, causal mask, pooled at the end token, projection
+                       to 512; 63.4M params) for benchmark timings.
+
+Image models: input "pixel_values" float32 [N,3,S,S] (dynamic N; S = 224, or --size
+for the test kind), output "image_embeds" float32 [N,512]. Text models: input
+"input_ids" int64 [N,77] (+ "attention_mask" int64 [N,77] for text-test), output
+"text_embeds" float32 [N,512]. All NOT L2-normalised, like CLIP's projection
+output; opset 17, metadata_props "clipfn.model_id". Same seed -> same bytes.
 
 --folder DIR writes a model folder in the transformers.js / Optimum layout
 instead of one file: onnx/vision_model.onnx (fp32), onnx/vision_model_fp16.onnx
@@ -32,7 +40,7 @@ the MatMul weights), plus preprocessor_config.json and config.json.
 non-CLIP ones (mean/std 0.5, bilinear, shortest edge S+16 then crop S), so
 the service's preprocessing can be checked to follow the file.
 
-Usage: make_models.py --kind test|vit-b32|poison|fixed-batch [--out PATH | --folder DIR]
+Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text [--out PATH | --folder DIR]
                       [--size S] [--preprocess clip|other] [--seed N] [--check]
 """
 import argparse
@@ -54,9 +62,12 @@ DEFAULT_OUT = {
     "vit-b32": os.path.join(REPO, ".cache/models/vit-b32-random.onnx"),
     "poison": os.path.join(REPO, ".cache/models/clip-poison.onnx"),
     "fixed-batch": os.path.join(REPO, ".cache/models/clip-fixed-batch.onnx"),
+    "text-test": os.path.join(REPO, ".cache/models/clip-text-test.onnx"),
+    "vit-b32-text": os.path.join(REPO, ".cache/models/vit-b32-text-random.onnx"),
 }
 MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1",
-            "poison": "clipfn-test-poison-v1", "fixed-batch": "clipfn-test-fixed-batch-v1"}
+            "poison": "clipfn-test-poison-v1", "fixed-batch": "clipfn-test-fixed-batch-v1",
+            "text-test": "clipfn-text-test-v1", "vit-b32-text": "clip-vit-b32-text-random-v1"}
 # Normalised CLIP input of a pure white pixel is at least (1 - 0.4815) / 0.2686 = 1.93 in every
 # channel; no real photo has every pixel above 1.9 (RGB >= 253).
 WHITE_FLOOR = 1.9
@@ -126,23 +137,10 @@ def poison_guard(g, x, width):
     return g.op("Reshape", [x, shape])
 
 
-def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
-    """CLIP ViT-B/32 visual tower (openai/CLIP model.py VisionTransformer)."""
-    grid = 224 // patch
+def transformer(g, x, width, layers, heads, mask=None):
+    """CLIP's residual attention blocks (LN, MHA, LN, QuickGELU MLP); `mask` is added to the
+    attention logits (the text tower's causal mask)."""
     hd = width // heads
-    w = g.randn("conv1.weight", (width, 3, patch, patch), 0.02)
-    x = g.op("Conv", ["pixel_values", w], kernel_shape=[patch, patch], strides=[patch, patch])
-    x = g.op("Reshape", [x, g.const("shape_nc_hw", np.array([0, width, -1], np.int64))])
-    x = g.op("Transpose", [x], perm=[0, 2, 1])  # [N, 49, 768]
-    # class token, broadcast to [N, 1, 768] with the runtime batch size
-    n = g.op("Slice", [g.op("Shape", [x]), g.const("i0", np.array([0], np.int64)),
-                       g.const("i1", np.array([1], np.int64))])
-    cls_shape = g.op("Concat", [n, g.const("one_width", np.array([1, width], np.int64))], axis=0)
-    cls = g.op("Expand", [g.randn("class_embedding", (1, 1, width), 0.02), cls_shape])
-    x = g.op("Concat", [cls, x], axis=1)  # [N, 50, 768]
-    x = g.op("Add", [x, g.randn("positional_embedding", (grid * grid + 1, width), 0.02)])
-    x = g.layernorm(x, "ln_pre", width)
-
     split = g.const("qkv_split", np.array([width] * 3, np.int64))
     heads_shape = g.const("heads_shape", np.array([0, 0, heads, hd], np.int64))
     merge_shape = g.const("merge_shape", np.array([0, 0, width], np.int64))
@@ -157,7 +155,10 @@ def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
         q = g.op("Transpose", [g.op("Reshape", [q, heads_shape])], perm=[0, 2, 1, 3])  # N,H,L,D
         k = g.op("Transpose", [g.op("Reshape", [k, heads_shape])], perm=[0, 2, 3, 1])  # N,H,D,L
         v = g.op("Transpose", [g.op("Reshape", [v, heads_shape])], perm=[0, 2, 1, 3])
-        att = g.op("Softmax", [g.op("Mul", [g.op("MatMul", [q, k]), scale])], axis=-1)
+        logits = g.op("Mul", [g.op("MatMul", [q, k]), scale])
+        if mask is not None:
+            logits = g.op("Add", [logits, mask])
+        att = g.op("Softmax", [logits], axis=-1)
         o = g.op("Transpose", [g.op("MatMul", [att, v])], perm=[0, 2, 1, 3])
         o = g.linear(g.op("Reshape", [o, merge_shape]), f"{p}.attn.out_proj", width, width)
         x = g.op("Add", [x, o])
@@ -166,13 +167,88 @@ def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
         h = g.op("Mul", [h, g.op("Sigmoid", [g.op("Mul", [h, gelu_k])])])  # QuickGELU
         h = g.linear(h, f"{p}.mlp.c_proj", 4 * width, width)
         x = g.op("Add", [x, h])
+    return x
 
+
+def build_vit_b32(g, width=768, layers=12, heads=12, patch=32, out_dim=512):
+    """CLIP ViT-B/32 visual tower (openai/CLIP model.py VisionTransformer)."""
+    grid = 224 // patch
+    w = g.randn("conv1.weight", (width, 3, patch, patch), 0.02)
+    x = g.op("Conv", ["pixel_values", w], kernel_shape=[patch, patch], strides=[patch, patch])
+    x = g.op("Reshape", [x, g.const("shape_nc_hw", np.array([0, width, -1], np.int64))])
+    x = g.op("Transpose", [x], perm=[0, 2, 1])  # [N, 49, 768]
+    # class token, broadcast to [N, 1, 768] with the runtime batch size
+    n = g.op("Slice", [g.op("Shape", [x]), g.const("i0", np.array([0], np.int64)),
+                       g.const("i1", np.array([1], np.int64))])
+    cls_shape = g.op("Concat", [n, g.const("one_width", np.array([1, width], np.int64))], axis=0)
+    cls = g.op("Expand", [g.randn("class_embedding", (1, 1, width), 0.02), cls_shape])
+    x = g.op("Concat", [cls, x], axis=1)  # [N, 50, 768]
+    x = g.op("Add", [x, g.randn("positional_embedding", (grid * grid + 1, width), 0.02)])
+    x = g.layernorm(x, "ln_pre", width)
+
+    x = transformer(g, x, width, layers, heads)
     cls = g.op("Gather", [x, g.const("cls_index", np.array(0, np.int64))], axis=1)  # [N, 768]
     cls = g.layernorm(cls, "ln_post", width)
     return g.op("MatMul", [cls, g.randn("proj", (width, out_dim), width ** -0.5)])
 
 
+def build_text(g, width, layers, heads, out_dim=512, vocab=49408, context=77, attention_mask=False):
+    """CLIP's text tower (openai/CLIP model.py encode_text): token + positional embedding,
+    causal self-attention, ln_final, the features at the end token (the largest id, as
+    `text.argmax(-1)`), projection. With `attention_mask`, padding keys are also masked
+    additively, as Hugging Face exports do (under the causal mask it cannot change the result)."""
+    x = g.op("Gather", [g.randn("token_embedding.weight", (vocab, width), 0.02), "input_ids"], axis=0)
+    x = g.op("Add", [x, g.randn("positional_embedding", (context, width), 0.01)])  # [N, 77, W]
+    mask = g.const("causal_mask", np.triu(np.full((context, context), -np.inf, np.float32), 1))
+    if attention_mask:
+        keep = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+        padding = g.op("Mul", [g.op("Sub", [g.const("one", np.array(1.0, np.float32)), keep]),
+                               g.const("padding_logit", np.array(-1e4, np.float32))])
+        padding = g.op("Unsqueeze", [padding, g.const("key_axes", np.array([1, 2], np.int64))])  # N,1,1,77
+        mask = g.op("Add", [mask, padding])
+    x = transformer(g, x, width, layers, heads, mask)
+    x = g.layernorm(x, "ln_final", width)
+    # x[arange(N), ids.argmax(-1)] as GatherElements with index [N, 1, W]
+    end = g.op("ArgMax", [g.op("Cast", ["input_ids"], to=TensorProto.FLOAT)], axis=1, keepdims=1)  # N,1
+    end = g.op("Unsqueeze", [end, g.const("last_axis", np.array([2], np.int64))])  # N,1,1
+    n = g.op("Slice", [g.op("Shape", [x]), g.const("i0", np.array([0], np.int64)),
+                       g.const("i1", np.array([1], np.int64))])
+    end = g.op("Expand", [end, g.op("Concat", [n, g.const("one_width", np.array([1, width], np.int64))], axis=0)])
+    x = g.op("Squeeze", [g.op("GatherElements", [x, end], axis=1), g.const("token_axis", np.array([1], np.int64))])
+    return g.op("MatMul", [x, g.randn("text_projection", (width, out_dim), width ** -0.5)])
+
+
+# Text towers: the small one for tests (with an attention_mask input, like Hugging Face
+# exports), and the exact ViT-B/32 text architecture for the bench.
+TEXT_KINDS = {
+    "text-test": dict(width=64, layers=2, heads=4, attention_mask=True),
+    "vit-b32-text": dict(width=512, layers=12, heads=8),
+}
+
+
+def build_text_model(kind, seed):
+    """A text kind: input_ids (+ attention_mask) int64 [N, 77] -> text_embeds float32 [N, 512]."""
+    g = Graph(np.random.default_rng(seed))
+    out = build_text(g, **TEXT_KINDS[kind])
+    g.nodes.append(helper.make_node("Identity", [out], ["text_embeds"], name="text_embeds"))
+    names = ["input_ids"] + (["attention_mask"] if TEXT_KINDS[kind].get("attention_mask") else [])
+    graph = helper.make_graph(
+        g.nodes, f"clipfn_{kind}".replace("-", "_"),
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["N", 77]) for n in names],
+        [helper.make_tensor_value_info("text_embeds", TensorProto.FLOAT, ["N", 512])],
+        initializer=g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="clipfn-tools-make_models", producer_version="1")
+    model.ir_version = 8
+    helper.set_model_props(model, {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind,
+                                   "clipfn.seed": str(seed), "clipfn.embedding_dim": "512"})
+    params = sum(int(np.prod(t.dims)) for t in g.inits if t.data_type == TensorProto.FLOAT and t.dims)
+    return model, params
+
+
 def build(kind, seed, size=224):
+    if kind in TEXT_KINDS:
+        return build_text_model(kind, seed)
     g = Graph(np.random.default_rng(seed))
     out = build_vit_b32(g) if kind == "vit-b32" else build_test(g, size, poison=kind == "poison")
     batch = 1 if kind == "fixed-batch" else "N"
@@ -257,6 +333,17 @@ def write_folder(model, folder, kind, size, preprocess):
     return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))]
 
 
+def text_feeds(sess):
+    """Two different token sequences ending in the end token."""
+    ids = np.zeros((2, 77), np.int64)
+    ids[0, :6] = [49406, 320, 1125, 539, 2368, 49407]  # "a photo of cat"
+    ids[1, :6] = [49406, 320, 1125, 539, 1929, 49407]  # "a photo of dog"
+    feeds = {"input_ids": ids}
+    if any(i.name == "attention_mask" for i in sess.get_inputs()):
+        feeds["attention_mask"] = (ids > 0).astype(np.int64)
+    return feeds
+
+
 def check(path, size=224):
     """Run a batch of 2 (1 for fixed-batch) through ONNX Runtime; returns the output and the time."""
     import onnxruntime as ort
@@ -266,9 +353,10 @@ def check(path, size=224):
     batch = sess.get_inputs()[0].shape[0]
     n = batch if isinstance(batch, int) else 2
     x = np.random.default_rng(1).standard_normal((n, 3, size, size)).astype(np.float32)
-    sess.run(None, {"pixel_values": x})  # warm-up
+    feeds = text_feeds(sess) if sess.get_inputs()[0].name == "input_ids" else {"pixel_values": x}
+    sess.run(None, feeds)  # warm-up
     t = time.perf_counter()
-    (y,) = sess.run(None, {"pixel_values": x})
+    (y,) = sess.run(None, feeds)
     dt = time.perf_counter() - t
     assert y.shape == (n, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
     if sess.get_modelmeta().custom_metadata_map.get("clipfn.kind") == "poison":

@@ -4,7 +4,8 @@
 #
 #   tools/setup.sh            venv + test model + photos + .cache/clipfn.env
 #   tools/setup.sh --bench    ... plus the 350 MB ViT-B/32-shaped model and its
-#                             folder of fp32/fp16/int8 variants
+#                             folder of fp32/fp16/int8 variants, and the 250 MB
+#                             ViT-B/32-shaped text model
 #
 # Needs only python3 (>= 3.11, with venv + pip), apt-get (root) and the package
 # registries. Afterwards: `source .cache/clipfn.env` gives the Rust tests and the
@@ -73,7 +74,8 @@ model() {  # model KIND FILE
 model test clip-test.onnx
 model poison clip-poison.onnx          # fails on a batch holding an all-white photo
 model fixed-batch clip-fixed-batch.onnx  # batch dimension fixed at 1: refused at start-up
-if (( BENCH )); then model vit-b32 vit-b32-random.onnx; fi
+model text-test clip-text-test.onnx
+if (( BENCH )); then model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx; fi
 # model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
 folder() {  # folder NAME make_models-ARGS...
   local name="$1" stamp="$CACHE/models/$1.stamp" h t; shift
@@ -102,6 +104,7 @@ CLIPFN_FAKE_GCS_BIN=$FAKE_GCS
 CLIPFN_MOTO_SERVER_BIN=$VENV/bin/moto_server
 CLIPFN_PYTHON=$PY
 CLIPFN_TEST_MODEL=$CACHE/models/clip-test.onnx
+CLIPFN_TEST_TEXT_MODEL=$CACHE/models/clip-text-test.onnx
 CLIPFN_TEST_FOLDER=$CACHE/models/clip-test
 CLIPFN_TEST_FOLDER_192=$CACHE/models/clip-test-192
 CLIPFN_PHOTOS_DIR=$CACHE/photos
@@ -111,6 +114,9 @@ CLIPFN_K6_BIN=$VENV/bin/k6
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
+fi
+if [[ -f "$CACHE/models/vit-b32-text-random.onnx" ]]; then
+  echo "CLIPFN_BENCH_TEXT_MODEL=$CACHE/models/vit-b32-text-random.onnx" >>"$ENV.tmp"
 fi
 if [[ -d "$CACHE/models/vit-b32-random" ]]; then
   echo "CLIPFN_BENCH_FOLDER=$CACHE/models/vit-b32-random" >>"$ENV.tmp"

@@ -16,6 +16,7 @@ use crate::{
     batcher::{BatchError, Unhealthy},
     pipeline::ItemError,
     source::SourceError,
+    text::TextError,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,8 @@ pub enum ApiError {
     Internal,
     #[error("queue full: {0}")]
     Overloaded(#[from] crate::batcher::Overloaded),
+    #[error("{0}")]
+    Text(#[from] TextError),
 }
 
 #[derive(Serialize)]
@@ -58,6 +61,11 @@ impl ApiError {
             ApiError::Unhealthy(_) => (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
+            ApiError::Text(TextError::NotConfigured) => (StatusCode::NOT_FOUND, "text_model_not_configured"),
+            ApiError::Text(TextError::DeadlineExceeded) => (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
+            ApiError::Text(TextError::Batch(_) | TextError::TokenizerPanic) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed")
+            }
         }
     }
 }

@@ -1,9 +1,11 @@
 //! HTTP API: the router, its shared state and the handlers. The only module that knows HTTP.
 
 pub mod error;
+mod text;
 mod types;
 
 use std::{
+    borrow::Cow,
     sync::{
         Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
@@ -28,14 +30,14 @@ use tower_http::{
 use tracing::{Span, field::Empty};
 
 use self::{
-    error::{ApiError, item_error},
+    error::{ApiError, ErrorBody, item_error},
     types::{EmbedRequest, EmbedResponse, Item, TimingsMs},
 };
 use crate::{
     config::{Provider, Settings},
     gpu,
     metrics::Metrics,
-    pipeline::Pipeline,
+    pipeline::{ItemError, Pipeline, Timings},
     source, telemetry,
 };
 
@@ -96,6 +98,8 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", only("GET", get(readyz)))
         .route("/metrics", only("GET", get(metrics)))
         .route("/v1/embed", only("POST", post(embed)))
+        .route("/v1/embeddings", only("POST", post(text::embeddings)))
+        .route("/v1/classify", only("POST", post(text::classify)))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response()))
@@ -164,7 +168,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     match state.ready_pipeline() {
         Ok(pipeline) => {
             let model = pipeline.model();
-            let mut body = json!({"status": "ready", "model": model, "in_flight_images": pipeline.in_flight()});
+            let mut body = json!({
+                "status": "ready", "model": model, "in_flight_images": pipeline.in_flight(),
+                "text_model": pipeline.text_model(), "label_sets": pipeline.label_set_names(),
+            });
             if model.provider == Provider::Cuda {
                 // CUDA device 0 is the one the session uses (ort's default device id).
                 body["gpu"] = match gpu::status(0) {
@@ -187,41 +194,96 @@ async fn metrics(State(state): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, content_type)], state.scrape.render()).into_response()
 }
 
-/// One info line per embed request, whatever its outcome: counts and time, never keys or bodies.
+/// `/v1/embed`: photos or texts.
 async fn embed(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
-    let mut cancelled = Cancelled { metrics: &state.metrics, started, span: Span::current(), armed: true };
+    let mut cancelled = Cancelled::new(&state, "embed", started);
     let outcome = embed_request(&state, body, started).await;
     cancelled.armed = false;
+    answer(&state, "embed", started, outcome)
+}
+
+/// What an answered request carried, for its log line.
+#[derive(Default)]
+struct Counts {
+    images: usize,
+    texts: usize,
+    /// Photos that got an error.
+    errors: usize,
+}
+
+type Answered = Result<(Response, Counts), ApiError>;
+
+/// One info line per request, whatever its outcome: counts and time, never keys, texts or bodies.
+fn answer(state: &AppState, endpoint: &'static str, started: Instant, outcome: Answered) -> Response {
     let elapsed = started.elapsed();
     let total_ms = millis(elapsed);
     match outcome {
-        Ok((response, images, errors)) => {
+        Ok((response, Counts { images, texts, errors })) => {
             state.metrics.request("ok", elapsed);
-            tracing::info!(status = 200, images, errors, total_ms, "embed request");
+            tracing::info!(status = 200, images, texts, errors, total_ms, "{endpoint} request");
             response
         }
         Err(e) => {
             let (status, code) = e.status_and_code();
             state.metrics.request(code, elapsed);
-            tracing::info!(status = status.as_u16(), code, total_ms, "embed request refused");
+            tracing::info!(status = status.as_u16(), code, total_ms, "{endpoint} request refused");
             e.into_response()
         }
     }
+}
+
+async fn embed_request(state: &AppState, body: Result<Bytes, BytesRejection>, started: Instant) -> Answered {
+    let (request, size): (EmbedRequest, _) =
+        json_body(body, &state.settings, r#"{"images": ["key", ...]} or {"texts": ["...", ...]}"#)?;
+    check_body_size(size, request.images.as_deref().unwrap_or_default(), &state.settings)?;
+    match (request.images, request.texts) {
+        (Some(images), None) => embed_images(state, images, started).await,
+        (None, Some(texts)) => text::embed_texts(state, texts).await,
+        (Some(_), Some(_)) => Err(ApiError::BadRequest("give either images or texts, not both".into())),
+        (None, None) => Err(ApiError::BadRequest(r#"body must hold "images" or "texts""#.into())),
+    }
+}
+
+/// The embed response for photos.
+async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -> Answered {
+    let images = check_images(images, &state.settings)?;
+    let pipeline = state.ready_pipeline()?;
+    let deadline = tokio::time::Instant::now() + state.settings.request_timeout();
+    let (results, timings) = photo_results(state, pipeline, &images, deadline).await?;
+    let errors = results.iter().filter(|r| r.is_err()).count();
+    let data = per_photo(&images, results, |index, image, result| match result {
+        Ok(embedding) => Item { index, image, embedding: Some(embedding), error: None },
+        Err(error) => Item { index, image, embedding: None, error: Some(error) },
+    });
+    let timings_ms = TimingsMs::new(&timings, started.elapsed());
+    let model = pipeline.model();
+    let response = with_server_timing(
+        EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms: &timings_ms },
+        &timings_ms,
+    );
+    Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
 }
 
 fn millis(elapsed: Duration) -> f64 {
     (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
-/// Logs and counts (`cancelled`) an embed request whose client went away before its answer: axum
-/// then drops the handler's future, and with it the photos' futures, which withdraws their fetches
-/// and their places in the model's queue.
+/// Logs and counts (`cancelled`) a request whose client went away before its answer: axum then
+/// drops the handler's future, and with it the photos' and texts' futures, which withdraws their
+/// fetches and their places in the model's queues.
 struct Cancelled<'a> {
     metrics: &'a Metrics,
+    endpoint: &'static str,
     started: Instant,
     span: Span,
     armed: bool,
+}
+
+impl<'a> Cancelled<'a> {
+    fn new(state: &'a AppState, endpoint: &'static str, started: Instant) -> Self {
+        Cancelled { metrics: &state.metrics, endpoint, started, span: Span::current(), armed: true }
+    }
 }
 
 impl Drop for Cancelled<'_> {
@@ -230,92 +292,117 @@ impl Drop for Cancelled<'_> {
             let elapsed = self.started.elapsed();
             self.metrics.request("cancelled", elapsed);
             let total_ms = millis(elapsed);
-            self.span
-                .in_scope(|| tracing::info!(code = "cancelled", total_ms, "embed request cancelled by the client"));
+            self.span.in_scope(|| {
+                tracing::info!(code = "cancelled", total_ms, "{} request cancelled by the client", self.endpoint)
+            });
         }
     }
 }
 
-/// The embed response, the number of photos and the number that failed.
-async fn embed_request(
+/// Every photo's embedding or its error (each counted in the metrics), and the stage timings.
+async fn photo_results(
     state: &AppState,
-    body: Result<Bytes, BytesRejection>,
-    started: Instant,
-) -> Result<(Response, usize, usize), ApiError> {
-    let images = parse_embed_request(body, &state.settings)?;
+    pipeline: &Arc<Pipeline>,
+    images: &[String],
+    deadline: tokio::time::Instant,
+) -> Result<(Vec<Result<Vec<f32>, ErrorBody>>, Timings), ApiError> {
     let span = Span::current();
     span.record("clipfn.images", images.len() as i64);
-    let pipeline = state.ready_pipeline()?;
-    let deadline = tokio::time::Instant::now() + state.settings.request_timeout();
     let (results, timings) = tokio::select! {
-        done = pipeline.embed(&images, deadline) => done?,
+        done = pipeline.embed(images, deadline) => done?,
         () = state.give_up.cancelled() => return Err(ApiError::Draining),
     };
+    let results: Vec<_> = results
+        .into_iter()
+        .zip(images)
+        .enumerate()
+        .map(|(index, (result, image))| {
+            let result = result.map_err(|e| photo_error(index, image, &e));
+            state.metrics.photo(result.as_ref().err().map(|e| e.code));
+            result
+        })
+        .collect();
+    span.record("clipfn.errors", results.iter().filter(|r| r.is_err()).count() as i64);
+    Ok((results, timings))
+}
 
-    let mut errors = 0;
-    let data = images
+/// A photo's error for the client. The detail goes to the log line (with the trace id), not to
+/// the client; the reference itself stays out of the log. `not_found` and `deadline_exceeded` have
+/// no detail beyond their code.
+fn photo_error(index: usize, image: &str, e: &ItemError) -> ErrorBody {
+    let shown = source::shown(image);
+    let error = item_error(e, &shown);
+    if !matches!(error.code, "not_found" | "deadline_exceeded") {
+        let mut detail = e.to_string();
+        for reference in [image, &*shown].into_iter().filter(|r| !r.is_empty()) {
+            detail = detail.replace(reference, "<reference>");
+        }
+        tracing::warn!(index, code = error.code, error = %detail, "photo failed");
+    }
+    error
+}
+
+/// One answer per photo, in order, from its index, its reference as shown and its result.
+fn per_photo<'a, T>(
+    images: &'a [String],
+    results: Vec<Result<Vec<f32>, ErrorBody>>,
+    answer: impl Fn(usize, Cow<'a, str>, Result<Vec<f32>, ErrorBody>) -> T,
+) -> Vec<T> {
+    images
         .iter()
         .zip(results)
         .enumerate()
-        .map(|(index, (image, result))| match result {
-            Ok(embedding) => {
-                state.metrics.photo(None);
-                Item { index, image: source::shown(image), embedding: Some(embedding), error: None }
-            }
-            Err(e) => {
-                errors += 1;
-                let shown = source::shown(image);
-                let error = item_error(&e, &shown);
-                // The detail goes to the log line (with the trace id), not to the client; the
-                // reference itself stays out of the log. `not_found` and `deadline_exceeded`
-                // have no detail beyond their code.
-                if !matches!(error.code, "not_found" | "deadline_exceeded") {
-                    let mut detail = e.to_string();
-                    for reference in [image, &*shown].into_iter().filter(|r| !r.is_empty()) {
-                        detail = detail.replace(reference, "<reference>");
-                    }
-                    tracing::warn!(index, code = error.code, error = %detail, "photo failed");
-                }
-                state.metrics.photo(Some(error.code));
-                Item { index, image: shown, embedding: None, error: Some(error) }
-            }
-        })
-        .collect();
-    span.record("clipfn.errors", errors as i64);
-    let timings_ms = TimingsMs::new(&timings, started.elapsed());
-    let server_timing = timings_ms.server_timing();
-    let model = pipeline.model();
-    let mut response = Json(EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms }).into_response();
-    if let Ok(value) = HeaderValue::from_str(&server_timing) {
+        .map(|(index, (image, result))| answer(index, source::shown(image), result))
+        .collect()
+}
+
+/// `body` with its stage timings also in a `Server-Timing` header, for browser and proxy tooling.
+fn with_server_timing(body: impl serde::Serialize, timings_ms: &TimingsMs) -> Response {
+    let mut response = Json(body).into_response();
+    if let Ok(value) = HeaderValue::from_str(&timings_ms.server_timing()) {
         response.headers_mut().insert("server-timing", value);
     }
-    Ok((response, images.len(), errors))
+    response
 }
 
 /// The most any request body may be: requests with inline photos get the larger limit, and the
-/// smaller one for keys-only requests is checked once the body is parsed.
+/// smaller one for the rest is checked once the body is parsed (`check_body_size`).
 fn transport_body_limit(settings: &Settings) -> usize {
     settings.max_body_bytes.max(settings.max_inline_body_bytes)
 }
 
-fn parse_embed_request(body: Result<Bytes, BytesRejection>, settings: &Settings) -> Result<Vec<String>, ApiError> {
+/// The body as JSON of type `T`, and its size; `example` shows the expected shape in the error.
+fn json_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    settings: &Settings,
+    example: &str,
+) -> Result<(T, usize), ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(transport_body_limit(settings)),
         _ => ApiError::BadRequest(rejection.body_text()),
     })?;
-    let request: EmbedRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("body must be JSON like {{\"images\": [\"key\", ...]}}: {e}")))?;
-    let count = request.images.len();
+    let parsed = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("body must be JSON like {example}: {e}")))?;
+    Ok((parsed, body.len()))
+}
+
+/// Bodies over CLIPFN_MAX_BODY_BYTES are for requests with inline photos only.
+fn check_body_size(size: usize, images: &[String], settings: &Settings) -> Result<(), ApiError> {
+    if size > settings.max_body_bytes && !images.iter().any(|image| source::is_inline(image)) {
+        return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
+    }
+    Ok(())
+}
+
+fn check_images(images: Vec<String>, settings: &Settings) -> Result<Vec<String>, ApiError> {
+    let count = images.len();
     if count == 0 || count > settings.max_images {
         return Err(ApiError::BadRequest(format!(
             "images must hold 1 to {} references, got {count}",
             settings.max_images
         )));
     }
-    if body.len() > settings.max_body_bytes && !request.images.iter().any(|image| source::is_inline(image)) {
-        return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
-    }
-    Ok(request.images)
+    Ok(images)
 }
 
 #[cfg(test)]
@@ -352,7 +439,7 @@ mod tests {
         let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
         let metrics = Arc::new(Metrics::new(meters.meter("test")));
         let (model, device) = FakeModel::new(4, 8);
-        let batcher = Batcher::start(model, Duration::from_millis(1), 16, Arc::clone(&metrics));
+        let batcher = Batcher::start(model, None, Duration::from_millis(1), 16, Arc::clone(&metrics));
         let pipeline = Pipeline::new(&settings, Source::new(&settings).unwrap(), batcher, Arc::clone(&metrics));
         let state = AppState::new(settings, metrics, telemetry::Scrape::default());
         state.set_ready(Arc::new(pipeline));

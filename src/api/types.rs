@@ -3,13 +3,19 @@
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::error::ErrorBody;
 use crate::pipeline::Timings;
 
+/// Photos or texts, never both.
 #[derive(Debug, Deserialize)]
 pub struct EmbedRequest {
-    pub images: Vec<String>,
+    #[serde(default)]
+    pub images: Option<Vec<String>>,
+    /// Checked item by item (`api::text`), for errors that name the bad item.
+    #[serde(default)]
+    pub texts: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -17,7 +23,7 @@ pub struct EmbedResponse<'a> {
     pub model: &'a str,
     pub dim: usize,
     pub data: Vec<Item<'a>>,
-    pub timings_ms: TimingsMs,
+    pub timings_ms: &'a TimingsMs,
 }
 
 /// One photo's answer: exactly one of `embedding` and `error`.
@@ -61,4 +67,88 @@ impl TimingsMs {
             self.fetch, self.decode, self.queue, self.inference, self.total
         )
     }
+}
+
+#[derive(Serialize)]
+pub struct TextEmbedResponse<'a> {
+    pub model: &'a str,
+    pub dim: usize,
+    pub data: Vec<TextItem<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct TextItem<'a> {
+    pub index: usize,
+    pub text: &'a str,
+    pub embedding: &'a [f32],
+}
+
+/// OpenAI's embeddings request (`POST /v1/embeddings`). Its `model` and `user` are accepted and
+/// not used: the answer names the model that ran.
+#[derive(Debug, Deserialize)]
+pub struct EmbeddingsRequest {
+    /// A string or a list of strings (token arrays are refused).
+    pub input: Value,
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+    #[serde(default)]
+    pub dimensions: Option<usize>,
+}
+
+#[derive(Serialize)]
+pub struct EmbeddingsResponse<'a> {
+    pub object: &'static str,
+    pub data: Vec<EmbeddingObject>,
+    pub model: &'a str,
+    pub usage: Usage,
+}
+
+#[derive(Serialize)]
+pub struct EmbeddingObject {
+    pub object: &'static str,
+    pub index: usize,
+    /// Floats, or base64 of their little-endian float32 bytes.
+    pub embedding: Value,
+}
+
+#[derive(Serialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ClassifyRequest {
+    pub images: Vec<String>,
+    #[serde(default)]
+    pub labels: Option<Value>,
+    #[serde(default)]
+    pub label_set: Option<String>,
+    #[serde(default)]
+    pub top_k: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct ClassifyResponse<'a> {
+    pub model: &'a str,
+    pub data: Vec<ClassifyItem<'a>>,
+    pub timings_ms: &'a TimingsMs,
+}
+
+/// One photo's answer: exactly one of `labels` and `error`.
+#[derive(Serialize)]
+pub struct ClassifyItem<'a> {
+    pub index: usize,
+    /// As in `Item`.
+    pub image: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<LabelScore<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+#[derive(Serialize)]
+pub struct LabelScore<'a> {
+    pub label: &'a str,
+    pub score: f32,
 }

@@ -10,6 +10,7 @@ mod files;
 mod folder;
 mod normalizer;
 mod preprocessor;
+mod text;
 
 use std::{
     path::{Path, PathBuf},
@@ -20,7 +21,7 @@ use ort::{
     environment::Environment,
     ep,
     session::{
-        Session,
+        Session, SessionOutputs,
         builder::{GraphOptimizationLevel, SessionBuilder},
     },
     value::TensorRef,
@@ -31,6 +32,7 @@ pub use self::{
     files::{open_folder, read_image_model},
     folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
     preprocessor::parse as parse_preprocessor_config,
+    text::{TextModel, TextModelInfo},
 };
 use crate::{
     config::{Normalize, Provider, Settings},
@@ -269,15 +271,18 @@ impl Model {
             _ => return Err(ModelError::Inference("photos were preprocessed for another layout".into())),
         }
         .map_err(inference)?;
-        let output = outputs
-            .get(self.info.output_name.as_str())
-            .ok_or_else(|| ModelError::Inference(format!("no output named '{}'", self.info.output_name)))?;
-        let (shape, values) = output.try_extract_tensor::<f32>().map_err(inference)?;
-        if shape.len() != 2 || shape[0] != n as i64 {
-            return Err(ModelError::Inference(format!("expected output [{n}, dim], got {shape}")));
-        }
-        Ok(values.chunks_exact(shape[1] as usize).map(<[f32]>::to_vec).collect())
+        embeddings(&outputs, &self.info.output_name, n)
     }
+}
+
+/// The `[n, dim]` output named `name`, one embedding per row.
+fn embeddings(outputs: &SessionOutputs, name: &str, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+    let output = outputs.get(name).ok_or_else(|| ModelError::Inference(format!("no output named '{name}'")))?;
+    let (shape, values) = output.try_extract_tensor::<f32>().map_err(inference)?;
+    if shape.len() != 2 || shape[0] != n as i64 {
+        return Err(ModelError::Inference(format!("expected output [{n}, dim], got {shape}")));
+    }
+    Ok(values.chunks_exact(shape[1] as usize).map(<[f32]>::to_vec).collect())
 }
 
 /// Loads the library named by ORT_DYLIB_PATH (once per process) and creates the environment.

@@ -1,0 +1,91 @@
+//! The text flow, the twin of a photo's: tokenize -> batcher (text tower) -> L2-normalised
+//! embedding. Prompt embeddings are kept in a bounded LRU keyed by (model, prompt), so labels
+//! asked for again cost nothing; hits and misses are counted.
+
+use std::{
+    num::NonZeroUsize,
+    sync::{Arc, Mutex},
+};
+
+use lru::LruCache;
+
+use crate::{
+    batcher::{BatchError, Batcher},
+    metrics::Metrics,
+    pipeline::l2_normalized,
+    tokenize::Tokenizer,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TextError {
+    #[error("no text model is configured: set CLIPFN_TEXT_MODEL")]
+    NotConfigured,
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error("the tokenizer crashed")]
+    TokenizerPanic,
+    #[error("texts not embedded within the request deadline")]
+    DeadlineExceeded,
+}
+
+/// One text's answer.
+#[derive(Debug, Clone)]
+pub struct TextEmbedding {
+    pub embedding: Arc<[f32]>,
+    /// Tokens the model saw, start and end included (after truncation to 77).
+    pub tokens: usize,
+}
+
+pub struct TextEncoder {
+    tokenizer: Arc<Tokenizer>,
+    model_id: String,
+    cache: Option<Mutex<LruCache<(String, String), TextEmbedding>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl TextEncoder {
+    pub fn new(model_id: String, cache_size: usize, metrics: Arc<Metrics>) -> Self {
+        let cache = NonZeroUsize::new(cache_size).map(|size| Mutex::new(LruCache::new(size)));
+        TextEncoder { tokenizer: Arc::new(Tokenizer::new()), model_id, cache, metrics }
+    }
+
+    /// Embeds every text, in order; texts already in the cache skip the model.
+    pub async fn embed(&self, batcher: &Batcher, texts: &[String]) -> Result<Vec<TextEmbedding>, TextError> {
+        let mut found: Vec<Option<TextEmbedding>> = texts.iter().map(|t| self.cached(t)).collect();
+        let missing: Vec<String> =
+            texts.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(t, _)| t.clone()).collect();
+        if !missing.is_empty() {
+            // BPE is CPU work: off the async threads, all of a request's texts in one task.
+            let tokenizer = Arc::clone(&self.tokenizer);
+            let tokenized = tokio::task::spawn_blocking(move || {
+                missing.into_iter().map(|text| (tokenizer.tokenize(&text), text)).collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|_| TextError::TokenizerPanic)?;
+            let runs = tokenized.into_iter().map(|(tokens, text)| async move {
+                let count = tokens.len;
+                let embedded = batcher.embed_text(tokens).await?;
+                let answer = TextEmbedding { embedding: l2_normalized(embedded.embedding).into(), tokens: count };
+                self.remember(text, answer.clone());
+                Ok::<_, TextError>(answer)
+            });
+            let mut fresh = futures::future::try_join_all(runs).await?.into_iter();
+            found.iter_mut().filter(|f| f.is_none()).for_each(|f| *f = fresh.next());
+        }
+        Ok(found.into_iter().map(|f| f.expect("every text answered")).collect())
+    }
+
+    fn cached(&self, text: &str) -> Option<TextEmbedding> {
+        let cache = self.cache.as_ref()?;
+        let hit =
+            cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(self.model_id.clone(), text.to_string())).cloned();
+        self.metrics.text_cache(hit.is_some());
+        hit
+    }
+
+    fn remember(&self, text: String, embedding: TextEmbedding) {
+        if let Some(cache) = &self.cache {
+            cache.lock().unwrap_or_else(|e| e.into_inner()).put((self.model_id.clone(), text), embedding);
+        }
+    }
+}
