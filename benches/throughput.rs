@@ -646,7 +646,7 @@ fn text_tower(
     );
     eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
 
-    let mut session = TextModel::load(image, settings, &std::fs::read(text_model)?, "bench-text".into())?;
+    let mut session = TextModel::load(image, settings, ModelData::File(text_model.into()), "bench-text".into())?;
     let ids: Vec<i64> = queries.iter().take(64).flat_map(|q| tokenizer.tokenize(q).ids).collect();
     let mut embeddings = Vec::new();
     for batch in [1, 64] {

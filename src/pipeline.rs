@@ -23,7 +23,7 @@ use crate::{
     decode::{DecodeError, DecodeOptions, decode},
     labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo, Runtime, TextModel, TextModelInfo, read_image_model},
+    model::{Model, ModelInfo, Runtime, TextModel, TextModelInfo, read_image_model, read_weights},
     panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
@@ -322,14 +322,14 @@ async fn load_text_model(
         return Ok((model, None));
     };
     let started = Instant::now();
-    let bytes = source.fetch_config_object(&location).await.context("reading CLIPFN_TEXT_MODEL")?;
+    let data = read_weights(source, &location).await.context("reading CLIPFN_TEXT_MODEL")?;
     let settings = settings.clone();
     let span = tracing::Span::current();
     let (model, text) = tokio::task::spawn_blocking(move || {
         // Named as clients see it: the file name without `.onnx`.
         let name = location.rsplit('/').next().unwrap_or(&location);
         let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
-        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, id));
+        let text = span.in_scope(|| TextModel::load(&model, &settings, data, id));
         (model, text)
     })
     .await?;

@@ -60,7 +60,7 @@ pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: boo
 
 /// A local model file is left for ONNX Runtime to read (no copy in clipfn); one in a store is
 /// fetched.
-async fn read_weights(source: &Source, location: &str) -> anyhow::Result<ModelData> {
+pub async fn read_weights(source: &Source, location: &str) -> anyhow::Result<ModelData> {
     let data = match local_config_file(location) {
         Some(path) => path.map(ModelData::File),
         None => source.fetch_config_object(location).await.map(ModelData::Bytes),

@@ -11,7 +11,7 @@ use ort::{
     value::{DynTensor, Tensor, TensorElementType},
 };
 
-use super::{Model, ModelError, embeddings, inference, load, session_builder};
+use super::{Model, ModelData, ModelError, commit, embeddings, inference, session_builder};
 use crate::{
     config::{Provider, Settings},
     tokenize::{CONTEXT, END, START},
@@ -43,11 +43,11 @@ pub struct TextModel {
 impl TextModel {
     /// Builds the session beside `image` (same environment, same provider) and runs warm-up
     /// batches of empty texts, which also reveal the embedding size.
-    pub fn load(image: &Model, settings: &Settings, bytes: &[u8], id: String) -> Result<Self, ModelError> {
+    pub fn load(image: &Model, settings: &Settings, data: ModelData, id: String) -> Result<Self, ModelError> {
         let provider = image.info.provider;
-        let session = session_builder(&image._environment, settings, provider == Provider::Cuda)?
-            .commit_from_memory(bytes)
-            .map_err(load)?;
+        let session = commit(session_builder(&image._environment, settings, provider == Provider::Cuda)?, &data)?;
+        // As for the image model: no copy of the weights beside the session's.
+        drop(data);
         let inputs = session.inputs();
         let ids = inputs
             .iter()
