@@ -561,6 +561,7 @@ fn cold_start_sections(
         peak_rss / cold_start::IMMICH_PEAK_RSS
     )?;
     Ok(())
+}
 
 /// A path from .cache/clipfn.env, if set and present.
 fn setup_env_path(name: &str) -> Option<String> {
