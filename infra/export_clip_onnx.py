@@ -19,6 +19,10 @@ It downloads openai/clip-vit-base-patch32 from the Hugging Face Hub unless
 After exporting it runs each ONNX model with ONNX Runtime on batches of 1 and 3
 and compares with PyTorch, so a file that is written is one that loads.
 
+--tower text-multilingual exports sentence-transformers/clip-ViT-B-32-multilingual-v1 (a
+student text tower in ViT-B/32's image space, for non-English apps) with its tokenizer.json;
+see infra/export_multilingual.py.
+
 --random-init exports the same architecture, shrunk and with random weights,
 without any download: it tests this script, not CLIP.
 
@@ -59,7 +63,7 @@ PREPROCESS = (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tower", choices=["image", "text", "both"], default="image", help="which tower(s) to export")
+    p.add_argument("--tower", choices=["image", "text", "both", "text-multilingual"], default="image", help="which tower(s) to export")
     p.add_argument("--out", type=Path, default=Path("infra/model/model.onnx"), help="image tower ONNX file")
     p.add_argument("--text-out", type=Path, default=Path("infra/model/text.onnx"), help="text tower ONNX file")
     p.add_argument("--model", default=MODEL_ID, help=f"Hub id or local folder (default {MODEL_ID})")
@@ -256,6 +260,11 @@ def write_folder_files(model, args: argparse.Namespace) -> None:
 
 def main() -> int:
     args = parse_args()
+    if args.tower == "text-multilingual":
+        from export_multilingual import MULTILINGUAL_ID, export_multilingual
+
+        export_multilingual(args.model if args.model != MODEL_ID else MULTILINGUAL_ID, args.text_out, args.opset)
+        return 0
     towers = ["image", "text"] if args.tower == "both" else [args.tower]
     status = 0
     if "image" in towers:

@@ -42,7 +42,7 @@ use crate::{
     model::{Model, ModelError, ModelInfo, TextModel, TextModelInfo},
     panics,
     preprocess::Pixels,
-    tokenize::{CONTEXT, Tokens},
+    tokenize::Tokens,
 };
 
 /// One photo's result from the worker.
@@ -249,23 +249,23 @@ struct Towers<M> {
 
 struct Buffers {
     pixels: Pixels,
-    ids: Vec<i64>,
 }
 
 impl<M: Infer> Towers<M> {
     /// Runs `jobs`, all of one kind, on their tower.
     fn run(&mut self, jobs: &[Job], buffers: &mut Buffers) -> Result<Vec<Vec<f32>>, ModelError> {
         buffers.pixels.clear();
-        buffers.ids.clear();
+        // Texts stay one row each: the text model pads them to a common length.
+        let mut rows = Vec::new();
         for job in jobs {
             match &job.input {
                 Input::Image(pixels) => buffers.pixels.extend(pixels),
-                Input::Text(tokens) => buffers.ids.extend_from_slice(&tokens.ids),
+                Input::Text(tokens) => rows.push(&tokens.ids[..]),
             }
         }
         match (&jobs[0].input, &mut self.text) {
             (Input::Image(_), _) => self.image.run(&buffers.pixels, jobs.len()),
-            (Input::Text(_), Some(text)) => text.run(&buffers.ids, jobs.len()),
+            (Input::Text(_), Some(text)) => text.run(&rows),
             (Input::Text(_), None) => Err(ModelError::Inference("no text model is loaded".into())),
         }
     }
@@ -309,7 +309,7 @@ fn run_worker(
     let info = towers.image.info();
     let max = info.batch_size;
     let pixels = Pixels::empty(info.input_layout, max * info.slot_len());
-    let mut buffers = Buffers { pixels, ids: Vec::with_capacity(max * CONTEXT) };
+    let mut buffers = Buffers { pixels };
     let mut batch_id: u64 = 0;
     // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
     while let Some(mut batch) = next_batch(&queues, max, batch_wait) {
@@ -592,7 +592,7 @@ mod tests {
             images.send(job).unwrap();
             waiting.push(rx);
         }
-        let (query, _rx) = job(Input::Text(Tokens { ids: vec![0; CONTEXT], len: 2 }));
+        let (query, _rx) = job(Input::Text(Tokens { ids: vec![49406, 49407] }));
         texts.send(query).unwrap();
 
         let first = next_batch(&queues, 4, Duration::ZERO).unwrap();

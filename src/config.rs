@@ -66,6 +66,12 @@ pub struct Settings {
     /// Path or object URI of the same CLIP's ONNX text encoder; unset, the text endpoints say 404.
     #[serde(default)]
     pub text_model: Option<String>,
+    /// Path or object URI of the text model's Hugging Face `tokenizer.json`; unset, CLIP's BPE.
+    #[serde(default)]
+    pub text_tokenizer: Option<String>,
+    /// Tokens per text with a tokenizer.json (special tokens included), at most the file's own cap.
+    #[serde(default = "defaults::text_max_tokens")]
+    pub text_max_tokens: usize,
     /// Texts (or labels) per request.
     #[serde(default = "defaults::max_texts")]
     pub max_texts: usize,
@@ -226,6 +232,9 @@ mod defaults {
     pub fn text_cache() -> usize {
         4096
     }
+    pub fn text_max_tokens() -> usize {
+        128
+    }
 }
 
 fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -293,6 +302,7 @@ impl Settings {
             ("CLIPFN_FETCH_TIMEOUT_MS", self.fetch_timeout_ms),
             ("CLIPFN_MAX_TEXTS", self.max_texts as u64),
             ("CLIPFN_MAX_TEXT_CHARS", self.max_text_chars as u64),
+            ("CLIPFN_TEXT_MAX_TOKENS", self.text_max_tokens as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError(format!("{name} must be greater than 0")));
@@ -312,9 +322,20 @@ impl Settings {
         if self.model.trim().is_empty() {
             return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
         }
-        if self.labels.is_some() && self.text_model.is_none() {
+        // A model folder may hold the text tower too; whether it does is known once it is listed.
+        let text_tower = self.text_model.is_some() || crate::model::is_folder(&self.model);
+        if self.labels.is_some() && !text_tower {
             return Err(ConfigError(
-                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL: label sets are embedded by the text model".into(),
+                "CLIPFN_LABELS needs CLIPFN_TEXT_MODEL (or a model folder with a text tower): label sets are embedded by \
+                 the text model"
+                    .into(),
+            ));
+        }
+        if self.text_tokenizer.is_some() && !text_tower {
+            return Err(ConfigError(
+                "CLIPFN_TEXT_TOKENIZER needs CLIPFN_TEXT_MODEL (or a model folder with a text tower), the model it \
+                 tokenizes for"
+                    .into(),
             ));
         }
         Ok(())
@@ -392,6 +413,7 @@ mod tests {
         assert!(!s.allow_private_sources);
         assert!(!s.cpu_arena, "the CPU arena holds the largest batch's memory for good");
         assert_eq!((s.text_model, s.max_texts, s.max_text_chars, s.text_cache), (None, 256, 2000, 4096));
+        assert_eq!((s.text_tokenizer, s.text_max_tokens), (None, 128));
     }
 
     #[test]
@@ -416,6 +438,10 @@ mod tests {
         let labels_alone =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_LABELS", "l.json")])).unwrap_err().to_string();
         assert!(labels_alone.contains("CLIPFN_TEXT_MODEL"), "{labels_alone}");
+        let tokenizer_alone = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_TEXT_TOKENIZER", "t.json")]))
+            .unwrap_err()
+            .to_string();
+        assert!(tokenizer_alone.contains("CLIPFN_TEXT_MODEL"), "{tokenizer_alone}");
     }
 
     #[test]

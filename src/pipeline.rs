@@ -19,15 +19,19 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     batcher::{BatchError, Batcher, Overloaded, Unhealthy},
-    config::Settings,
+    config::{Provider, Settings},
     decode::{DecodeError, DecodeOptions, decode},
     labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo, Runtime, TextModel, TextModelInfo, read_image_model, read_weights},
+    model::{
+        Model, ModelInfo, Runtime, TextFiles, TextModel, TextModelInfo, locate_text_model, read_image_model,
+        read_weights,
+    },
     panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
     text::{TextEmbedding, TextEncoder, TextError},
+    tokenize::{JsonTokenizer, Tokenizer},
 };
 
 /// Why one photo has no embedding.
@@ -103,9 +107,17 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(settings: &Settings, source: Source, batcher: Batcher, metrics: Arc<Metrics>) -> Self {
-        let text =
-            batcher.text_info().map(|t| TextEncoder::new(t.id.clone(), settings.text_cache, Arc::clone(&metrics)));
+    /// `tokenizer` is the text tower's, when the batcher has one.
+    pub fn new(
+        settings: &Settings,
+        source: Source,
+        batcher: Batcher,
+        tokenizer: Option<Tokenizer>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let text = batcher.text_info().zip(tokenizer).map(|(t, tokenizer)| {
+            TextEncoder::new(Arc::new(tokenizer), t.id.clone(), settings.text_cache, Arc::clone(&metrics))
+        });
         Pipeline {
             source,
             batcher,
@@ -149,10 +161,11 @@ impl Pipeline {
             session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
-        let (model, text_model) = load_text_model(&source, settings, model).await?;
+        let (model, text) = load_text_model(&source, settings, model).await?;
+        let (text_model, tokenizer) = text.unzip();
         let batch_wait = Duration::from_millis(settings.batch_wait_ms);
         let batcher = Batcher::start(model, text_model, batch_wait, settings.max_queued_images, Arc::clone(&metrics));
-        let mut pipeline = Pipeline::new(settings, source, batcher, metrics);
+        let mut pipeline = Pipeline::new(settings, source, batcher, tokenizer, metrics);
         if let Some(location) = &settings.labels {
             pipeline.label_sets = pipeline.embed_label_sets(location).await?;
         }
@@ -312,33 +325,45 @@ impl Pipeline {
     }
 }
 
-/// Loads CLIPFN_TEXT_MODEL, when set, beside the image model (same environment and provider).
+/// Loads the text tower, when there is one (see `locate_text_model`), beside the image model (same
+/// environment and provider), with its tokenizer: a tokenizer.json, else CLIP's BPE.
 async fn load_text_model(
     source: &Source,
     settings: &Settings,
     model: Model,
-) -> anyhow::Result<(Model, Option<TextModel>)> {
-    let Some(location) = settings.text_model.clone() else {
+) -> anyhow::Result<(Model, Option<(TextModel, Tokenizer)>)> {
+    let on_cuda = model.info.provider == Provider::Cuda;
+    let Some(TextFiles { model: location, id, tokenizer }) =
+        locate_text_model(source, settings, on_cuda).await.context("the text model")?
+    else {
         return Ok((model, None));
     };
     let started = Instant::now();
-    let data = read_weights(source, &location).await.context("reading CLIPFN_TEXT_MODEL")?;
+    let tokenizer = match &tokenizer {
+        Some(file) => {
+            let bytes =
+                source.fetch_config_object(file).await.with_context(|| format!("reading the tokenizer.json {file}"))?;
+            let json = JsonTokenizer::from_bytes(&bytes, settings.text_max_tokens)
+                .with_context(|| format!("the tokenizer.json {file}"))?;
+            Tokenizer::Json(Box::new(json))
+        }
+        None => Tokenizer::clip(),
+    };
+    let data = read_weights(source, &location).await.context("the text model")?;
     let settings = settings.clone();
     let span = tracing::Span::current();
     let (model, text) = tokio::task::spawn_blocking(move || {
-        // Named as clients see it: the file name without `.onnx`.
-        let name = location.rsplit('/').next().unwrap_or(&location);
-        let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
-        let text = span.in_scope(|| TextModel::load(&model, &settings, data, id));
-        (model, text)
+        let text = span.in_scope(|| TextModel::load(&model, &settings, data, id, &tokenizer));
+        (model, text.map(|text| (text, tokenizer)))
     })
     .await?;
-    let text = text.context("loading CLIPFN_TEXT_MODEL")?;
+    let (text, tokenizer) = text.with_context(|| format!("loading text model {location}"))?;
     tracing::info!(
-        model = %text.info.id, dim = text.info.dim, attention_mask = text.info.mask_name.is_some(),
-        load_ms = started.elapsed().as_millis() as u64, "text model loaded and warmed up"
+        model = %text.info.id, dim = text.info.dim, tokenizer = text.info.tokenizer,
+        attention_mask = text.info.mask_name.is_some(), load_ms = started.elapsed().as_millis() as u64,
+        "text model loaded and warmed up"
     );
-    Ok((model, Some(text)))
+    Ok((model, Some((text, tokenizer))))
 }
 
 /// Marks a stage span as the one where its photo failed.

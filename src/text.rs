@@ -13,7 +13,7 @@ use crate::{
     batcher::{BatchError, Batcher},
     metrics::Metrics,
     pipeline::l2_normalized,
-    tokenize::Tokenizer,
+    tokenize::{Tokenizer, TokenizerError},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +24,8 @@ pub enum TextError {
     Batch(#[from] BatchError),
     #[error("the tokenizer crashed")]
     TokenizerPanic,
+    #[error(transparent)]
+    Tokenize(#[from] TokenizerError),
     #[error("texts not embedded within the request deadline")]
     DeadlineExceeded,
 }
@@ -32,7 +34,7 @@ pub enum TextError {
 #[derive(Debug, Clone)]
 pub struct TextEmbedding {
     pub embedding: Arc<[f32]>,
-    /// Tokens the model saw, start and end included (after truncation to 77).
+    /// Tokens the model saw, special tokens included (after truncation).
     pub tokens: usize,
 }
 
@@ -44,9 +46,9 @@ pub struct TextEncoder {
 }
 
 impl TextEncoder {
-    pub fn new(model_id: String, cache_size: usize, metrics: Arc<Metrics>) -> Self {
+    pub fn new(tokenizer: Arc<Tokenizer>, model_id: String, cache_size: usize, metrics: Arc<Metrics>) -> Self {
         let cache = NonZeroUsize::new(cache_size).map(|size| Mutex::new(LruCache::new(size)));
-        TextEncoder { tokenizer: Arc::new(Tokenizer::new()), model_id, cache, metrics }
+        TextEncoder { tokenizer, model_id, cache, metrics }
     }
 
     /// Embeds every text, in order; texts already in the cache skip the model.
@@ -55,15 +57,18 @@ impl TextEncoder {
         let missing: Vec<String> =
             texts.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(t, _)| t.clone()).collect();
         if !missing.is_empty() {
-            // BPE is CPU work: off the async threads, all of a request's texts in one task.
+            // Tokenizing is CPU work: off the async threads, all of a request's texts in one task.
             let tokenizer = Arc::clone(&self.tokenizer);
             let tokenized = tokio::task::spawn_blocking(move || {
-                missing.into_iter().map(|text| (tokenizer.tokenize(&text), text)).collect::<Vec<_>>()
+                missing
+                    .into_iter()
+                    .map(|text| Ok((tokenizer.tokenize(&text)?, text)))
+                    .collect::<Result<Vec<_>, TokenizerError>>()
             })
             .await
-            .map_err(|_| TextError::TokenizerPanic)?;
+            .map_err(|_| TextError::TokenizerPanic)??;
             let runs = tokenized.into_iter().map(|(tokens, text)| async move {
-                let count = tokens.len;
+                let count = tokens.ids.len();
                 let embedded = batcher.embed_text(tokens).await?;
                 let answer = TextEmbedding { embedding: l2_normalized(embedded.embedding).into(), tokens: count };
                 self.remember(text, answer.clone());

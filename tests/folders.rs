@@ -177,3 +177,58 @@ fn a_folder_loads_from_a_bucket_prefix() {
         (Some("clip-test"), Some("onnx/vision_model_quantized.onnx"))
     );
 }
+
+/// The test folder's vision files plus the multilingual text tower as its int8 variant, an fp32
+/// text file that cannot load (so the rule's pick is what runs) and the tokenizer.json.
+fn folder_with_text() -> tempfile::TempDir {
+    let from = setup_var("CLIPFN_TEST_FOLDER");
+    let dir = folder_with(&from, &["onnx/vision_model.onnx", "onnx/vision_model_fp16.onnx"], &Value::Null);
+    let link = |from: String, to: &str| std::os::unix::fs::symlink(from, dir.path().join(to)).unwrap();
+    link(setup_var("CLIPFN_TEST_MULTILINGUAL_MODEL"), "onnx/text_model_quantized.onnx");
+    link(setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER"), "tokenizer.json");
+    std::fs::write(dir.path().join("onnx/text_model.onnx"), "not a model").unwrap();
+    dir
+}
+
+#[test]
+fn a_folder_with_a_text_tower_serves_text_with_no_text_settings() {
+    let dir = folder_with_text();
+    let folder = dir.path().to_str().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let server = ServerConfig::local(store.path()).env("CLIPFN_MODEL", folder).start();
+    let (_, ready) = server.get("/readyz");
+    let text = &ready["text_model"];
+    assert_eq!((&text["id"], &text["tokenizer"]), (&json!(name(dir.path())), &json!("tokenizer.json")), "{ready}");
+    let (status, body) = server.post_json("/v1/embed", &json!({"texts": ["바다 일몰", "a photo of a dog"]}));
+    assert_eq!(status, 200, "{body}");
+    let vector = |body: &Value| -> Vec<f32> {
+        body["data"][0]["embedding"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
+    };
+    let from_folder = vector(&body);
+    drop(server);
+
+    // The same tower named on its own gives the same embedding.
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_MULTILINGUAL_MODEL"))
+        .env("CLIPFN_TEXT_TOKENIZER", &setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER"))
+        .start();
+    let (_, body) = server.post_json("/v1/embed", &json!({"texts": ["바다 일몰"]}));
+    assert!(cosine(&vector(&body), &from_folder) > 0.9999, "{body}");
+    drop(server);
+
+    // Explicit settings override the folder: CLIP's text tower with its built-in BPE.
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_MODEL", folder)
+        .env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_TEXT_MODEL"))
+        .start();
+    let text = server.get("/readyz").1["text_model"].clone();
+    assert_eq!((&text["id"], &text["tokenizer"]), (&json!("clip-text-test"), &json!("clip-bpe")), "{text}");
+}
+
+#[test]
+fn a_folder_text_tower_follows_the_precision_rule() {
+    let dir = folder_with_text();
+    // fp16 exists for the vision tower only: the text tower refuses, naming what it found.
+    let message = failed_start(&[("CLIPFN_MODEL", dir.path().to_str().unwrap()), ("CLIPFN_PRECISION", "fp16")]);
+    assert!(message.contains("text_model") && message.contains("text_model_quantized.onnx"), "{message}");
+}

@@ -84,7 +84,12 @@ fn embed_all(server: &common::Server, keys: &[String]) -> Value {
 /// embeddings in order. All mismatches are reported together.
 fn assert_parity(files: &[PathBuf]) -> Vec<Vec<f32>> {
     let (store, keys) = store_of(files);
-    let server = ServerConfig::local(store.path()).start();
+    // Parity is about pixels, not speed: a loaded machine must not turn a slow HEVC decode into
+    // `decode_failed` (the time budget has its own test below).
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_DECODE_TIMEOUT_MS", "300000")
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "300000")
+        .start();
     let body = embed_all(&server, &keys);
     let reference = reference_embeddings(&setup_var("CLIPFN_TEST_MODEL"), files);
     let mut failures = Vec::new();

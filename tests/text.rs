@@ -9,7 +9,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use clipfn::tokenize::Tokenizer;
+use clipfn::tokenize::{JsonTokenizer, Tokenizer};
 use common::{ServerConfig, camera_photos, cosine, repo, scrape, series, setup_var};
 use serde_json::{Value, json};
 
@@ -189,23 +189,27 @@ fn corpus() -> Vec<String> {
     strings
 }
 
-#[test]
-fn tokenizer_matches_the_reference() {
-    let corpus = corpus();
-    let reference = reference("tokens", &[], &json!(corpus));
-    let tokenizer = Tokenizer::new();
+/// Asserts that `tokenizer` gives the ids of `text_reference.py tokens ARGS` on every string.
+fn assert_ids_match(tokenizer: &Tokenizer, corpus: &[String], args: &[&str]) {
+    let reference = reference("tokens", args, &json!(corpus));
     let mut differ = Vec::new();
     for (text, want) in corpus.iter().zip(reference.as_array().unwrap()) {
         let want: Vec<i64> = want.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
-        let ours = tokenizer.tokenize(text);
-        if ours.ids[..ours.len] != want[..] {
-            differ.push(format!("{text:?}: ours {:?}, reference {want:?}", &ours.ids[..ours.len]));
+        let ours = tokenizer.tokenize(text).unwrap().ids;
+        if ours != want {
+            differ.push(format!("{text:?}: ours {ours:?}, reference {want:?}"));
         }
     }
-    assert!(corpus.len() >= 2000);
     let shown = differ[..differ.len().min(10)].join("\n");
     assert!(differ.is_empty(), "{} of {} strings differ:\n{shown}", differ.len(), corpus.len());
-    eprintln!("tokenizer: all {} strings equal the reference", corpus.len());
+    eprintln!("{}: all {} strings equal the reference", tokenizer.kind(), corpus.len());
+}
+
+#[test]
+fn tokenizer_matches_the_reference() {
+    let corpus = corpus();
+    assert!(corpus.len() >= 2000);
+    assert_ids_match(&Tokenizer::clip(), &corpus, &[]);
 }
 
 fn text_server(store: &Path) -> ServerConfig {
@@ -427,4 +431,155 @@ fn without_a_text_model_text_endpoints_say_404_and_photos_work() {
     let (status, body) = server.embed(&["p.jpg"]);
     assert_eq!(status, 200, "{body}");
     assert!(body["data"][0]["embedding"].is_array());
+}
+
+// The multilingual text tower (a Hugging Face tokenizer.json, a BERT-shaped graph with mean
+// pooling and projection baked in), against the Python `tokenizers` package and ONNX Runtime.
+
+fn multilingual_server(store: &Path) -> ServerConfig {
+    ServerConfig::local(store)
+        .env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_MULTILINGUAL_MODEL"))
+        .env("CLIPFN_TEXT_TOKENIZER", &setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER"))
+}
+
+/// The corpus above plus the fixture text the tokenizer was trained on, line by line.
+fn multilingual_corpus() -> Vec<String> {
+    let trained = std::fs::read_to_string(repo().join("tests/fixtures/multilingual.txt")).unwrap();
+    trained.lines().map(String::from).chain(corpus()).collect()
+}
+
+#[test]
+fn tokenizer_json_ids_match_python_tokenizers() {
+    let corpus = multilingual_corpus();
+    let file = setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER");
+    let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 128).unwrap();
+    assert!(corpus.len() >= 1000);
+    let tokenizer = Tokenizer::Json(Box::new(tokenizer));
+    assert_ids_match(&tokenizer, &corpus, &["--tokenizer", &file]);
+    // The file's truncation (64) is kept under the larger cap; a smaller cap wins.
+    assert_eq!(tokenizer.tokenize(&"바다 ".repeat(200)).unwrap().ids.len(), 64);
+    let capped = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 16).unwrap();
+    assert_eq!(capped.tokenize(&"바다 ".repeat(200)).unwrap().ids.len(), 16);
+}
+
+#[test]
+fn multilingual_tower_embeds_searches_and_classifies_in_korean() {
+    let photos = camera_photos(2);
+    let store = tempfile::tempdir().unwrap();
+    let keys: Vec<String> = photos
+        .iter()
+        .enumerate()
+        .map(|(i, photo)| {
+            std::fs::copy(photo, store.path().join(format!("{i}.jpg"))).unwrap();
+            format!("{i}.jpg")
+        })
+        .collect();
+    let labels_file = store.path().join("labels.json");
+    let sets = json!({"sets": {"장소": {"labels": ["바다", "도시", "산"], "templates": ["{} 사진"]}}});
+    std::fs::write(&labels_file, sets.to_string()).unwrap();
+    let server = multilingual_server(store.path()).env("CLIPFN_LABELS", labels_file.to_str().unwrap()).start();
+
+    // Texts of very different lengths share batches, padded to the longest: each must still equal
+    // the text run alone at its own length.
+    let texts: Vec<String> = multilingual_corpus().into_iter().step_by(37).take(40).collect();
+    let (status, body) = server.post_json("/v1/embed", &json!({ "texts": texts }));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((&body["model"], &body["dim"]), (&json!("multilingual-text-test"), &json!(512)));
+    let ours = embeddings(&body);
+    let (model, file) = (setup_var("CLIPFN_TEST_MULTILINGUAL_MODEL"), setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER"));
+    let theirs = reference("embed", &["--model", &model, "--tokenizer", &file], &json!(texts));
+    let mut lowest = 1.0f32;
+    for (i, (a, b)) in ours.iter().zip(theirs.as_array().unwrap()).enumerate() {
+        let b: Vec<f32> = b.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let similarity = cosine(a, &b);
+        assert!(similarity >= 0.9999, "{:?}: cosine {similarity} against Python ONNX Runtime", texts[i]);
+        lowest = lowest.min(similarity);
+    }
+    eprintln!("multilingual embeddings: {} texts, lowest cosine to Python ONNX Runtime {lowest}", texts.len());
+    let (_, pair) = server.post_json("/v1/embed", &json!({"texts": ["바다 일몰", "서울 야경"]}));
+    let pair = embeddings(&pair);
+    assert!(cosine(&pair[0], &pair[1]) < 0.99, "the model tells Korean texts apart");
+
+    let (status, ready) = server.get("/readyz");
+    assert_eq!(status, 200);
+    assert_eq!(
+        (&ready["text_model"]["tokenizer"], &ready["text_model"]["context"]),
+        (&json!("tokenizer.json"), &Value::Null)
+    );
+
+    let (status, body) =
+        server.post_json("/v1/embeddings", &json!({"input": ["바다 일몰", "눈 속의 강아지"], "model": "x"}));
+    assert_eq!(status, 200, "{body}");
+    let search = embeddings(&body);
+    assert!(cosine(&search[0], &pair[0]) > 0.9999, "the same text, the same embedding on both endpoints");
+    let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 128).unwrap();
+    let tokens: usize = ["바다 일몰", "눈 속의 강아지"].iter().map(|t| tokenizer.tokenize(t).unwrap().ids.len()).sum();
+    assert_eq!(body["usage"]["prompt_tokens"], tokens, "the tokenizer.json's count, [CLS] and [SEP] included");
+
+    let (status, images) = server.post_json("/v1/embed", &json!({ "images": keys }));
+    assert_eq!(status, 200, "{images}");
+    let image_embeddings: Vec<Value> =
+        images["data"].as_array().unwrap().iter().map(|d| d["embedding"].clone()).collect();
+    for (request, labels, template) in [
+        (json!({"images": keys, "label_set": "장소", "top_k": 3}), ["바다", "도시", "산"], "{} 사진"),
+        (
+            json!({"images": keys, "labels": ["해변", "음식", "고양이"], "top_k": 3}),
+            ["해변", "음식", "고양이"],
+            "a photo of a {}.",
+        ),
+    ] {
+        let (status, body) = server.post_json("/v1/classify", &request);
+        assert_eq!(status, 200, "{body}");
+        let prompts: Vec<String> = labels.iter().map(|l| template.replace("{}", l)).collect();
+        let (_, embedded) = server.post_json("/v1/embed", &json!({ "texts": prompts }));
+        let per_label: Vec<Value> =
+            embedded["data"].as_array().unwrap().iter().map(|d| json!([d["embedding"]])).collect();
+        let want = reference("classify", &[], &json!({"images": image_embeddings, "prompts": per_label, "top_k": 3}));
+        for (photo, want) in body["data"].as_array().unwrap().iter().zip(want.as_array().unwrap()) {
+            for (got, want) in photo["labels"].as_array().unwrap().iter().zip(want.as_array().unwrap()) {
+                assert_eq!(got["label"], labels[want["label"].as_u64().unwrap() as usize], "{photo}");
+                assert!((got["score"].as_f64().unwrap() - want["score"].as_f64().unwrap()).abs() < 1e-4, "{photo}");
+            }
+        }
+    }
+}
+
+/// `clipfn serve` with the multilingual tower and `envs` over it must exit; its stderr.
+fn failed_multilingual_start(envs: &[(&str, &str)]) -> String {
+    let (model, file) = (setup_var("CLIPFN_TEST_MULTILINGUAL_MODEL"), setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER"));
+    let tower = [("CLIPFN_TEXT_MODEL", model.as_str()), ("CLIPFN_TEXT_TOKENIZER", file.as_str())];
+    common::failed_start(&[&tower[..], envs].concat())
+}
+
+#[test]
+fn bad_multilingual_settings_stop_start_up_naming_both_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let narrow = dir.path().join("narrow.onnx");
+    let made = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools/make_models.py"))
+        .args(["--kind", "text-multilingual", "--dim", "256", "--out", narrow.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let message = failed_multilingual_start(&[("CLIPFN_TEXT_MODEL", narrow.to_str().unwrap())]);
+    assert!(message.contains("256 dimensions but the image model's have 512"), "{message}");
+
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, "{\"model\": 7}").unwrap();
+    let message = failed_multilingual_start(&[("CLIPFN_TEXT_TOKENIZER", garbage.to_str().unwrap())]);
+    assert!(message.contains("garbage.json") && message.contains("not a usable tokenizer.json"), "{message}");
+    let message = failed_multilingual_start(&[("CLIPFN_TEXT_TOKENIZER", "/nonexistent/tokenizer.json")]);
+    assert!(message.contains("reading the tokenizer.json /nonexistent/tokenizer.json"), "{message}");
+
+    // One token more than the model's embedding table holds.
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER")).unwrap()).unwrap();
+    let vocab = file["model"]["vocab"].as_object_mut().unwrap();
+    let size = vocab.len();
+    vocab.insert("##zzz".into(), json!(size));
+    let larger = dir.path().join("larger.json");
+    std::fs::write(&larger, file.to_string()).unwrap();
+    let message = failed_multilingual_start(&[("CLIPFN_TEXT_TOKENIZER", larger.to_str().unwrap())]);
+    assert!(message.contains(&format!("vocabulary ({} tokens)", size + 1)), "{message}");
+    assert!(message.contains(&format!("{}", size - 1)), "ONNX Runtime names the table's bound: {message}");
 }

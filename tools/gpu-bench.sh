@@ -2,8 +2,9 @@
 # Every GPU figure in one run, for a machine with an NVIDIA GPU (docs/bench/gpu.md holds the last one):
 #   1. tools/gpu-check.sh on the test model and on the ViT-B/32-architecture model: CUDA used,
 #      CUDA embeddings equal CPU's in both normalisation modes;
-#   2. the throughput bench with CLIPFN_BENCH_PROVIDER=cuda: raw inference by batch size and the
-#      release server end to end (photos from fake-gcs-server, concurrency 2 as deployed).
+#   2. the throughput bench with CLIPFN_BENCH_PROVIDER=cuda: raw inference by batch size, the
+#      release server end to end (photos from fake-gcs-server, concurrency 2 as deployed), fp16
+#      against fp32, and the text tower when its model is there.
 #
 #   ORT_GPU_DYLIB=/path/to/libonnxruntime.so.1.31.1   (onnxruntime-gpu's, its CUDA libraries on
 #                                                      LD_LIBRARY_PATH)
@@ -27,5 +28,6 @@ for model in "$CLIPFN_TEST_MODEL" "$CLIPFN_BENCH_MODEL"; do
     | tee "$out/gpu-check-$(basename "$model" .onnx).log"
 done
 ORT_DYLIB_PATH=$ORT_GPU_DYLIB CLIPFN_BENCH_PROVIDER=cuda CLIPFN_BENCH_OUT="$out" \
+  CLIPFN_BENCH_PRECISIONS="${CLIPFN_BENCH_PRECISIONS:-fp32,fp16}" \
   CLIPFN_BENCH_RUNS="${CLIPFN_BENCH_RUNS:-10}" CLIPFN_BENCH_SECONDS="${CLIPFN_BENCH_SECONDS:-30}" \
   "$CLIPFN_BENCH_BIN" 2>&1 | tee "$out/bench.log"

@@ -40,8 +40,19 @@ the MatMul weights), plus preprocessor_config.json and config.json.
 non-CLIP ones (mean/std 0.5, bilinear, shortest edge S+16 then crop S), so
 the service's preprocessing can be checked to follow the file.
 
-Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text [--out PATH | --folder DIR]
-                      [--size S] [--preprocess clip|other] [--seed N] [--check]
+  --kind text-multilingual  a small BERT-shaped multilingual text tower (width 64, 2 layers,
+                       4 heads, vocabulary of the WordPiece trained here) standing in for
+                       clip-ViT-B-32-multilingual-v1: input_ids + attention_mask [N, L] with a
+                       dynamic L, mean pooling over the mask and a bias-free projection to
+                       --dim (512) baked into the graph. Its tokenizer.json, a WordPiece with
+                       BERT normalisation built with the `tokenizers` package from
+                       tests/fixtures/multilingual.txt, is written beside it as
+                       <out without .onnx>.tokenizer.json.
+
+
+Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
+                      [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
+                      [--dim D] [--check]
 """
 import argparse
 import hashlib
@@ -64,10 +75,12 @@ DEFAULT_OUT = {
     "fixed-batch": os.path.join(REPO, ".cache/models/clip-fixed-batch.onnx"),
     "text-test": os.path.join(REPO, ".cache/models/clip-text-test.onnx"),
     "vit-b32-text": os.path.join(REPO, ".cache/models/vit-b32-text-random.onnx"),
+    "text-multilingual": os.path.join(REPO, ".cache/models/multilingual-text-test.onnx"),
 }
 MODEL_ID = {"test": "clipfn-test-patchconv-v1", "vit-b32": "clip-vit-b32-random-v1",
             "poison": "clipfn-test-poison-v1", "fixed-batch": "clipfn-test-fixed-batch-v1",
-            "text-test": "clipfn-text-test-v1", "vit-b32-text": "clip-vit-b32-text-random-v1"}
+            "text-test": "clipfn-text-test-v1", "vit-b32-text": "clip-vit-b32-text-random-v1",
+            "text-multilingual": "clipfn-multilingual-text-test-v1"}
 # Normalised CLIP input of a pure white pixel is at least (1 - 0.4815) / 0.2686 = 1.93 in every
 # channel; no real photo has every pixel above 1.9 (RGB >= 253).
 WHITE_FLOOR = 1.9
@@ -271,6 +284,83 @@ def build(kind, seed, size=224):
     return model, params
 
 
+# Multilingual text tower (issue 14) -------------------------------------------------------------
+MULTILINGUAL_CORPUS = os.path.join(REPO, "tests/fixtures/multilingual.txt")
+
+
+def train_wordpiece(max_length=64):
+    """A WordPiece tokenizer.json as multilingual DistilBERT's: BERT normalisation (CJK characters
+    split, accents kept, so Hangul is not decomposed), [CLS] ... [SEP], its own truncation.
+    The vocabulary is counted from the corpus with the package's own normaliser and
+    pre-tokenizer: every character, alone and as a "##" continuation, then every word seen twice
+    or more. (WordPieceTrainer breaks frequency ties in hash order: its vocabulary differs from
+    run to run, and a test model must come out the same every time.)"""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                            strip_accents=False, lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words = Counter()
+    for line in open(MULTILINGUAL_CORPUS, encoding="utf-8"):
+        words.update(w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + [f"##{c}" for c in chars]
+    tokens += sorted(w for w, n in words.items() if n >= 2 and len(w) > 1)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = normalizer, pre_tokenizer, decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.enable_truncation(max_length)
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    return tok
+
+
+def build_multilingual(g, vocab, width=64, layers=2, heads=4, positions=512, out_dim=512):
+    """Token + position embeddings, LayerNorm, encoder layers that attend to real tokens only,
+    mean over the attention mask, then a bias-free projection, as sentence-transformers'
+    Pooling + Dense layers; the graph's output is the final embedding."""
+    ids, keep = "input_ids", g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)  # [N, L]
+    x = g.op("Gather", [g.randn("word_embeddings.weight", (vocab, width), 0.5), ids], axis=0)
+    length = g.op("Squeeze", [g.op("Slice", [g.op("Shape", [ids]), g.const("m_i1", np.array([1], np.int64)),
+                                             g.const("m_i2", np.array([2], np.int64))]),
+                              g.const("m_axis0", np.array([0], np.int64))])
+    where = g.op("Range", [g.const("m_zero", np.array(0, np.int64)), length, g.const("m_step", np.array(1, np.int64))])
+    x = g.op("Add", [x, g.op("Gather", [g.randn("position_embeddings.weight", (positions, width), 0.1), where],
+                             axis=0)])
+    x = g.layernorm(x, "embeddings.LayerNorm", width)
+    padding = g.op("Mul", [g.op("Sub", [g.const("m_one", np.array(1.0, np.float32)), keep]),
+                           g.const("m_padding_logit", np.array(-1e4, np.float32))])
+    x = transformer(g, x, width, layers, heads, g.op("Unsqueeze", [padding, g.const("m_key_axes",
+                                                                                   np.array([1, 2], np.int64))]))
+    weights = g.op("Unsqueeze", [keep, g.const("m_last", np.array([2], np.int64))])  # N,L,1
+    total = g.op("ReduceSum", [g.op("Mul", [x, weights]), g.const("m_tokens", np.array([1], np.int64))], keepdims=0)
+    count = g.op("Max", [g.op("ReduceSum", [weights, g.const("m_tokens2", np.array([1], np.int64))], keepdims=0),
+                         g.const("m_eps", np.array(1e-9, np.float32))])
+    pooled = g.op("Div", [total, count])  # [N, W]
+    return g.op("MatMul", [pooled, g.randn("dense.weight", (width, out_dim), width ** -0.5)])
+
+
+def build_multilingual_model(seed, out_dim, tokenizer):
+    g = Graph(np.random.default_rng(seed))
+    out = build_multilingual(g, tokenizer.get_vocab_size(), out_dim=out_dim)
+    g.nodes.append(helper.make_node("Identity", [out], ["text_embeds"], name="text_embeds"))
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["N", "L"]) for n in ("input_ids", "attention_mask")]
+    graph = helper.make_graph(g.nodes, "clipfn_text-multilingual", inputs,
+                              [helper.make_tensor_value_info("text_embeds", TensorProto.FLOAT, ["N", out_dim])],
+                              initializer=g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="clipfn-tools-make_models", producer_version="1")
+    model.ir_version = 8
+    helper.set_model_props(model, {"clipfn.model_id": MODEL_ID["text-multilingual"], "clipfn.seed": str(seed),
+                                   "clipfn.embedding_dim": str(out_dim)})
+    return model, sum(int(np.prod(t.dims)) for t in g.inits if t.data_type == TensorProto.FLOAT and t.dims)
+
+
+def tokenizer_path(model_path):
+    return model_path.removesuffix(".onnx") + ".tokenizer.json"
+
+
 def preprocessor_config(kind, size):
     """preprocessor_config.json as Hugging Face's CLIPImageProcessor writes it."""
     if kind == "clip":
@@ -335,6 +425,9 @@ def write_folder(model, folder, kind, size, preprocess):
 
 def text_feeds(sess):
     """Two different token sequences ending in the end token."""
+    if sess.get_inputs()[0].shape[1] == "L":  # the multilingual tower: [CLS] ... [SEP], ragged
+        ids = np.array([[2, 40, 41, 3], [2, 50, 3, 0]], np.int64)
+        return {"input_ids": ids, "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]], np.int64)}
     ids = np.zeros((2, 77), np.int64)
     ids[0, :6] = [49406, 320, 1125, 539, 2368, 49407]  # "a photo of cat"
     ids[1, :6] = [49406, 320, 1125, 539, 1929, 49407]  # "a photo of dog"
@@ -358,7 +451,7 @@ def check(path, size=224):
     t = time.perf_counter()
     (y,) = sess.run(None, feeds)
     dt = time.perf_counter() - t
-    assert y.shape == (n, 512) and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
+    assert y.shape[0] == n and y.dtype == np.float32 and np.isfinite(y).all(), y.shape
     if sess.get_modelmeta().custom_metadata_map.get("clipfn.kind") == "poison":
         white = np.full((1, 3, size, size), 2.0, np.float32)  # above WHITE_FLOOR everywhere
         try:
@@ -379,12 +472,18 @@ def main():
     ap.add_argument("--preprocess", choices=["clip", "other"], default="clip")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--check", action="store_true", help="run a batch of 2 with onnxruntime")
+    ap.add_argument("--dim", type=int, default=512, help="text-multilingual: embedding size")
     a = ap.parse_args()
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
     t0 = time.perf_counter()
-    model, params = build(a.kind, a.seed, a.size)
+    if a.kind == "text-multilingual":
+        tokenizer = train_wordpiece()
+        tokenizer.save(tokenizer_path(os.path.abspath(a.out or DEFAULT_OUT[a.kind])))
+        model, params = build_multilingual_model(a.seed, a.dim, tokenizer)
+    else:
+        model, params = build(a.kind, a.seed, a.size)
     onnx.checker.check_model(model, full_check=True)  # also infers shapes
     if a.folder:
         outs = write_folder(model, os.path.abspath(a.folder), a.kind, a.size, a.preprocess)

@@ -60,9 +60,9 @@ done
 chmod +x "$FAKE_GCS"  # some unpackers drop the exec bit of vendored files
 
 # 3. models (stamp = hash of make_models.py + requirements, as onnx may change bytes)
-model() {  # model KIND FILE
+model() {  # model KIND FILE [INPUT...]  (inputs the model is made from, also hashed)
   local stamp="$CACHE/models/$2.stamp" h
-  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt")"
+  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt" "${@:3}")"
   if [[ -f "$CACHE/models/$2" && "$(cat "$stamp" 2>/dev/null)" == "$h" ]]; then
     echo "setup: model $2 up to date"; return
   fi
@@ -75,6 +75,8 @@ model test clip-test.onnx
 model poison clip-poison.onnx          # fails on a batch holding an all-white photo
 model fixed-batch clip-fixed-batch.onnx  # batch dimension fixed at 1: refused at start-up
 model text-test clip-text-test.onnx
+# multilingual text tower + its tokenizer.json (trained on the fixture text)
+model text-multilingual multilingual-text-test.onnx "$REPO/tests/fixtures/multilingual.txt"
 if (( BENCH )); then model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx; fi
 # model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
 folder() {  # folder NAME make_models-ARGS...
@@ -105,6 +107,8 @@ CLIPFN_MOTO_SERVER_BIN=$VENV/bin/moto_server
 CLIPFN_PYTHON=$PY
 CLIPFN_TEST_MODEL=$CACHE/models/clip-test.onnx
 CLIPFN_TEST_TEXT_MODEL=$CACHE/models/clip-text-test.onnx
+CLIPFN_TEST_MULTILINGUAL_MODEL=$CACHE/models/multilingual-text-test.onnx
+CLIPFN_TEST_MULTILINGUAL_TOKENIZER=$CACHE/models/multilingual-text-test.tokenizer.json
 CLIPFN_TEST_FOLDER=$CACHE/models/clip-test
 CLIPFN_TEST_FOLDER_192=$CACHE/models/clip-test-192
 CLIPFN_PHOTOS_DIR=$CACHE/photos

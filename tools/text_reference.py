@@ -6,9 +6,14 @@ The oracle the Rust service's text path is compared against. The tokenizer is
 loaded by path: the package's __init__ imports torch, which we do not install.
 Context 77, truncation as clip.tokenize(truncate=True): cut to 77, last = end.
 
+With --tokenizer T (a Hugging Face tokenizer.json), texts are tokenized by the Python
+`tokenizers` package instead, with the file's own truncation and no padding, and `embed` runs
+each text alone at its own length (input_ids + attention_mask of ones): what a padded batch
+gives must not differ.
+
 Usage (JSON on stdin, JSON on stdout):
-  text_reference.py tokens            ["text", ...]  -> [[ids...], ...]  (unpadded)
-  text_reference.py embed --model M   ["text", ...]  -> [[dim floats], ...]  (L2-normalised)
+  text_reference.py tokens [--tokenizer T]            ["text", ...]  -> [[ids...], ...]  (unpadded)
+  text_reference.py embed --model M [--tokenizer T]   ["text", ...]  -> [[dim floats], ...]  (L2-normalised)
   text_reference.py classify          {"images": [[f]], "prompts": [[[f]]] (label x template),
                                        "top_k": K}
                                       -> [[{"label": i, "score": s}, ...], ...]
@@ -45,6 +50,26 @@ def tokenize(texts):
             ids[-1] = eot
         rows.append(ids)
     return rows
+
+
+def tokenize_json(texts, path):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(path)
+    tok.no_padding()
+    return [e.ids for e in tok.encode_batch(texts)]
+
+
+def embed_json(texts, model, path):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    out = []
+    for row in tokenize_json(texts, path):
+        ids = np.array([row], np.int64)
+        (y,) = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        out.append(y[0])
+    return unit(np.array(out, np.float64)).tolist()
 
 
 def unit(v):
@@ -84,12 +109,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["tokens", "embed", "classify"])
     ap.add_argument("--model")
+    ap.add_argument("--tokenizer")
     a = ap.parse_args()
     request = json.load(sys.stdin)
     if a.command == "tokens":
-        result = tokenize(request)
+        result = tokenize_json(request, a.tokenizer) if a.tokenizer else tokenize(request)
     elif a.command == "embed":
-        result = embed(request, a.model)
+        result = embed_json(request, a.model, a.tokenizer) if a.tokenizer else embed(request, a.model)
     else:
         result = classify(request)
     json.dump(result, sys.stdout)

@@ -440,7 +440,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new(meters.meter("test")));
         let (model, device) = FakeModel::new(4, 8);
         let batcher = Batcher::start(model, None, Duration::from_millis(1), 16, Arc::clone(&metrics));
-        let pipeline = Pipeline::new(&settings, Source::new(&settings).unwrap(), batcher, Arc::clone(&metrics));
+        let pipeline = Pipeline::new(&settings, Source::new(&settings).unwrap(), batcher, None, Arc::clone(&metrics));
         let state = AppState::new(settings, metrics, telemetry::Scrape::default());
         state.set_ready(Arc::new(pipeline));
         let app = router(state);

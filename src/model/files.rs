@@ -1,11 +1,12 @@
 //! Reading the image model that `CLIPFN_MODEL` names: one `.onnx` file as it is, or, for a model
 //! folder, the file that the precision rule picks for the provider in use, with the folder's
-//! preprocessing.
+//! preprocessing; and the text tower, named on its own or found in the same folder.
 
 use anyhow::Context;
 
 use super::{
-    ModelData, ModelFile, ModelFolder, PREPROCESSOR_CONFIG, VISION, Weights, is_folder, parse_preprocessor_config,
+    ModelData, ModelFile, ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Weights, is_folder,
+    parse_preprocessor_config,
 };
 use crate::{
     config::{Precision, Settings},
@@ -66,4 +67,39 @@ pub async fn read_weights(source: &Source, location: &str) -> anyhow::Result<Mod
         None => source.fetch_config_object(location).await.map(ModelData::Bytes),
     };
     data.with_context(|| format!("reading {location}"))
+}
+
+/// Where the text tower comes from.
+pub struct TextFiles {
+    /// Path or URI of the ONNX file.
+    pub model: String,
+    /// The id clients see: the file name without `.onnx`, or the folder's name.
+    pub id: String,
+    /// A tokenizer.json; `None`: CLIP's BPE.
+    pub tokenizer: Option<String>,
+}
+
+/// `CLIPFN_TEXT_MODEL` (with `CLIPFN_TEXT_TOKENIZER`) when set; else, when `CLIPFN_MODEL` is a
+/// folder with `onnx/text_model*.onnx`, the variant the image tower's precision rule picks, with
+/// the folder's `tokenizer.json` unless `CLIPFN_TEXT_TOKENIZER` names another. `None`: no text tower.
+pub async fn locate_text_model(
+    source: &Source,
+    settings: &Settings,
+    on_cuda: bool,
+) -> anyhow::Result<Option<TextFiles>> {
+    if let Some(model) = &settings.text_model {
+        let name = model.rsplit('/').next().unwrap_or(model);
+        let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
+        return Ok(Some(TextFiles { model: model.clone(), id, tokenizer: settings.text_tokenizer.clone() }));
+    }
+    if !is_folder(&settings.model) {
+        return Ok(None);
+    }
+    let folder = open_folder(source, &settings.model).await?;
+    if !folder.has_tower(TEXT) {
+        return Ok(None);
+    }
+    let variant = folder.pick(TEXT, settings.precision, on_cuda)?;
+    let tokenizer = settings.text_tokenizer.clone().or_else(|| folder.has(TOKENIZER).then(|| folder.locate(TOKENIZER)));
+    Ok(Some(TextFiles { model: folder.locate(&variant.file), id: folder.name().to_string(), tokenizer }))
 }

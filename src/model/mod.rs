@@ -29,7 +29,7 @@ use ort::{
 
 use self::normalizer::Normalizer;
 pub use self::{
-    files::{open_folder, read_image_model, read_weights},
+    files::{TextFiles, locate_text_model, open_folder, read_image_model, read_weights},
     folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
     preprocessor::parse as parse_preprocessor_config,
     text::{TextModel, TextModelInfo},

@@ -1,8 +1,10 @@
 //! The text tower: CLIP's text encoder as a second session beside the image one, on the same ONNX
 //! Runtime environment and execution provider, run by the same model worker.
 //!
-//! Input names and id type come from the graph: `input_ids` ([N, 77], int64 or int32), and
-//! `attention_mask` when the export has one (1 up to and including the end token).
+//! Input names and id type come from the graph: `input_ids` (int64 or int32), and `attention_mask`
+//! when the export has one (1 for each text's tokens, 0 for padding). A batch is padded to the
+//! graph's fixed length (CLIP's 77), or, when the length is dynamic, to the batch's longest text.
+//! The graph gives the final [N, dim] embedding: any pooling and projection are baked into it.
 
 use std::borrow::Cow;
 
@@ -14,7 +16,7 @@ use ort::{
 use super::{Model, ModelData, ModelError, commit, embeddings, inference, session_builder};
 use crate::{
     config::{Provider, Settings},
-    tokenize::{CONTEXT, END, START},
+    tokenize::Tokenizer,
 };
 
 /// What the rest of the service needs to know about the text model.
@@ -30,20 +32,32 @@ pub struct TextModelInfo {
     /// `int64` or `int32`, as the graph declares its ids.
     pub ids_type: &'static str,
     pub output_name: String,
-    pub context: usize,
+    /// The token count the graph fixes; `None` when it is dynamic (padded per batch).
+    pub context: Option<usize>,
+    /// `clip-bpe` or `tokenizer.json`.
+    pub tokenizer: &'static str,
     pub dim: usize,
     pub batch_size: usize,
 }
 
 pub struct TextModel {
     session: Session,
+    pad_id: i64,
     pub info: TextModelInfo,
 }
 
 impl TextModel {
     /// Builds the session beside `image` (same environment, same provider) and runs warm-up
-    /// batches of empty texts, which also reveal the embedding size.
-    pub fn load(image: &Model, settings: &Settings, data: ModelData, id: String) -> Result<Self, ModelError> {
+    /// batches of empty texts, which also reveal the embedding size; the full batch's last row
+    /// carries the tokenizer's largest id, so a vocabulary larger than the model's embedding table
+    /// fails here.
+    pub fn load(
+        image: &Model,
+        settings: &Settings,
+        data: ModelData,
+        id: String,
+        tokenizer: &Tokenizer,
+    ) -> Result<Self, ModelError> {
         let provider = image.info.provider;
         let session = commit(session_builder(&image._environment, settings, provider == Provider::Cuda)?, &data)?;
         // As for the image model: no copy of the weights beside the session's.
@@ -63,6 +77,10 @@ impl TextModel {
             Some(TensorElementType::Int32) => "int32",
             other => return Err(ModelError::Load(format!("text input ids must be int64 or int32, not {other:?}"))),
         };
+        let context = match ids.dtype().tensor_shape().map(|s| &s[..]) {
+            Some(&[_, fixed]) if fixed > 0 => Some(fixed as usize),
+            _ => None,
+        };
         let output =
             session.outputs().first().ok_or_else(|| ModelError::Load("the text graph has no output".into()))?;
         let info = TextModelInfo {
@@ -72,48 +90,64 @@ impl TextModel {
             mask_name,
             ids_type,
             output_name: output.name().to_string(),
-            context: CONTEXT,
+            context,
+            tokenizer: tokenizer.kind(),
             dim: 0,
             batch_size: settings.batch_size,
         };
-        let mut model = TextModel { session, info };
-        // Start and end tokens only: the empty text. At 1 (a search query) and the full batch, as
-        // the image tower, so that no request pays for a first run at a new shape.
-        let mut empty = vec![0; CONTEXT];
-        empty[..2].copy_from_slice(&[START, END]);
-        let mut embeddings = Vec::new();
-        for n in [1, settings.batch_size] {
-            embeddings = model.run(&empty.repeat(n), n)?;
-        }
+        let mut model = TextModel { session, pad_id: tokenizer.pad_id(), info };
+        let empty = tokenizer.tokenize("").map_err(|e| ModelError::Load(e.to_string()))?.ids;
+        let mut largest = empty.clone();
+        largest.insert(largest.len().min(1), tokenizer.max_id());
+        let mut full = vec![&empty[..]; settings.batch_size - 1];
+        full.push(&largest);
+        // At 1 (a search query) and the full batch, as the image tower, so that no request pays
+        // for a first run at a new shape.
+        model.run(&[&empty])?;
+        let embeddings = model.run(&full).map_err(|e| {
+            ModelError::Load(format!(
+                "the tokenizer's vocabulary ({} tokens) does not fit the text model's embedding table, or the \
+                 model cannot run: {e}",
+                tokenizer.max_id() + 1
+            ))
+        })?;
         model.info.dim = embeddings.first().map_or(0, Vec::len);
         if model.info.dim == 0 {
             return Err(ModelError::Load("the text model returned empty embeddings".into()));
         }
+        if model.info.dim != image.info.dim {
+            return Err(ModelError::Load(format!(
+                "the text model's embeddings have {} dimensions but the image model's have {}: both towers must \
+                 embed into the same space",
+                model.info.dim, image.info.dim
+            )));
+        }
         Ok(model)
     }
 
-    /// Runs `n` texts' ids (`n * CONTEXT`, zero padded) laid end to end; returns one raw (not yet
-    /// L2-normalised) embedding per text.
-    pub fn run(&mut self, ids: &[i64], n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
-        let shape = [n as i64, CONTEXT as i64];
+    /// Runs one batch of texts' ids; returns one raw (not yet L2-normalised) embedding per text.
+    pub fn run(&mut self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+        let width = self.info.context.unwrap_or(longest);
+        let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * width), Vec::with_capacity(rows.len() * width));
+        for row in rows {
+            // Tokenizers already cut to the model's length; a longer row is cut, never wrapped.
+            let row = &row[..row.len().min(width)];
+            ids.extend_from_slice(row);
+            ids.resize(ids.len() + width - row.len(), self.pad_id);
+            mask.extend((0..width).map(|i| i64::from(i < row.len())));
+        }
+        let shape = [rows.len() as i64, width as i64];
         let mut feeds: Vec<(Cow<str>, SessionInputValue)> =
-            vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids.to_vec())?.into())];
+            vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids)?.into())];
         if let Some(name) = &self.info.mask_name {
-            // 1 up to and including each row's last end token (id 0 is a real token, "!").
-            let mask = ids
-                .chunks_exact(CONTEXT)
-                .flat_map(|row| {
-                    let end = row.iter().rposition(|&id| id == END).unwrap_or(CONTEXT - 1);
-                    (0..CONTEXT).map(move |i| i64::from(i <= end))
-                })
-                .collect();
             feeds.push((Cow::Owned(name.clone()), self.tensor(shape, mask)?.into()));
         }
         let outputs = self.session.run(feeds).map_err(inference)?;
-        embeddings(&outputs, &self.info.output_name, n)
+        embeddings(&outputs, &self.info.output_name, rows.len())
     }
 
-    /// An int64 tensor, or int32 for graphs that declare their ids so (every CLIP id fits).
+    /// An int64 tensor, or int32 for graphs that declare their ids so (the ids of any real vocabulary fit).
     fn tensor(&self, shape: [i64; 2], values: Vec<i64>) -> Result<DynTensor, ModelError> {
         match self.info.ids_type {
             "int32" => Tensor::from_array((shape, values.into_iter().map(|v| v as i32).collect::<Vec<_>>()))

@@ -1,98 +1,62 @@
-//! Tokenize stage, the text twin of `preprocess`: text -> CLIP's 77 token ids.
+//! Tokenize stage, the text twin of `preprocess`: text -> the token ids the text model takes.
 //!
-//! OpenAI's BPE (`bpe_simple_vocab_16e6`, 49,408 tokens) ships inside the binary through the
-//! `instant-clip-tokenizer` crate. Around its BPE we do what the reference `simple_tokenizer.py`
-//! does and the crate does not: its clean-up (`clean`), and its word split, whose special words
-//! are `<|startoftext|>` and `<|endoftext|>` (the crate's are spelt differently). Over-long text is
-//! cut as `clip.tokenize(truncate=True)` does: 77 ids, the last one the end token.
+//! Two kinds: CLIP's own BPE, built in (`clip`), and a Hugging Face `tokenizer.json` for other
+//! text towers, e.g. a multilingual student (`json`). Ids are not padded here: the text model pads
+//! a batch to its graph's fixed length, or to the batch's longest text.
 
 mod clean;
+mod clip;
 mod html;
+mod json;
 
-use std::sync::LazyLock;
+pub use self::clip::{CONTEXT, ClipBpe};
+pub use self::json::{JsonTokenizer, TokenizerError};
 
-use instant_clip_tokenizer::Token;
-use regex::Regex;
-
-/// CLIP's context length.
-pub const CONTEXT: usize = 77;
-/// The start and end tokens of OpenAI's vocabulary.
-pub const START: i64 = 49406;
-pub const END: i64 = 49407;
-
-/// The reference's word pattern (`SimpleTokenizer.pat`).
-static WORDS: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+")
-        .expect("valid regex")
-});
-
-/// One text as the model takes it.
+/// One text as the model takes it: special tokens included, no padding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tokens {
-    /// `CONTEXT` ids: start, the text's tokens, end, then zeros.
     pub ids: Vec<i64>,
-    /// Ids before the padding (start and end included): the text's token count.
-    pub len: usize,
 }
 
-pub struct Tokenizer {
-    bpe: instant_clip_tokenizer::Tokenizer,
-}
-
-impl Default for Tokenizer {
-    fn default() -> Self {
-        Self::new()
-    }
+pub enum Tokenizer {
+    Clip(ClipBpe),
+    Json(Box<JsonTokenizer>),
 }
 
 impl Tokenizer {
-    /// Builds the merge table from the embedded vocabulary (tens of milliseconds: build once).
-    pub fn new() -> Self {
-        Tokenizer { bpe: instant_clip_tokenizer::Tokenizer::new() }
+    /// CLIP's BPE.
+    pub fn clip() -> Self {
+        Tokenizer::Clip(ClipBpe::default())
     }
 
-    pub fn tokenize(&self, text: &str) -> Tokens {
-        let (start, end) = (self.bpe.start_of_text(), self.bpe.end_of_text());
-        let text = clean::clean(text);
-        let room = CONTEXT - 2;
-        let mut tokens: Vec<Token> = Vec::with_capacity(CONTEXT);
-        // Words are encoded independently, so once the text is known to run over, the rest can
-        // not change the ids that are kept.
-        for word in WORDS.find_iter(&text) {
-            if tokens.len() > room {
-                break;
-            }
-            match word.as_str() {
-                "<|startoftext|>" => tokens.push(start),
-                "<|endoftext|>" => tokens.push(end),
-                word => self.bpe.encode(word, &mut tokens),
-            }
+    pub fn tokenize(&self, text: &str) -> Result<Tokens, TokenizerError> {
+        match self {
+            Tokenizer::Clip(bpe) => Ok(bpe.tokenize(text)),
+            Tokenizer::Json(json) => json.tokenize(text),
         }
-        tokens.truncate(room);
-        let mut ids = Vec::with_capacity(CONTEXT);
-        ids.push(i64::from(start.to_u16()));
-        ids.extend(tokens.iter().map(|t| i64::from(t.to_u16())));
-        ids.push(i64::from(end.to_u16()));
-        let len = ids.len();
-        ids.resize(CONTEXT, 0);
-        Tokens { ids, len }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// How `/readyz` names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Tokenizer::Clip(_) => "clip-bpe",
+            Tokenizer::Json(_) => "tokenizer.json",
+        }
+    }
 
-    #[test]
-    fn wraps_pads_and_truncates() {
-        let tokenizer = Tokenizer::new();
-        let hi = tokenizer.tokenize("Hi there");
-        assert_eq!((&hi.ids[..5], hi.len), (&[49406, 1883, 997, 49407, 0][..], 4));
-        assert_eq!(tokenizer.tokenize("").ids[..3], [49406, 49407, 0]);
-        let long = tokenizer.tokenize(&"cat ".repeat(200));
-        assert_eq!((long.ids.len(), long.len, long.ids[75], long.ids[76]), (CONTEXT, CONTEXT, 2368, 49407));
-        // The reference's special words, not the crate's.
-        assert_eq!(tokenizer.tokenize("a<|endoftext|>").ids[..4], [49406, 320, 49407, 49407]);
-        assert_ne!(tokenizer.tokenize("<start_of_text>").ids[1], 49406);
+    /// The largest id it can produce (the start-up check feeds it to the model).
+    pub fn max_id(&self) -> i64 {
+        match self {
+            Tokenizer::Clip(_) => 49407,
+            Tokenizer::Json(json) => json.max_id(),
+        }
+    }
+
+    /// The id padding rows carry (masked out, or after CLIP's end token).
+    pub fn pad_id(&self) -> i64 {
+        match self {
+            Tokenizer::Clip(_) => 0,
+            Tokenizer::Json(json) => json.pad_id(),
+        }
     }
 }

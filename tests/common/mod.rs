@@ -116,6 +116,8 @@ impl ServerConfig {
             .arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
+            // On a GPU machine CUDA's libraries (cuBLAS, cuDNN) may be found only through it.
+            .env("LD_LIBRARY_PATH", std::env::var("LD_LIBRARY_PATH").unwrap_or_default())
             .env("PORT", port.to_string())
             .env("RUST_LOG", "info")
             .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))

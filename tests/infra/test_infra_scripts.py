@@ -62,9 +62,9 @@ def test_load_js_rejects_bad_settings(k6, env, message):
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("script", ["export_clip_onnx.py", "soak.py"])
+@pytest.mark.parametrize("script", ["export_clip_onnx.py", "export_multilingual.py", "soak.py"])
 def test_python_scripts_compile(script):
-    """export_clip_onnx.py needs torch and the Hub, soak.py ten minutes: here they must compile."""
+    """The export scripts need torch and the Hub, soak.py ten minutes: here they must compile."""
     path = REPO / "infra" / script
     compile(path.read_text(), str(path), "exec")  # in memory: no __pycache__ next to it
 
