@@ -5,14 +5,18 @@
 //! 2. preprocessing: photos/s on one core for decode + resize + normalise, beside Pillow's CLIP
 //!    preprocessing on the same photos;
 //! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
-//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2;
+//!    seed team's load shape scaled to this machine, then as a closed loop at concurrency 2; the
+//!    server's peak RSS after the seed shape, against Immich's 0.72 GB on the same weights;
 //! 4. precision: the same closed loop on the model folder's fp32 file and a smaller one (int8 by
 //!    default; CLIPFN_BENCH_PRECISIONS=fp32,fp16 on a GPU), with each server's peak RSS and the
 //!    smaller variant's cosine to fp32 on every photo;
 //! 5. the text tower (when `tools/setup.sh --bench` made the ViT-B/32 text model): tokenizer
 //!    texts/s on one core, text embeddings/s at batch 1 and 64, and the latency of a one-line search
 //!    query sent while 256 photos wait for the model worker;
-//! 6. backfill: `clipfn backfill` (release) over copies of the photos, photos/s from its summary.
+//! 6. backfill: `clipfn backfill` (release) over copies of the photos, photos/s from its summary;
+//! 7. cold start: the release server started, until /readyz and its first answer, 5 times, each
+//!    beside Python ONNX Runtime's session creation + warm-up runs (tools/coldstart_reference.py);
+//! 8. memory: the server's peak RSS after the seed shape (section 3) against Immich's 0.72 GB.
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
 //! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60),
@@ -20,6 +24,8 @@
 //! CLIPFN_BENCH_PRECISIONS (`fp32,int8`),
 //! CLIPFN_BENCH_BACKFILL_COPIES (20: the backfill embeds that many copies of each photo).
 
+#[path = "support/cold_start.rs"]
+mod cold_start;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -33,7 +39,7 @@ use std::{
 use clipfn::{
     config::Settings,
     decode::{DecodeOptions, decode},
-    model::{Model, ModelFile, Runtime, TextModel, Weights},
+    model::{Model, ModelData, ModelFile, Runtime, TextModel, Weights},
     preprocess::{Layout, Pixels, Transform, preprocess},
     tokenize::Tokenizer,
 };
@@ -42,6 +48,11 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 const BATCHES: [usize; 4] = [1, 16, 32, 64];
+/// The end-to-end server's batch size.
+const SERVER_BATCH: usize = 64;
+/// The batch sizes the server warms up at start (see `Model::load`).
+const WARM_UP_BATCHES: [usize; 2] = [1, SERVER_BATCH];
+const COLD_STARTS: usize = 5;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -75,7 +86,7 @@ fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> 
 /// environment per process).
 fn load_image_model(settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
     let file = ModelFile {
-        bytes: std::fs::read(model_path)?.into(),
+        data: ModelData::File(model_path.into()),
         id: "bench".into(),
         file: model_path.into(),
         precision: Weights::of_file(model_path),
@@ -253,13 +264,8 @@ fn precision_run(
     }
     eprintln!("precision {precision} ({file}): closed loop at concurrency 2 for {secs} s");
     let load = runtime.block_on(load(&server.base, keys, 2, (30, 50), (0.0, 0.0), secs));
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.proc.0.id()))?;
-    let hwm_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(f64::NAN);
-    Ok(PrecisionRun { precision, file, load, peak_rss_mib: hwm_kib / 1024.0, embeddings })
+    let peak_rss_mib = cold_start::peak_rss(server.proc.0.id())? / 1024.0 / 1024.0;
+    Ok(PrecisionRun { precision, file, load, peak_rss_mib, embeddings })
 }
 
 /// Batch sizes the server ran, from its Prometheus histogram: (upper bound, count in bucket).
@@ -389,12 +395,13 @@ fn main() -> anyhow::Result<()> {
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_MODEL", &model)
         .env("CLIPFN_PROVIDER", &provider)
-        .env("CLIPFN_BATCH_SIZE", "64")
+        .env("CLIPFN_BATCH_SIZE", &SERVER_BATCH.to_string())
         .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
         .start();
     let runtime = tokio::runtime::Runtime::new()?;
     eprintln!("end to end: seed load shape, {vus} VUs for {secs} s");
     let seed = runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
+    let peak_rss = cold_start::peak_rss(server.proc.0.id())?;
     eprintln!("end to end: closed loop at concurrency 2 for {secs} s");
     let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
     let fill = batch_fill(&server.base);
@@ -423,6 +430,19 @@ fn main() -> anyhow::Result<()> {
     let copies: usize = env_or("CLIPFN_BENCH_BACKFILL_COPIES", 20);
     eprintln!("backfill: {copies} copies of {} photos", photos.len());
     let (backfilled, backfill_rate) = backfill(&model, &provider, &photos, copies)?;
+
+    // Cold starts, each beside the Python reference, so that both see the same machine load.
+    let mut starts = Vec::new();
+    let mut references = Vec::new();
+    for run in 0..COLD_STARTS {
+        let log = out.join(format!("cold-start-{run}.log"));
+        starts.push(cold_start::start_once(&model, &provider, SERVER_BATCH, &photos[0], &log)?);
+        references.push(cold_start::reference(&model, &provider, &WARM_UP_BATCHES)?);
+        eprintln!(
+            "cold start {run}: ready {:.2} s, Python ORT session + warm-up {:.2} s",
+            starts[run].ready_s, references[run].session_and_runs_s
+        );
+    }
 
     let raw64 = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.images_per_s);
     let e2e = closed.images as f64 / closed.seconds;
@@ -539,11 +559,71 @@ fn main() -> anyhow::Result<()> {
         "\n- backfill photos/s / raw batch-64 images/s = {backfill_rate:.1} / {raw64:.1} = **{:.2}** (target >= 0.95)",
         backfill_rate / raw64
     )?;
+    cold_start_sections(&mut md, &starts, &references, peak_rss)?;
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
     chart(&raw, &out.join("throughput.svg"))?;
     println!("{md}");
     eprintln!("wrote {}", out.join("report.md").display());
+    Ok(())
+}
+
+/// Sections 7 (cold start and its breakdown) and 8 (memory) of the report, with their goals.
+fn cold_start_sections(
+    md: &mut String,
+    starts: &[cold_start::Start],
+    references: &[cold_start::Reference],
+    peak_rss: f64,
+) -> anyhow::Result<()> {
+    let warm_up = WARM_UP_BATCHES.map(|b| b.to_string()).join(" and ");
+    writeln!(
+        md,
+        "\n## 7. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
+         {COLD_STARTS} starts of the server, each followed by one request of one photo from a file store and by \
+         Python ONNX Runtime in a fresh process: session creation + one run at each warm-up batch size on the same \
+         model (tools/coldstart_reference.py).\n"
+    )?;
+    writeln!(md, "| | median s | max s |\n|---|---|---|")?;
+    let row = |md: &mut String, name: &str, xs: Vec<f64>| -> std::fmt::Result {
+        let max = xs.iter().copied().fold(f64::NAN, f64::max);
+        writeln!(md, "| {name} | {:.2} | {max:.2} |", median(xs))
+    };
+    row(md, "clipfn: process start to /readyz 200", starts.iter().map(|s| s.ready_s).collect())?;
+    row(md, "clipfn: process start to first response", starts.iter().map(|s| s.first_response_s).collect())?;
+    row(md, "Python ONNX Runtime: session + warm-up runs", references.iter().map(|r| r.session_and_runs_s).collect())?;
+    row(md, "Python ONNX Runtime: `import onnxruntime`", references.iter().map(|r| r.library_s).collect())?;
+    writeln!(md, "\nWhere clipfn's time to ready goes (medians, from its \"model loaded and warmed up\" log line):\n")?;
+    writeln!(md, "| phase | ms |\n|---|---|")?;
+    let ms = |field: &str| median(starts.iter().map(|s| s.ms(field)).collect());
+    let before_load = median(starts.iter().map(|s| s.ready_s * 1e3 - s.ms("load_ms")).collect());
+    for (phase, value) in [
+        ("process start, HTTP listening, /readyz polling (ready minus load_ms)", before_load),
+        ("ONNX Runtime library load and provider choice (runtime_ms)", ms("runtime_ms")),
+        ("model read (read_ms)", ms("read_ms")),
+        ("session creation (session_ms)", ms("session_ms")),
+        ("warm-up (warm_up_ms)", ms("warm_up_ms")),
+    ] {
+        writeln!(md, "| {phase} | {value:.0} |")?;
+    }
+    writeln!(md, "\n## 8. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
+    writeln!(md, "| clipfn, end-to-end server after the seed shape (VmHWM) | {:.2} |", peak_rss / 1e9)?;
+    let python = median(references.iter().map(|r| r.peak_rss).collect());
+    writeln!(md, "| Python ONNX Runtime, session + warm-up runs (ru_maxrss, median) | {:.2} |", python / 1e9)?;
+    writeln!(md, "| Immich's ML server, same weights (issue 13) | {:.2} |", cold_start::IMMICH_PEAK_RSS / 1e9)?;
+    let ready = median(starts.iter().map(|s| s.ready_s).collect());
+    let floor = median(references.iter().map(|r| r.session_and_runs_s).collect());
+    writeln!(
+        md,
+        "\n- cold start, medians: process start to /readyz 200 / Python ONNX Runtime session + warm-up runs = {ready:.2} / {floor:.2} s = **{:.2}** (goal <= 1.2)",
+        ready / floor
+    )?;
+    writeln!(
+        md,
+        "- peak RSS after the seed shape / Immich's ML server = {:.2} / {:.2} GB = **{:.2}** (goal <= 1.0)",
+        peak_rss / 1e9,
+        cold_start::IMMICH_PEAK_RSS / 1e9,
+        peak_rss / cold_start::IMMICH_PEAK_RSS
+    )?;
     Ok(())
 }
 
@@ -631,7 +711,8 @@ fn text_tower(
     );
     eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
 
-    let mut session = TextModel::load(image, settings, &std::fs::read(text_model)?, "bench-text".into(), &tokenizer)?;
+    let mut session =
+        TextModel::load(image, settings, ModelData::File(text_model.into()), "bench-text".into(), &tokenizer)?;
     let tokens =
         queries.iter().take(64).map(|q| tokenizer.tokenize(q).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     let rows: Vec<&[i64]> = tokens.iter().map(Vec::as_slice).collect();

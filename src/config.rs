@@ -144,6 +144,10 @@ pub struct Settings {
     /// ONNX Runtime intra-op threads on CPU; 0 lets ONNX Runtime pick.
     #[serde(default)]
     pub intra_threads: usize,
+    /// ONNX Runtime's CPU memory arena: it saves allocations per batch but keeps the largest
+    /// batch's memory for good, so it is off unless asked for (docs/design.md, "Memory").
+    #[serde(default)]
+    pub cpu_arena: bool,
     /// Overrides for models whose names or input size cannot be read from the graph.
     #[serde(default)]
     pub input_name: Option<String>,
@@ -414,6 +418,7 @@ mod tests {
         assert_eq!(s.allowed_sources, vec!["gs://a/x", "s3://b"]);
         assert_eq!(s.max_inline_body_bytes, 32 * MIB as usize);
         assert!(!s.allow_private_sources);
+        assert!(!s.cpu_arena, "the CPU arena holds the largest batch's memory for good");
         assert_eq!((s.text_model, s.max_texts, s.max_text_chars, s.text_cache), (None, 256, 2000, 4096));
         assert_eq!((s.text_tokenizer, s.text_max_tokens), (None, 128));
     }

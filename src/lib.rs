@@ -14,6 +14,7 @@ pub mod decode;
 pub mod gpu;
 pub mod labels;
 pub mod lambda;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 mod panics;

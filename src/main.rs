@@ -7,7 +7,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use clipfn::{backfill, config, lambda, replay, serve, telemetry};
+use clipfn::{backfill, config, lambda, memory, replay, serve, telemetry};
 
 #[derive(Parser)]
 #[command(version, about = "Photo references in, CLIP image embeddings out")]
@@ -46,6 +46,7 @@ Every setting, with its default and meaning: the Configuration table in README.m
 (CLIPFN_BATCH_SIZE, CLIPFN_PROVIDER, CLIPFN_MAX_* limits, timeouts, OTEL_* telemetry, ...).";
 
 fn main() -> ExitCode {
+    memory::return_large_blocks_to_the_system();
     let cli = Cli::parse();
     // The log format is a setting, so settings are read before logging starts; an error in them
     // is printed plainly.

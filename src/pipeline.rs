@@ -24,7 +24,10 @@ use crate::{
     decode::{DecodeError, DecodeOptions, decode},
     labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
-    model::{Model, ModelInfo, Runtime, TextFiles, TextModel, TextModelInfo, locate_text_model, read_image_model},
+    model::{
+        Model, ModelInfo, Runtime, TextFiles, TextModel, TextModelInfo, locate_text_model, read_image_model,
+        read_weights,
+    },
     panics,
     preprocess::{Pixels, PreprocessError, preprocess},
     source::{Source, SourceError},
@@ -140,26 +143,30 @@ impl Pipeline {
         let source = Source::new(settings)?;
         let started = Instant::now();
         let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
-        let model = async {
+        let (runtime_took, read_took, model) = async {
             // The provider decides which file of a model folder to read, so it is settled first
             // (a short blocking call; the other runtime threads keep /healthz answering).
             let runtime = Runtime::start(settings)?;
+            let runtime_took = started.elapsed();
             let file = read_image_model(&source, settings, runtime.on_cuda()).await.context("CLIPFN_MODEL")?;
+            let read_took = started.elapsed() - runtime_took;
             let settings = settings.clone();
             let span = tracing::Span::current();
-            anyhow::Ok(
-                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(runtime, &settings, file))).await??,
-            )
+            let model =
+                tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(runtime, &settings, file))).await??;
+            anyhow::Ok((runtime_took, read_took, model))
         }
         .instrument(span.clone())
         .await?;
-        let info = &model.info;
+        let (info, timings) = (&model.info, model.timings);
         span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider.as_str());
         metrics.model_loaded(started.elapsed(), info);
         tracing::info!(
             model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider.as_str(),
             fallback_reason = info.fallback_reason.as_deref(),
             image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
+            runtime_ms = runtime_took.as_millis() as u64, read_ms = read_took.as_millis() as u64,
+            session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
             load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
         );
         let (model, text) = load_text_model(&source, settings, model).await?;
@@ -372,12 +379,11 @@ async fn load_text_model(
         }
         None => Tokenizer::clip(),
     };
-    let bytes =
-        source.fetch_config_object(&location).await.with_context(|| format!("reading text model {location}"))?;
+    let data = read_weights(source, &location).await.context("the text model")?;
     let settings = settings.clone();
     let span = tracing::Span::current();
     let (model, text) = tokio::task::spawn_blocking(move || {
-        let text = span.in_scope(|| TextModel::load(&model, &settings, &bytes, id, &tokenizer));
+        let text = span.in_scope(|| TextModel::load(&model, &settings, data, id, &tokenizer));
         (model, text.map(|text| (text, tokenizer)))
     })
     .await?;

@@ -365,10 +365,24 @@ async fn contained_path(dir: &std::path::Path, key: &str) -> Result<ObjectPath, 
     ObjectPath::from_absolute_path(&real).map_err(|e| SourceError::Fetch(e.to_string()))
 }
 
+/// The local file a configuration location names (a path or a `file://` URI), for ONNX Runtime to
+/// read by itself; `None` for an object store URI, which must be fetched.
+pub fn local_config_file(location: &str) -> Option<Result<PathBuf, SourceError>> {
+    let path = match Uri::parse(location) {
+        Some(uri) if uri.scheme == "file" => PathBuf::from(format!("/{}", uri.path)),
+        Some(_) => return None,
+        None => PathBuf::from(location),
+    };
+    Some(real_path(&path))
+}
+
 /// A local file by absolute or relative path, as the object store names it.
 fn local_object(path: &Path) -> Result<ObjectPath, SourceError> {
-    let real = std::fs::canonicalize(path).map_err(|e| SourceError::Config(format!("{}: {e}", path.display())))?;
-    ObjectPath::from_absolute_path(real).map_err(config_error)
+    ObjectPath::from_absolute_path(real_path(path)?).map_err(config_error)
+}
+
+fn real_path(path: &Path) -> Result<PathBuf, SourceError> {
+    std::fs::canonicalize(path).map_err(|e| SourceError::Config(format!("{}: {e}", path.display())))
 }
 
 /// Budget units: KiB, rounded up, so that any photo under the byte limit fits a budget at least
@@ -461,6 +475,19 @@ fn classify(e: object_store::Error, path: &ObjectPath) -> SourceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_model_files_are_named_by_path_and_store_objects_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.onnx");
+        std::fs::write(&model, b"onnx").unwrap();
+        let real = std::fs::canonicalize(&model).unwrap();
+        assert_eq!(local_config_file(model.to_str().unwrap()).unwrap().unwrap(), real);
+        assert_eq!(local_config_file(&format!("file://{}", model.display())).unwrap().unwrap(), real);
+        assert!(matches!(local_config_file("/nonexistent/m.onnx"), Some(Err(SourceError::Config(_)))));
+        assert!(local_config_file("gs://models/m.onnx").is_none());
+        assert!(local_config_file("s3://models/m.onnx").is_none());
+    }
 
     #[test]
     fn keys_cannot_escape() {

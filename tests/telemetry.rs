@@ -403,6 +403,15 @@ fn spans_metrics_and_json_logs_arrive_with_their_links() {
     assert_eq!((embed_line["status"].as_u64(), embed_line["errors"].as_u64()), (Some(200), Some(1)));
     assert!(embed_line["total_ms"].as_f64().unwrap() > 0.0);
     assert!(!text.contains("private-"), "a photo key reached the log:\n{text}");
+    // The start-up line splits its load time into phases, which lie inside it (the bench's
+    // cold-start breakdown reads them).
+    let loaded = lines
+        .iter()
+        .find(|l| l["message"] == "model loaded and warmed up")
+        .unwrap_or_else(|| panic!("no start-up line in:\n{text}"));
+    let ms = |field: &str| loaded[field].as_u64().unwrap_or_else(|| panic!("no {field} in {loaded}"));
+    let phases = ms("read_ms") + ms("runtime_ms") + ms("session_ms") + ms("warm_up_ms");
+    assert!(phases <= ms("load_ms"), "phases add up to more than load_ms: {loaded}");
 }
 
 // ---- Prometheus text --------------------------------------------------------------------

@@ -5,11 +5,12 @@
 use anyhow::Context;
 
 use super::{
-    ModelFile, ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Weights, is_folder, parse_preprocessor_config,
+    ModelData, ModelFile, ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Weights, is_folder,
+    parse_preprocessor_config,
 };
 use crate::{
     config::{Precision, Settings},
-    source::Source,
+    source::{Source, local_config_file},
 };
 
 /// Lists the model folder at `location` (a path, or a URI prefix).
@@ -30,9 +31,8 @@ pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: boo
                 precision.as_str()
             );
         }
-        let bytes = source.fetch_config_object(location).await.with_context(|| format!("reading {location}"))?;
         return Ok(ModelFile {
-            bytes,
+            data: read_weights(source, location).await?,
             id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
             file: name.to_string(),
             precision,
@@ -50,14 +50,23 @@ pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: boo
         false => None,
     };
     let path = folder.locate(&variant.file);
-    let bytes = source.fetch_config_object(&path).await.with_context(|| format!("reading {path}"))?;
     Ok(ModelFile {
-        bytes,
+        data: read_weights(source, &path).await?,
         id: folder.name().to_string(),
         file: variant.file,
         precision: variant.precision,
         preprocessing,
     })
+}
+
+/// A local model file is left for ONNX Runtime to read (no copy in clipfn); one in a store is
+/// fetched.
+pub async fn read_weights(source: &Source, location: &str) -> anyhow::Result<ModelData> {
+    let data = match local_config_file(location) {
+        Some(path) => path.map(ModelData::File),
+        None => source.fetch_config_object(location).await.map(ModelData::Bytes),
+    };
+    data.with_context(|| format!("reading {location}"))
 }
 
 /// Where the text tower comes from.

@@ -12,7 +12,10 @@ mod normalizer;
 mod preprocessor;
 mod text;
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use ort::{
     environment::Environment,
@@ -26,7 +29,7 @@ use ort::{
 
 use self::normalizer::Normalizer;
 pub use self::{
-    files::{TextFiles, locate_text_model, open_folder, read_image_model},
+    files::{TextFiles, locate_text_model, open_folder, read_image_model, read_weights},
     folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
     preprocessor::parse as parse_preprocessor_config,
     text::{TextModel, TextModelInfo},
@@ -120,9 +123,26 @@ impl Runtime {
     }
 }
 
+/// Where the session's weights come from. ONNX Runtime reads a local file by itself, so clipfn
+/// never holds a second copy of the weights; a model fetched from a store arrives as bytes, which
+/// are let go as soon as the session holds the weights.
+pub enum ModelData {
+    File(PathBuf),
+    Bytes(bytes::Bytes),
+}
+
+/// Where the model's part of start-up went, for the "model loaded and warmed up" log line.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LoadTimings {
+    /// Building the session: parsing the graph, optimising it, placing and prepacking weights.
+    pub session: Duration,
+    /// The warm-up batches (batch 1 and the full batch size).
+    pub warm_up: Duration,
+}
+
 /// A model file read for loading.
 pub struct ModelFile {
-    pub bytes: bytes::Bytes,
+    pub data: ModelData,
     /// The model's name as clients see it.
     pub id: String,
     /// Its file name (relative to its folder for a folder) and precision.
@@ -137,6 +157,7 @@ pub struct Model {
     /// Present when the model normalises (`input_layout` is raw).
     normalizer: Option<Normalizer>,
     pub info: ModelInfo,
+    pub timings: LoadTimings,
     // The session borrows the process-wide environment; keep it alive as long as the session.
     _environment: Environment,
 }
@@ -146,8 +167,13 @@ impl Model {
     /// 1 and at the full batch size; the warm-up also reveals the embedding size.
     pub fn load(runtime: Runtime, settings: &Settings, model: ModelFile) -> Result<Self, ModelError> {
         let Runtime { environment, on_cuda, fallback_reason } = runtime;
+        let started = Instant::now();
         let (session, on_cuda, fallback_reason) =
-            build_session(&environment, settings, &model.bytes, on_cuda, fallback_reason)?;
+            build_session(&environment, settings, &model.data, on_cuda, fallback_reason)?;
+        // The session holds the weights now: fetched bytes must not stay beside them, nor sit
+        // under the warm-up's peak.
+        drop(model.data);
+        let timings = LoadTimings { session: started.elapsed(), ..LoadTimings::default() };
         let provider = if on_cuda { Provider::Cuda } else { Provider::Cpu };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
@@ -196,7 +222,8 @@ impl Model {
             }
             Layout::NormalizedNchw => None,
         };
-        let mut model = Model { session, normalizer, info, _environment: environment };
+        let started = Instant::now();
+        let mut model = Model { session, normalizer, info, timings, _environment: environment };
         let mut sizes = vec![1, settings.batch_size];
         sizes.dedup();
         for n in sizes {
@@ -207,6 +234,7 @@ impl Model {
             }
             model.info.warm_up_batches.push(n);
         }
+        model.timings.warm_up = started.elapsed();
         Ok(model)
     }
 
@@ -281,15 +309,15 @@ type Built = (Session, bool, Option<String>);
 fn build_session(
     environment: &Environment,
     settings: &Settings,
-    bytes: &[u8],
+    data: &ModelData,
     on_cuda: bool,
     fallback_reason: Option<String>,
 ) -> Result<Built, ModelError> {
-    let cpu = || session_builder(environment, settings, false)?.commit_from_memory(bytes).map_err(load);
+    let cpu = || commit(session_builder(environment, settings, false)?, data);
     if !on_cuda {
         return Ok((cpu()?, false, fallback_reason));
     }
-    match session_builder(environment, settings, true).and_then(|mut b| b.commit_from_memory(bytes).map_err(load)) {
+    match session_builder(environment, settings, true).and_then(|b| commit(b, data)) {
         Ok(session) => Ok((session, true, None)),
         Err(e) if settings.provider == Provider::Cuda => Err(ModelError::CudaUnavailable(e.to_string())),
         Err(e) => {
@@ -297,6 +325,14 @@ fn build_session(
             Ok((cpu()?, false, Some(e.to_string())))
         }
     }
+}
+
+fn commit(mut builder: SessionBuilder, data: &ModelData) -> Result<Session, ModelError> {
+    match data {
+        ModelData::File(path) => builder.commit_from_file(path),
+        ModelData::Bytes(bytes) => builder.commit_from_memory(bytes),
+    }
+    .map_err(load)
 }
 
 /// Session options shared by the CLIP session and the normaliser; with `cuda`, registering the
@@ -312,8 +348,16 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
         builder = builder.with_execution_providers([ep::CUDA::default().build().error_on_failure()]).map_err(load)?;
     } else {
         // On CPU the decoders share the cores with inference: idle ONNX Runtime threads must
-        // sleep, not spin, or they burn the time decoding needs.
-        builder = builder.with_intra_op_spinning(false).map_err(load)?;
+        // sleep, not spin, or they burn the time decoding needs. Batches come in every size up
+        // to the limit, so no memory pattern is planned and kept per size: each run allocates
+        // as it goes.
+        builder = builder
+            .with_intra_op_spinning(false)
+            .and_then(|b| b.with_memory_pattern(false))
+            .and_then(|b| {
+                b.with_execution_providers([ep::CPU::default().with_arena_allocator(settings.cpu_arena).build()])
+            })
+            .map_err(load)?;
     }
     Ok(builder)
 }

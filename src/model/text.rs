@@ -13,7 +13,7 @@ use ort::{
     value::{DynTensor, Tensor, TensorElementType},
 };
 
-use super::{Model, ModelError, embeddings, inference, load, session_builder};
+use super::{Model, ModelData, ModelError, commit, embeddings, inference, session_builder};
 use crate::{
     config::{Provider, Settings},
     tokenize::Tokenizer,
@@ -54,14 +54,14 @@ impl TextModel {
     pub fn load(
         image: &Model,
         settings: &Settings,
-        bytes: &[u8],
+        data: ModelData,
         id: String,
         tokenizer: &Tokenizer,
     ) -> Result<Self, ModelError> {
         let provider = image.info.provider;
-        let session = session_builder(&image._environment, settings, provider == Provider::Cuda)?
-            .commit_from_memory(bytes)
-            .map_err(load)?;
+        let session = commit(session_builder(&image._environment, settings, provider == Provider::Cuda)?, &data)?;
+        // As for the image model: no copy of the weights beside the session's.
+        drop(data);
         let inputs = session.inputs();
         let ids = inputs
             .iter()
