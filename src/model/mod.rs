@@ -353,10 +353,10 @@ fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -
         // as it goes.
         builder = builder
             .with_intra_op_spinning(false)
-            .and_then(|b| b.with_memory_pattern(false))
-            .and_then(|b| {
-                b.with_execution_providers([ep::CPU::default().with_arena_allocator(settings.cpu_arena).build()])
-            })
+            .map_err(load)?
+            .with_memory_pattern(false)
+            .map_err(load)?
+            .with_execution_providers([ep::CPU::default().with_arena_allocator(settings.cpu_arena).build()])
             .map_err(load)?;
     }
     Ok(builder)
