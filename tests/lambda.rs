@@ -17,7 +17,7 @@ use axum::{
     routing::{get, post},
 };
 use clipfn::replay::Expectation;
-use common::{Proc, camera_photos, free_port, setup_var};
+use common::{Proc, camera_photos, setup_var};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -185,8 +185,9 @@ async fn serves_invocations_from_a_lambda_runtime_api_peer() {
             }),
         )
         .with_state(api);
-    let port = free_port();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    // Bound at once on a port the system picks, so no other test can take it in between.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let child = clipfn(store.path())
