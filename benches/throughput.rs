@@ -48,10 +48,6 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 const BATCHES: [usize; 4] = [1, 16, 32, 64];
-/// The end-to-end server's batch size.
-const SERVER_BATCH: usize = 64;
-/// The batch sizes the server warms up at start (see `Model::load`).
-const WARM_UP_BATCHES: [usize; 2] = [1, SERVER_BATCH];
 const COLD_STARTS: usize = 5;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -122,6 +118,7 @@ fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>
 /// Photos/s of decode + resize + normalise on one thread, median of `runs` passes.
 fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
     let data: Vec<Vec<u8>> = photos.iter().map(std::fs::read).collect::<Result<_, _>>()?;
+    let (transform, mut batch) = (Transform::clip(224), Pixels::empty(Layout::NormalizedNchw, 3 * 224 * 224));
     let mut rates = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
@@ -129,7 +126,10 @@ fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
             // As the server decodes: JPEG at the DCT scale that covers 224 (DecodeOptions::full_size
             // would decode at full size, as the reference does).
             let decoded = decode(bytes, &DecodeOptions::for_input(224, u64::MAX))?;
-            std::hint::black_box(preprocess(&decoded, &Transform::clip(224), Layout::NormalizedNchw)?);
+            let square = preprocess(&decoded, &transform)?;
+            batch.clear();
+            batch.push(&square, &transform);
+            std::hint::black_box(&batch);
         }
         rates.push(data.len() as f64 / t.elapsed().as_secs_f64());
     }
@@ -301,7 +301,13 @@ fn seed_gcs(photos: &[PathBuf], data: &Path) -> Vec<String> {
 /// Photos/s of the release `clipfn backfill` over `copies` copies of every photo (one task, batch
 /// 64, Parquet to a temporary folder), from its final summary. The copies are symlinks inside a
 /// local store, so the figure is the pipeline's and not an emulator's.
-fn backfill(model: &str, provider: &str, photos: &[PathBuf], copies: usize) -> anyhow::Result<(usize, f64)> {
+fn backfill(
+    model: &str,
+    provider: &str,
+    batch: usize,
+    photos: &[PathBuf],
+    copies: usize,
+) -> anyhow::Result<(usize, f64)> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("photos");
     std::fs::create_dir_all(&store)?;
@@ -328,7 +334,7 @@ fn backfill(model: &str, provider: &str, photos: &[PathBuf], copies: usize) -> a
         .env("CLIPFN_MODEL", model)
         .env("CLIPFN_PROVIDER", provider)
         .env("CLIPFN_STORE", format!("file://{}", store.display()))
-        .env("CLIPFN_BATCH_SIZE", "64")
+        .env("CLIPFN_BATCH_SIZE", batch.to_string())
         .env("CLIPFN_LOG_FORMAT", "json")
         .stderr(std::process::Stdio::inherit())
         .output()?;
@@ -379,6 +385,10 @@ fn main() -> anyhow::Result<()> {
     let model = setup_var("CLIPFN_BENCH_MODEL");
     anyhow::ensure!(Path::new(&model).is_file(), "{model} missing: run tools/setup.sh --bench");
     let photos = camera_photos(usize::MAX);
+    // The server runs at its default batch size for the provider; it warms up at 1 and at that.
+    let server_batch =
+        Settings::from_vars([("CLIPFN_MODEL".to_string(), model.clone())])?.batch_size(provider == "cuda");
+    let warm_up_batches = [1, server_batch];
 
     // One ONNX Runtime environment per process: the image session also hosts the text session.
     let settings = bench_settings(&model, &provider)?;
@@ -395,10 +405,19 @@ fn main() -> anyhow::Result<()> {
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_MODEL", &model)
         .env("CLIPFN_PROVIDER", &provider)
-        .env("CLIPFN_BATCH_SIZE", &SERVER_BATCH.to_string())
-        .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
-        .start();
+        .env("CLIPFN_BATCH_SIZE", &server_batch.to_string())
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000");
     let runtime = tokio::runtime::Runtime::new()?;
+    // The seed shape's peak RSS at batch 64 too, from a server of its own.
+    let peak_rss_64 = if server_batch == 64 {
+        None
+    } else {
+        let server = server.clone().env("CLIPFN_BATCH_SIZE", "64").start();
+        eprintln!("end to end at batch 64: seed load shape, {vus} VUs for {secs} s");
+        runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
+        Some(cold_start::peak_rss(server.proc.0.id())?)
+    };
+    let server = server.start();
     eprintln!("end to end: seed load shape, {vus} VUs for {secs} s");
     let seed = runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
     let peak_rss = cold_start::peak_rss(server.proc.0.id())?;
@@ -412,7 +431,7 @@ fn main() -> anyhow::Result<()> {
             .env("CLIPFN_STORE", "gs://photos")
             .env("CLIPFN_MODEL", &folder)
             .env("CLIPFN_PROVIDER", &provider)
-            .env("CLIPFN_BATCH_SIZE", "64")
+            .env("CLIPFN_BATCH_SIZE", &server_batch.to_string())
             .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
     };
     let precisions: String = env_or("CLIPFN_BENCH_PRECISIONS", "fp32,int8".to_string());
@@ -429,15 +448,15 @@ fn main() -> anyhow::Result<()> {
     };
     let copies: usize = env_or("CLIPFN_BENCH_BACKFILL_COPIES", 20);
     eprintln!("backfill: {copies} copies of {} photos", photos.len());
-    let (backfilled, backfill_rate) = backfill(&model, &provider, &photos, copies)?;
+    let (backfilled, backfill_rate) = backfill(&model, &provider, server_batch, &photos, copies)?;
 
     // Cold starts, each beside the Python reference, so that both see the same machine load.
     let mut starts = Vec::new();
     let mut references = Vec::new();
     for run in 0..COLD_STARTS {
         let log = out.join(format!("cold-start-{run}.log"));
-        starts.push(cold_start::start_once(&model, &provider, SERVER_BATCH, &photos[0], &log)?);
-        references.push(cold_start::reference(&model, &provider, &WARM_UP_BATCHES)?);
+        starts.push(cold_start::start_once(&model, &provider, server_batch, &photos[0], &log)?);
+        references.push(cold_start::reference(&model, &provider, &warm_up_batches)?);
         eprintln!(
             "cold start {run}: ready {:.2} s, Python ORT session + warm-up {:.2} s",
             starts[run].ready_s, references[run].session_and_runs_s
@@ -552,14 +571,14 @@ fn main() -> anyhow::Result<()> {
     }
     writeln!(
         md,
-        "\n## 6. Backfill (`clipfn backfill`, release, one task, batch 64, local store, Parquet out)\n\n| photos | photos/s |\n|---|---|\n| {backfilled} | {backfill_rate:.1} |"
+        "\n## 6. Backfill (`clipfn backfill`, release, one task, batch {server_batch}, local store, Parquet out)\n\n| photos | photos/s |\n|---|---|\n| {backfilled} | {backfill_rate:.1} |"
     )?;
     writeln!(
         md,
         "\n- backfill photos/s / raw batch-64 images/s = {backfill_rate:.1} / {raw64:.1} = **{:.2}** (target >= 0.95)",
         backfill_rate / raw64
     )?;
-    cold_start_sections(&mut md, &starts, &references, peak_rss)?;
+    cold_start_sections(&mut md, &starts, &references, warm_up_batches, (peak_rss, peak_rss_64))?;
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
     chart(&raw, &out.join("throughput.svg"))?;
@@ -573,9 +592,10 @@ fn cold_start_sections(
     md: &mut String,
     starts: &[cold_start::Start],
     references: &[cold_start::Reference],
-    peak_rss: f64,
+    warm_up_batches: [usize; 2],
+    (peak_rss, peak_rss_64): (f64, Option<f64>),
 ) -> anyhow::Result<()> {
-    let warm_up = WARM_UP_BATCHES.map(|b| b.to_string()).join(" and ");
+    let warm_up = warm_up_batches.map(|b| b.to_string()).join(" and ");
     writeln!(
         md,
         "\n## 7. Cold start (release server, model file in the page cache, warm-up at batch {warm_up})\n\n\
@@ -606,7 +626,11 @@ fn cold_start_sections(
         writeln!(md, "| {phase} | {value:.0} |")?;
     }
     writeln!(md, "\n## 8. Memory\n\n| | peak RSS, GB |\n|---|---|")?;
-    writeln!(md, "| clipfn, end-to-end server after the seed shape (VmHWM) | {:.2} |", peak_rss / 1e9)?;
+    let batch = warm_up_batches[1];
+    writeln!(md, "| clipfn, end-to-end server after the seed shape, batch {batch} (VmHWM) | {:.2} |", peak_rss / 1e9)?;
+    if let Some(peak_rss_64) = peak_rss_64 {
+        writeln!(md, "| the same at `CLIPFN_BATCH_SIZE=64` | {:.2} |", peak_rss_64 / 1e9)?;
+    }
     let python = median(references.iter().map(|r| r.peak_rss).collect());
     writeln!(md, "| Python ONNX Runtime, session + warm-up runs (ru_maxrss, median) | {:.2} |", python / 1e9)?;
     writeln!(md, "| Immich's ML server, same weights (issue 13) | {:.2} |", cold_start::IMMICH_PEAK_RSS / 1e9)?;

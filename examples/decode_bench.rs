@@ -17,7 +17,7 @@ use std::{
 
 use clipfn::{
     decode::{DecodeOptions, Decoded, decode},
-    preprocess::{Layout, Transform, preprocess},
+    preprocess::{Layout, Pixels, Transform, preprocess},
 };
 
 #[derive(Default)]
@@ -51,6 +51,8 @@ fn main() {
     }
     let limit = 100_000_000;
     let modes = [("scaled", DecodeOptions::for_input(size, limit)), ("full", DecodeOptions::full_size(limit))];
+    let transform = Transform::clip(size);
+    let mut batch = Pixels::empty(Layout::NormalizedNchw, (3 * size * size) as usize);
     let mut per_format: BTreeMap<String, Sums> = BTreeMap::new();
     println!(
         "{:<44} {:>6} {:>7}  {:>8} {:>8}  {:>8} {:>8}  {:>8}",
@@ -69,7 +71,10 @@ fn main() {
                 let Ok(decoded) = decode(&bytes, options) else { break };
                 decode_times.push(start.elapsed());
                 let start = Instant::now();
-                std::hint::black_box(preprocess(&decoded, &Transform::clip(size), Layout::NormalizedNchw).unwrap());
+                let square = preprocess(&decoded, &transform).unwrap();
+                batch.clear();
+                batch.push(&square, &transform);
+                std::hint::black_box(&batch);
                 preprocess_times.push(start.elapsed());
                 info.get_or_insert_with(|| summary(&decoded));
             }

@@ -34,6 +34,7 @@ use std::{
 };
 
 use crossbeam_channel::{Receiver, Sender, select_biased, unbounded};
+use image::RgbImage;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::Span;
 
@@ -133,7 +134,7 @@ pub struct Overloaded {
 
 /// What one job asks the worker to embed; a batch holds one kind only.
 enum Input {
-    Image(Pixels),
+    Image(RgbImage),
     Text(Tokens),
 }
 
@@ -222,9 +223,9 @@ impl Batcher {
     /// Queues one preprocessed photo and waits for its embedding. Dropping the future withdraws
     /// the photo: the worker skips jobs nobody waits for. `queue_span` times the wait and is
     /// closed when the batch starts; the current span is taken as the photo's request span.
-    pub async fn embed(&self, pixels: Pixels, queue_span: Span) -> Result<Embedded, BatchError> {
+    pub async fn embed(&self, square: RgbImage, queue_span: Span) -> Result<Embedded, BatchError> {
         let (reply, result) = oneshot::channel();
-        let job = Job { input: Input::Image(pixels), reply, queue_span, request_span: Span::current() };
+        let job = Job { input: Input::Image(square), reply, queue_span, request_span: Span::current() };
         self.images.send(job).map_err(|_| BatchError::Stopped)?;
         self.metrics.queued(1);
         result.await.map_err(|_| BatchError::Stopped)?
@@ -259,7 +260,7 @@ impl<M: Infer> Towers<M> {
         let mut rows = Vec::new();
         for job in jobs {
             match &job.input {
-                Input::Image(pixels) => buffers.pixels.extend(pixels),
+                Input::Image(square) => buffers.pixels.push(square, &self.image.info().preprocessing),
                 Input::Text(tokens) => rows.push(&tokens.ids[..]),
             }
         }
@@ -500,7 +501,7 @@ pub(crate) mod fake {
             let Pixels::NormalizedNchw(values) = pixels else { unreachable!("the fake takes normalised input") };
             assert_eq!(values.len(), n * self.info.slot_len());
             let photos: Vec<&[f32]> = values.chunks(self.info.slot_len()).collect();
-            if photos.iter().any(|p| p.iter().all(|&v| v < -1.7)) {
+            if photos.iter().any(|p| p.iter().all(|&v| v < -1.4)) {
                 panic!("a black photo");
             }
             if photos.iter().any(|p| p.iter().all(|&v| v > 1.9)) {
@@ -526,18 +527,24 @@ mod tests {
     use opentelemetry::metrics::MeterProvider as _;
 
     use super::{fake::*, *};
+    use crate::preprocess::{CLIP_MEAN, CLIP_STD};
 
     const SIDE: u32 = 4;
 
-    fn photo(value: f32) -> Pixels {
-        Pixels::NormalizedNchw(vec![value; 3 * (SIDE * SIDE) as usize])
+    fn photo(value: u8) -> RgbImage {
+        RgbImage::from_pixel(SIDE, SIDE, image::Rgb([value; 3]))
+    }
+
+    /// What the fake model embeds a photo of one grey `value` as: its mean normalised value.
+    fn fake_embedding(value: u8) -> f32 {
+        (0..3).map(|c| (f32::from(value) / 255.0 - CLIP_MEAN[c]) / CLIP_STD[c]).sum::<f32>() / 3.0
     }
 
     fn metrics() -> Arc<Metrics> {
         Arc::new(Metrics::new(opentelemetry_sdk::metrics::SdkMeterProvider::builder().build().meter("test")))
     }
 
-    fn embed_all(batcher: &Batcher, values: &[f32]) -> Vec<Result<Embedded, BatchError>> {
+    fn embed_all(batcher: &Batcher, values: &[u8]) -> Vec<Result<Embedded, BatchError>> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         // join_all polls every future once before any waits, so all photos are queued at once.
         runtime.block_on(futures::future::join_all(values.iter().map(|&v| batcher.embed(photo(v), Span::none()))))
@@ -547,14 +554,16 @@ mod tests {
     fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
         let (model, _device) = FakeModel::new(6, SIDE);
         let batcher = Batcher::start(model, None, Duration::from_secs(10), 16, metrics());
-        let values = [0.1, 2.0, 0.3, -1.8, 0.5, 0.6];
+        // White trips the model and black crashes it; the greys embed.
+        let values = [25, 255, 76, 0, 127, 153];
         let results = embed_all(&batcher, &values);
         let mut batch_start = None;
         for (value, result) in values.iter().zip(&results) {
             match result {
-                Err(BatchError::Model(_)) => assert!(value.abs() > 1.7, "photo {value} failed: {result:?}"),
+                Err(BatchError::Model(_)) => assert!([0, 255].contains(value), "photo {value} failed: {result:?}"),
                 Ok(embedded) => {
-                    assert!((embedded.embedding[0] - value).abs() < 1e-6, "photo {value}: {embedded:?}");
+                    let expected = fake_embedding(*value);
+                    assert!((embedded.embedding[0] - expected).abs() < 1e-5, "photo {value}: {embedded:?}");
                     // All from one batch: the full batch failed and was split, not retried per photo.
                     assert_eq!(*batch_start.get_or_insert(embedded.started), embedded.started);
                 }
@@ -569,10 +578,10 @@ mod tests {
     fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
         let (model, device) = FakeModel::new(4, SIDE);
         let batcher = Batcher::start(model, None, Duration::from_millis(5), 16, metrics());
-        assert!(embed_all(&batcher, &[0.2]).pop().unwrap().is_ok());
+        assert!(embed_all(&batcher, &[51]).pop().unwrap().is_ok());
         assert!(batcher.health().check().is_ok());
         device.store(DEVICE_LOST, Ordering::SeqCst);
-        let results = embed_all(&batcher, &[0.2, 0.4]);
+        let results = embed_all(&batcher, &[51, 102]);
         assert!(results.iter().all(|r| matches!(r, Err(BatchError::Model(_)))), "{results:?}");
         assert!(matches!(batcher.health().check(), Err(Unhealthy::ModelBroken)));
     }
@@ -588,7 +597,7 @@ mod tests {
         let queues = Queues { texts: text_jobs, images: image_jobs };
         let mut waiting = Vec::new();
         for _ in 0..5 {
-            let (job, rx) = job(Input::Image(photo(0.1)));
+            let (job, rx) = job(Input::Image(photo(25)));
             images.send(job).unwrap();
             waiting.push(rx);
         }
@@ -610,7 +619,7 @@ mod tests {
         let (model, device) = FakeModel::new(4, SIDE);
         let batcher = Batcher::start(model, None, Duration::from_millis(5), 16, metrics());
         device.store(DEVICE_CRASHING, Ordering::SeqCst);
-        assert!(matches!(embed_all(&batcher, &[0.2]).pop().unwrap(), Err(BatchError::Stopped)));
+        assert!(matches!(embed_all(&batcher, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
         // The thread marks itself stopped as it unwinds, just after the photo's reply is dropped.
         let until = Instant::now() + Duration::from_secs(5);
         while batcher.health().check().is_ok() {
@@ -618,6 +627,6 @@ mod tests {
             thread::sleep(Duration::from_millis(10));
         }
         assert!(matches!(batcher.health().check(), Err(Unhealthy::WorkerStopped)));
-        assert!(matches!(embed_all(&batcher, &[0.2]).pop().unwrap(), Err(BatchError::Stopped)));
+        assert!(matches!(embed_all(&batcher, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
     }
 }

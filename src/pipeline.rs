@@ -15,6 +15,7 @@ use std::{
 
 use anyhow::Context;
 use futures::{Stream, StreamExt};
+use image::RgbImage;
 use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
@@ -29,7 +30,7 @@ use crate::{
         read_weights,
     },
     panics,
-    preprocess::{Pixels, PreprocessError, preprocess},
+    preprocess::{PreprocessError, preprocess},
     source::{Source, SourceError},
     text::{TextEmbedding, TextEncoder, TextError},
     tokenize::{JsonTokenizer, Tokenizer},
@@ -317,26 +318,26 @@ impl Pipeline {
         let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        let (transform, layout) = (self.model().preprocessing.clone(), self.model().input_layout);
+        let transform = self.model().preprocessing.clone();
         // JPEGs decode at the smallest DCT scale that still covers the resized photo.
         let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
         // turns it into this photo's error and the process and the other photos carry on. The
         // fetched bytes (and their share of the byte budget) are let go when the decode ends.
         let in_task = span.clone();
-        let work = tokio::task::spawn_blocking(move || -> Result<Pixels, ItemError> {
+        let work = tokio::task::spawn_blocking(move || -> Result<RgbImage, ItemError> {
             let _slot = slot;
             let _entered = in_task.enter();
             let decoded = decode(&fetched.bytes, &options)?;
             drop(fetched);
-            Ok(preprocess(&decoded, &transform, layout)?)
+            Ok(preprocess(&decoded, &transform)?)
         });
         // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
-        let pixels = tokio::time::timeout(self.decode_timeout, work).await;
+        let square = tokio::time::timeout(self.decode_timeout, work).await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let pixels = match pixels {
+        let square = match square {
             Ok(Ok(result)) => result,
             Ok(Err(join_error)) => {
                 let message = join_error.try_into_panic().map(|p| panics::message(p.as_ref())).unwrap_or_default();
@@ -344,10 +345,10 @@ impl Pipeline {
             }
             Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
         };
-        let pixels = pixels.inspect_err(|_| failed(&span))?;
+        let square = square.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
-        let embedded = self.batcher.embed(pixels, span).await?;
+        let embedded = self.batcher.embed(square, span).await?;
         timings.queue = Interval::new(queued, embedded.started);
         timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));

@@ -175,7 +175,7 @@ impl Source {
             allowed,
             max_bytes: settings.max_image_bytes,
             io_slots: Semaphore::new(settings.fetch_concurrency),
-            budget: Arc::new(Semaphore::new(kib(settings.max_fetched_bytes))),
+            budget: Arc::new(Semaphore::new(kib(settings.max_fetched_bytes()))),
             client,
             web,
         })

@@ -40,8 +40,11 @@ fuzz_target!(
         assert!(u64::from(full_w) * u64::from(full_h) <= MAX_PIXELS, "pixel limit not enforced");
         let denom = decoded.scale_denom;
         assert_eq!((width, height), (full_w.div_ceil(denom), full_h.div_ceil(denom)), "size and scale disagree");
-        let pixels = preprocess(&decoded, &Transform::clip(SIZE), Layout::NormalizedNchw).expect("a decoded photo must preprocess");
-        let Pixels::NormalizedNchw(slot) = pixels else { unreachable!("asked for NCHW") };
+        let transform = Transform::clip(SIZE);
+        let square = preprocess(&decoded, &transform).expect("a decoded photo must preprocess");
+        let mut batch = Pixels::empty(Layout::NormalizedNchw, 0);
+        batch.push(&square, &transform);
+        let Pixels::NormalizedNchw(slot) = batch else { unreachable!("asked for NCHW") };
         assert_eq!(slot.len(), 3 * (SIZE * SIZE) as usize);
         assert!(slot.iter().all(|v| v.is_finite()), "non-finite model input");
     }

@@ -213,7 +213,7 @@ impl Model {
                 (Normalize::Cpu, _) | (Normalize::Auto, false) => Layout::NormalizedNchw,
             },
             dim: 0,
-            batch_size: settings.batch_size,
+            batch_size: settings.batch_size(on_cuda),
             warm_up_batches: Vec::new(),
         };
         let normalizer = match info.input_layout {
@@ -224,7 +224,7 @@ impl Model {
         };
         let started = Instant::now();
         let mut model = Model { session, normalizer, info, timings, _environment: environment };
-        let mut sizes = vec![1, settings.batch_size];
+        let mut sizes = vec![1, model.info.batch_size];
         sizes.dedup();
         for n in sizes {
             let embeddings = model.warm_up(n)?;

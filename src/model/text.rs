@@ -93,13 +93,13 @@ impl TextModel {
             context,
             tokenizer: tokenizer.kind(),
             dim: 0,
-            batch_size: settings.batch_size,
+            batch_size: image.info.batch_size,
         };
         let mut model = TextModel { session, pad_id: tokenizer.pad_id(), info };
         let empty = tokenizer.tokenize("").map_err(|e| ModelError::Load(e.to_string()))?.ids;
         let mut largest = empty.clone();
         largest.insert(largest.len().min(1), tokenizer.max_id());
-        let mut full = vec![&empty[..]; settings.batch_size - 1];
+        let mut full = vec![&empty[..]; image.info.batch_size - 1];
         full.push(&largest);
         // At 1 (a search query) and the full batch, as the image tower, so that no request pays
         // for a first run at a new shape.

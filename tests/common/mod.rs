@@ -81,6 +81,7 @@ pub struct Server {
     pub base: String,
 }
 
+#[derive(Clone)]
 pub struct ServerConfig {
     pub envs: Vec<(String, String)>,
     pub wait_ready: bool,
