@@ -39,6 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::Span;
 
 use crate::{
+    memory::Trimmer,
     metrics::{Metrics, Stage},
     model::{Model, ModelError, ModelInfo, TextModel, TextModelInfo},
     panics,
@@ -312,6 +313,7 @@ fn run_worker(
     let pixels = Pixels::empty(info.input_layout, max * info.slot_len());
     let mut buffers = Buffers { pixels };
     let mut batch_id: u64 = 0;
+    let mut trimmer = Trimmer::default();
     // Ends when every sender is gone, i.e. the Batcher was dropped at shutdown.
     while let Some(mut batch) = next_batch(&queues, max, batch_wait) {
         let is_text = matches!(batch[0].input, Input::Text(_));
@@ -341,6 +343,8 @@ fn run_worker(
         for (job, result) in batch.into_iter().zip(results) {
             let _ = job.reply.send(result.map(|embedding| Embedded { embedding, started, finished }));
         }
+        // The batch's tensors and photos are gone now: let their memory go before the next one.
+        trimmer.after_batch();
     }
     tracing::debug!("model worker stopped");
 }
