@@ -348,7 +348,7 @@ impl Settings {
     /// Photos per inference run: as set, else 64 on CUDA (the seed's finding: batches of 64 beat
     /// 16 and 32 on a GPU) and 16 on CPU, where images/s is the same from 8 to 64 while the
     /// activations' memory, the warm-up and the wait behind a running batch grow with the batch
-    /// (docs/design.md, "Batch size").
+    /// (docs/design.md, "Batch size per provider").
     pub fn batch_size(&self, on_cuda: bool) -> usize {
         self.batch_size.unwrap_or(if on_cuda { 64 } else { 16 })
     }

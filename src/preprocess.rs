@@ -2,6 +2,8 @@
 //! CLIP's reference pipeline does it (torchvision on Pillow images): resize with antialiased
 //! filtering, center crop S x S, rescale, normalise per channel. The numbers come from a
 //! [`Transform`]: CLIP ViT-B/32's by default, or a model folder's `preprocessor_config.json`.
+//! [`preprocess`] does the resize and crop; the rest happens as the batch is laid out
+//! ([`Pixels::push`]), so a photo waits for its batch as a quarter of the bytes.
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::RgbImage;
