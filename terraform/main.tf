@@ -9,6 +9,16 @@ locals {
   photo_uri  = "gs://${google_storage_bucket.photos.name}"
   runtime_sa = "serviceAccount:${google_service_account.runtime.email}"
 
+  # What the model grants let the service and the job read. One object: that object. A folder
+  # (model_object ending in "/"): the objects under it, and listing the bucket only with the
+  # folder as the list's prefix (listing is checked on the bucket, so its prefix is the only
+  # handle a condition has; clipfn lists the folder to pick the precision's file).
+  model_objects = "projects/_/buckets/${google_storage_bucket.models.name}/objects/${var.model_object}"
+  model_read_condition = endswith(var.model_object, "/") ? join(" || ", [
+    "resource.name.startsWith(\"${local.model_objects}\")",
+    "(resource.name == \"projects/_/buckets/${google_storage_bucket.models.name}\" && api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${var.model_object}\"))",
+  ]) : "resource.name == \"${local.model_objects}\""
+
   # Cloud Run serves the container's port through $PORT; clipfn listens there.
   container_port = 8080
 
@@ -78,10 +88,11 @@ resource "google_storage_bucket" "models" {
   depends_on = [google_project_service.required]
 }
 
-# Optional upload of the model; otherwise `gcloud storage cp` it to
-# local.model_uri before the service starts (docs/deploy.md).
+# Optional upload of a one-file model; otherwise (and for a folder, with
+# `gcloud storage cp -r`) copy it to local.model_uri before the service starts
+# (docs/deploy.md).
 resource "google_storage_bucket_object" "model" {
-  count = var.model_source_path == "" ? 0 : 1
+  count = var.model_source_path == "" || endswith(var.model_object, "/") ? 0 : 1
 
   bucket       = google_storage_bucket.models.name
   name         = var.model_object
@@ -108,8 +119,8 @@ resource "google_storage_bucket_iam_member" "photos_reader" {
   member = local.runtime_sa
 }
 
-# objects.get on exactly one object: the condition matches the model object's
-# resource name, so listing the bucket or reading anything else is denied.
+# objects.get on exactly the model object (or, for a model folder, on the objects
+# under it and a list of that folder): reading anything else in the bucket is denied.
 resource "google_storage_bucket_iam_member" "model_reader" {
   bucket = google_storage_bucket.models.name
   role   = "roles/storage.objectViewer"
@@ -117,8 +128,8 @@ resource "google_storage_bucket_iam_member" "model_reader" {
 
   condition {
     title       = "clipfn-model-object-only"
-    description = "Read the ONNX model object and nothing else in the bucket."
-    expression  = "resource.name == \"projects/_/buckets/${google_storage_bucket.models.name}/objects/${var.model_object}\""
+    description = "Read the ONNX model object (or model folder) and nothing else in the bucket."
+    expression  = local.model_read_condition
   }
 }
 
@@ -306,8 +317,8 @@ resource "google_storage_bucket_iam_member" "backfill_model_reader" {
 
   condition {
     title       = "clipfn-backfill-model-object-only"
-    description = "Read the ONNX model object and nothing else in the bucket."
-    expression  = "resource.name == \"projects/_/buckets/${google_storage_bucket.models.name}/objects/${var.model_object}\""
+    description = "Read the ONNX model object (or model folder) and nothing else in the bucket."
+    expression  = local.model_read_condition
   }
 }
 

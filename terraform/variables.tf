@@ -52,13 +52,13 @@ variable "model_bucket_name" {
 }
 
 variable "model_object" {
-  description = "Object name of the ONNX CLIP ViT-B/32 image encoder inside the model bucket."
+  description = "Object name of the ONNX CLIP ViT-B/32 image encoder inside the model bucket, or a model folder ending in \"/\" (onnx/vision_model*.onnx, preprocessor_config.json...: clipfn picks the precision for the provider, docs/deploy.md)."
   type        = string
   default     = "clip-vit-b32/model.onnx"
 
   validation {
     condition     = length(var.model_object) > 0 && !startswith(var.model_object, "/")
-    error_message = "model_object is an object name without a leading slash, e.g. clip-vit-b32/model.onnx."
+    error_message = "model_object is an object name or a folder ending in /, without a leading slash, e.g. clip-vit-b32/model.onnx or clip-vit-b32/."
   }
 }
 

@@ -364,9 +364,35 @@ def check_runtime_identity_read_only(cfg: TerraformConfig) -> None:
         f"runtime account grants are on {sorted(buckets)}"
     )
     condition = only_block(buckets["google_storage_bucket.models.name"], "condition")
-    expr = unquote(condition.get("expression"))
-    assert "resource.name ==" in expr and "/objects/${var.model_object}" in expr, (
-        f"the model bucket grant must be limited to the model object, condition is {expr!r}"
+    check_model_grant(cfg, condition.get("expression"), "the service's")
+
+
+MODEL_OBJECTS = "projects/_/buckets/${google_storage_bucket.models.name}/objects/${var.model_object}"
+
+
+def check_model_grant(cfg: TerraformConfig, expression_value: Any, whose: str) -> None:
+    """A model bucket grant reads the model object only, or, where model_object names a folder
+    (ends in "/"), the objects under it and a list with that folder as prefix."""
+    expr = unquote(expression_value)
+    if m := re.fullmatch(r"\$\{local\.([A-Za-z0-9_]+)\}", expr):
+        expr = unquote(cfg.locals.get(m.group(1), ""))
+    objects = unquote(cfg.locals.get("model_objects", ""))
+    expr = expr.replace("${local.model_objects}", objects)
+    one = f'resource.name == \\"{MODEL_OBJECTS}\\"'
+    assert one in expr, f"{whose} model grant must be limited to the model object, condition is {expr!r}"
+    if "?" not in expr:
+        assert expr == one, f"{whose} model grant reads more than the model object: {expr!r}"
+        return
+    assert expr.startswith('${endswith(var.model_object, "/") ? '), (
+        f"{whose} model grant may widen to a folder only where model_object ends in '/': {expr!r}"
+    )
+    folder, single = expr.split(" : ")
+    assert single.removesuffix("}") == f'"{one}"', f"{whose} one-object branch is {single!r}"
+    assert f'resource.name.startsWith(\\"{MODEL_OBJECTS}\\")' in folder, (
+        f"{whose} folder branch must read only under the folder: {folder!r}"
+    )
+    assert 'objectListPrefix\\", \\"\\").startsWith(\\"${var.model_object}\\")' in folder, (
+        f"{whose} folder branch may list only with the folder as prefix: {folder!r}"
     )
 
 
@@ -509,9 +535,7 @@ def check_backfill_identity(cfg: TerraformConfig) -> None:
         f"the output grant must be limited to the output prefix, condition is {writer!r}"
     )
     (model,) = roles[(models, "roles/storage.objectViewer")]
-    assert "resource.name ==" in model and "/objects/${var.model_object}" in model, (
-        f"the job's model grant must be limited to the model object, condition is {model!r}"
-    )
+    check_model_grant(cfg, model, "the job's")
     out = unquote(cfg.locals.get("backfill_out_uri", ""))
     assert out == "gs://${google_storage_bucket.photos.name}/${var.backfill_output_prefix}", (
         f"backfill_out_uri is {out!r}; it must be the prefix the writer grant covers"
