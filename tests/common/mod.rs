@@ -64,15 +64,34 @@ impl Drop for Proc {
     }
 }
 
-fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+/// Waits until the child listens on `port`; `Err` with its exit status if it exits first.
+fn wait_for_port(port: u16, child: &mut Child, what: &str) -> Result<(), std::process::ExitStatus> {
     let until = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited early: {status}");
+            return Err(status);
         }
         assert!(Instant::now() < until, "{what} did not listen on {port} within 30 s");
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
+}
+
+/// Starts what `command(port)` builds on a port that was free a moment ago, and waits until it
+/// listens. The kernel hands a free port out but does not hold it: another test's process can
+/// take it before this child binds it. A child that exits before listening is therefore started
+/// again on another port, twice at most.
+fn spawn_on_free_port(what: &str, mut command: impl FnMut(u16) -> Command) -> (Proc, u16) {
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let mut proc = Proc(command(port).spawn().unwrap_or_else(|e| panic!("starting {what}: {e}")));
+        match wait_for_port(port, &mut proc.0, what) {
+            Ok(()) => return (proc, port),
+            Err(status) => statuses.push(format!("{status} on port {port}")),
+        }
+    }
+    panic!("{what} exited before listening, three times: {}", statuses.join("; "));
 }
 
 /// A running `clipfn serve`.
@@ -111,7 +130,15 @@ impl ServerConfig {
     }
 
     pub fn start(self) -> Server {
-        let port = free_port();
+        let (proc, port) = spawn_on_free_port("clipfn", |port| self.command(port));
+        let mut server = Server { proc, base: format!("http://127.0.0.1:{port}") };
+        if self.wait_ready {
+            server.wait_ready();
+        }
+        server
+    }
+
+    fn command(&self, port: u16) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_clipfn"));
         command
             .arg("serve")
@@ -124,7 +151,7 @@ impl ServerConfig {
             .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
             .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
             .env("CLIPFN_FETCH_RETRIES", "0")
-            .envs(self.envs)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(match &self.stderr {
                 Some(path) => Stdio::from(std::fs::File::create(path).expect("creating the server log file")),
@@ -133,13 +160,7 @@ impl ServerConfig {
         if let Some(dir) = &self.cwd {
             command.current_dir(dir);
         }
-        let child = command.spawn().expect("starting clipfn");
-        let mut server = Server { proc: Proc(child), base: format!("http://127.0.0.1:{port}") };
-        wait_for_port(port, &mut server.proc.0, "clipfn");
-        if self.wait_ready {
-            server.wait_ready();
-        }
-        server
+        command
     }
 }
 
@@ -290,31 +311,39 @@ pub fn reference_embeddings_with(model: &str, flags: &[&str], photos: &[PathBuf]
         .collect()
 }
 
-/// Spawns a process and waits until it listens on `port`.
-pub fn spawn_listening(mut command: Command, port: u16, what: &str) -> Proc {
-    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let mut proc = Proc(child);
-    wait_for_port(port, &mut proc.0, what);
-    proc
-}
-
 /// fake-gcs-server on loopback serving `data` (one folder per bucket).
 pub fn start_fake_gcs(data: &Path) -> (Proc, u16) {
-    let port = free_port();
-    let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
-    // object_store reads BASE/BUCKET/KEY, which the emulator serves only for its public host.
-    let public_host = format!("127.0.0.1:{port}");
-    command.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string(), "-public-host", &public_host]);
-    command.args(["-backend", "memory", "-data"]).arg(data);
-    (spawn_listening(command, port, "fake-gcs-server"), port)
+    spawn_on_free_port("fake-gcs-server", |port| {
+        let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
+        // object_store reads BASE/BUCKET/KEY, which the emulator serves only for its public host.
+        let public_host = format!("127.0.0.1:{port}");
+        command.args([
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            &port.to_string(),
+            "-public-host",
+            &public_host,
+        ]);
+        command.args(["-backend", "memory", "-data"]).arg(data);
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        command
+    })
 }
 
 /// moto's S3 server on loopback, empty; it accepts unsigned path-style calls.
 pub fn start_moto() -> (Proc, u16) {
-    let port = free_port();
-    let mut command = Command::new(setup_var("CLIPFN_MOTO_SERVER_BIN"));
-    command.args(["-H", "127.0.0.1", "-p", &port.to_string()]).env_clear().env("PATH", std::env::var("PATH").unwrap());
-    (spawn_listening(command, port, "moto_server"), port)
+    spawn_on_free_port("moto_server", |port| {
+        let mut command = Command::new(setup_var("CLIPFN_MOTO_SERVER_BIN"));
+        command
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap());
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        command
+    })
 }
 
 /// Service-account JSON (GOOGLE_SERVICE_ACCOUNT_KEY) pointing object_store at the emulator with
