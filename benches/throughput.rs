@@ -47,7 +47,7 @@ use common::{ServerConfig, camera_photos, setup_var};
 use plotters::prelude::*;
 use serde_json::Value;
 
-const BATCHES: [usize; 4] = [1, 16, 32, 64];
+const BATCHES: [usize; 5] = [1, 8, 16, 32, 64];
 const COLD_STARTS: usize = 5;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

@@ -346,11 +346,11 @@ impl Settings {
     }
 
     /// Photos per inference run: as set, else 64 on CUDA (the seed's finding: batches of 64 beat
-    /// 16 and 32 on a GPU) and 16 on CPU, where images/s is the same from 8 to 64 while the
+    /// 16 and 32 on a GPU) and 8 on CPU, where images/s is no higher at 16 to 64 while the
     /// activations' memory, the warm-up and the wait behind a running batch grow with the batch
     /// (docs/design.md, "Batch size per provider").
     pub fn batch_size(&self, on_cuda: bool) -> usize {
-        self.batch_size.unwrap_or(if on_cuda { 64 } else { 16 })
+        self.batch_size.unwrap_or(if on_cuda { 64 } else { 8 })
     }
 
     /// As set, else 16 MiB per decode thread (and at least one photo of the largest size): enough
@@ -422,7 +422,7 @@ mod tests {
         let s =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "/m.onnx"), ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,")]))
                 .unwrap();
-        assert_eq!((s.batch_size(true), s.batch_size(false)), (64, 16));
+        assert_eq!((s.batch_size(true), s.batch_size(false)), (64, 8));
         let budget = s.max_fetched_bytes();
         assert!(budget >= s.max_image_bytes && budget == (16 * MIB * s.decode_threads() as u64).max(25 * MIB));
         assert_eq!(s.max_images, 100);
