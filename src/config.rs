@@ -119,6 +119,11 @@ pub struct Settings {
     /// Unset, see [`Settings::max_fetched_bytes`].
     #[serde(default)]
     pub max_fetched_bytes: Option<u64>,
+    /// Memory that decodes may hold at once across requests (decoded pixels, a progressive JPEG's
+    /// coefficients, read from each photo's header); a decode waits past it, and one larger than
+    /// all of it runs alone. Unset: not bounded, each decode thread takes what its photo needs.
+    #[serde(default)]
+    pub max_decode_bytes: Option<u64>,
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
     /// Body size allowed to a request that carries `data:` URI photos.
@@ -296,6 +301,7 @@ impl Settings {
             ("CLIPFN_MAX_IMAGE_PIXELS", self.max_image_pixels),
             ("CLIPFN_DECODE_TIMEOUT_MS", self.decode_timeout_ms),
             ("CLIPFN_MAX_QUEUED_IMAGES", self.max_queued_images as u64),
+            ("CLIPFN_MAX_DECODE_BYTES", self.max_decode_bytes.unwrap_or(1)),
             ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
             ("CLIPFN_MAX_INLINE_BODY_BYTES", self.max_inline_body_bytes as u64),
             ("CLIPFN_MAX_FETCHES_PER_HOST", self.max_fetches_per_host as u64),
@@ -318,7 +324,7 @@ impl Settings {
         }
         if self.max_fetched_bytes() < self.max_image_bytes {
             return Err(ConfigError(format!(
-                "CLIPFN_MAX_FETCHED_BYTES ({}) must be at least CLIPFN_MAX_IMAGE_BYTES ({}), or the largest photo could never be read",
+                "CLIPFN_MAX_FETCHED_BYTES ({}) must be at least CLIPFN_MAX_IMAGE_BYTES ({}): below it, a photo of the largest size would have to be fetched alone",
                 self.max_fetched_bytes(),
                 self.max_image_bytes
             )));
@@ -450,6 +456,11 @@ mod tests {
         let zero =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+        // A budget of 0 would bound nothing (every reservation is capped at the budget).
+        let no_budget = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_MAX_DECODE_BYTES", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(no_budget.contains("CLIPFN_MAX_DECODE_BYTES"), "{no_budget}");
         let bad_precision =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PRECISION", "bf16")])).unwrap_err().to_string();
         assert!(bad_precision.contains("CLIPFN_PRECISION") && bad_precision.contains("bf16"), "{bad_precision}");

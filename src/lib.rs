@@ -9,6 +9,7 @@
 pub mod api;
 pub mod backfill;
 pub mod batcher;
+pub mod budget;
 pub mod config;
 pub mod decode;
 pub mod gpu;

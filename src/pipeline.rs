@@ -22,8 +22,9 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     batcher::{BatchError, Batcher, Overloaded, Unhealthy},
+    budget::Budget,
     config::{Provider, Settings},
-    decode::{DecodeError, DecodeOptions, decode},
+    decode::{self, DecodeError, DecodeOptions, decode},
     labels::{EmbeddedLabels, Labels, parse_sets},
     metrics::{Metrics, Stage},
     model::{
@@ -111,6 +112,8 @@ pub struct Pipeline {
     /// CLIPFN_LABELS, embedded during warm-up.
     label_sets: BTreeMap<String, EmbeddedLabels>,
     cpu_slots: Arc<Semaphore>,
+    /// CLIPFN_MAX_DECODE_BYTES, when set.
+    decode_memory: Option<Budget>,
     max_pixels: u64,
     metrics: Arc<Metrics>,
     decode_timeout: Duration,
@@ -134,6 +137,7 @@ impl Pipeline {
             text,
             label_sets: BTreeMap::new(),
             cpu_slots: Arc::new(Semaphore::new(settings.decode_threads())),
+            decode_memory: settings.max_decode_bytes.map(Budget::new),
             max_pixels: settings.max_image_pixels,
             metrics,
             decode_timeout: settings.decode_timeout(),
@@ -314,20 +318,25 @@ impl Pipeline {
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
         *size = Some(fetched.bytes.len() as u64);
 
-        // The slot moves into the blocking task: a photo that times out stops waiting, but its
-        // decode keeps the core until it really ends, so the pool never runs over its size.
-        let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
-        let decode_start = Instant::now();
-        let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         let transform = self.model().preprocessing.clone();
         // JPEGs decode at the smallest DCT scale that still covers the resized photo.
         let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
+        // Memory first, then a core (in that order always, so that neither waits on the other):
+        // both move into the blocking task, so that a photo that times out stops waiting but its
+        // decode keeps them until it really ends and the pool never runs over its bounds.
+        let memory = match &self.decode_memory {
+            Some(budget) => Some(budget.reserve(decode::working_memory(&fetched.bytes, &options)).await),
+            None => None,
+        };
+        let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
+        let decode_start = Instant::now();
+        let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // A panic in a decoder on a hostile file ends this blocking task only; the join error
         // turns it into this photo's error and the process and the other photos carry on. The
         // fetched bytes (and their share of the byte budget) are let go when the decode ends.
         let in_task = span.clone();
         let work = tokio::task::spawn_blocking(move || -> Result<RgbImage, ItemError> {
-            let _slot = slot;
+            let _held = (slot, memory);
             let _entered = in_task.enter();
             let decoded = decode(&fetched.bytes, &options)?;
             drop(fetched);

@@ -37,7 +37,7 @@ use object_store::{
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::Settings;
+use crate::{budget::Budget, config::Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -98,8 +98,8 @@ pub struct Source {
     allowed: Vec<Root>,
     max_bytes: u64,
     io_slots: Semaphore,
-    /// Fetched bytes not yet decoded, counted in KiB.
-    budget: Arc<Semaphore>,
+    /// Fetched bytes not yet decoded.
+    budget: Budget,
     client: ClientSettings,
     /// Present when CLIPFN_ALLOWED_SOURCES lists `http(s)://` prefixes.
     web: Option<web::WebSource>,
@@ -175,7 +175,7 @@ impl Source {
             allowed,
             max_bytes: settings.max_image_bytes,
             io_slots: Semaphore::new(settings.fetch_concurrency),
-            budget: Arc::new(Semaphore::new(kib(settings.max_fetched_bytes()))),
+            budget: Budget::new(settings.max_fetched_bytes()),
             client,
             web,
         })
@@ -385,18 +385,6 @@ fn real_path(path: &Path) -> Result<PathBuf, SourceError> {
     std::fs::canonicalize(path).map_err(|e| SourceError::Config(format!("{}: {e}", path.display())))
 }
 
-/// Budget units: KiB, rounded up, so that any photo under the byte limit fits a budget at least
-/// as large (the settings check that).
-fn kib(bytes: u64) -> usize {
-    usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX)
-}
-
-/// Waits until `bytes` fit in the fetched-bytes budget, and holds them.
-async fn reserve(budget: &Arc<Semaphore>, bytes: u64) -> OwnedSemaphorePermit {
-    let units = u32::try_from(kib(bytes)).unwrap_or(u32::MAX);
-    Arc::clone(budget).acquire_many_owned(units).await.expect("semaphore is never closed")
-}
-
 fn config_error(e: impl std::fmt::Display) -> SourceError {
     SourceError::Config(e.to_string())
 }
@@ -434,7 +422,7 @@ async fn get_bounded(
     store: &dyn ObjectStore,
     path: &ObjectPath,
     limit: u64,
-    budget: Option<&Arc<Semaphore>>,
+    budget: Option<&Budget>,
 ) -> Result<Fetched, SourceError> {
     let result = store.get(path).await.map_err(|e| classify(e, path))?;
     let size = result.meta.size;
@@ -442,7 +430,7 @@ async fn get_bounded(
         return Err(SourceError::TooLarge { size, limit });
     }
     let reserved = match budget {
-        Some(budget) => Some(reserve(budget, size).await),
+        Some(budget) => Some(budget.reserve(size).await),
         None => None,
     };
     // A local file's size is exact: one blocking read, not object_store's 8 KiB chunks.

@@ -178,3 +178,22 @@ fn normalising_in_the_model_gives_the_same_embeddings() {
         assert!(similarity > 0.9999, "{}: cosine {similarity}", keys[i]);
     }
 }
+
+#[test]
+fn a_decode_budget_smaller_than_any_photo_decodes_them_one_at_a_time_and_loses_none() {
+    let photos = camera_photos(8);
+    let store = store_with(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let unbounded = ServerConfig::local(store.path()).env("CLIPFN_DECODE_THREADS", "2").start().embed(&keys);
+    // 1 KiB: every photo needs more, so each one waits for all of it and decodes alone.
+    let bounded = ServerConfig::local(store.path())
+        .env("CLIPFN_DECODE_THREADS", "2")
+        .env("CLIPFN_MAX_DECODE_BYTES", "1024")
+        .start()
+        .embed(&keys);
+    assert_eq!((unbounded.0, bounded.0), (200, 200), "{}", bounded.1);
+    for (i, photo) in photos.iter().enumerate() {
+        let (a, b) = (item(&unbounded.1, i).unwrap(), item(&bounded.1, i).unwrap());
+        assert!(cosine(&a, &b) > 0.9999, "{}: the budget changed the embedding", photo.display());
+    }
+}

@@ -249,6 +249,26 @@ fn camera_photos_decoded_at_dct_scale_match_the_full_size_reference() {
     assert_parity(&camera_photos(usize::MAX));
 }
 
+/// What a decode reserves from CLIPFN_MAX_DECODE_BYTES: a baseline JPEG its scaled pixels, a
+/// progressive one its whole-image coefficients as well, which libjpeg-turbo keeps until the last
+/// scan whatever the scale.
+#[test]
+#[cfg(feature = "jpeg-turbo")]
+fn a_progressive_jpeg_reserves_its_coefficients_and_a_baseline_one_its_scaled_pixels() {
+    use clipfn::decode::{DecodeOptions, working_memory};
+    let photo =
+        |name: &str| std::fs::read(camera_photos(usize::MAX).into_iter().find(|p| p.ends_with(name)).unwrap()).unwrap();
+    let options = DecodeOptions::for_input(224, 100_000_000);
+    // 1920 x 1280, baseline: decoded at 1/4 (1280 / 8 = 160 < 224), 480 x 320 RGB.
+    assert_eq!(working_memory(&photo("mate_Storm.jpg"), &options), 480 * 320 * 3);
+    // 1600 x 1203, progressive 4:2:0: at 1/4, 400 x 301 RGB, plus 200 x 151 blocks of 64 2-byte
+    // coefficients for Y and a quarter as many for each of Cb and Cr.
+    let flower = photo("mate_FreshFlower.jpg");
+    assert_eq!(working_memory(&flower, &options), 400 * 301 * 3 + 200 * 151 * 128 * 3 / 2);
+    // Over the pixel limit the decode refuses the photo before it allocates: nothing to reserve.
+    assert_eq!(working_memory(&flower, &DecodeOptions::for_input(224, 1_000_000)), 0);
+}
+
 /// A JPEG whose header claims 60000 x 60000 pixels: 3.6 gigapixels from a few hundred bytes.
 fn jpeg_bomb() -> Vec<u8> {
     let mut jpeg = Vec::new();

@@ -51,6 +51,20 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions, format: Format) -> Result<R
     RgbImage::from_raw(width, height, pixels).ok_or_else(|| DecodeError::Failed("short libheif image".into()))
 }
 
+/// Bytes the decode holds at its peak, from the container's boxes (nothing is decoded): libheif's
+/// YCbCr planes (up to 2 bytes a sample for 10- and 12-bit images), its interleaved RGB, and the
+/// copy this module makes of it. 0 where the container cannot be read or the image is over the
+/// pixel limit: the decode then refuses it.
+pub fn working_memory(bytes: &[u8], options: &DecodeOptions) -> u64 {
+    let Ok(context) = HeifContext::read_from_bytes(bytes) else { return 0 };
+    let Ok(handle) = context.primary_image_handle() else { return 0 };
+    let (width, height) = (handle.width(), handle.height());
+    if check_pixels(width, height, options.max_pixels).is_err() {
+        return 0;
+    }
+    u64::from(width) * u64::from(height) * (6 + 3 + 3)
+}
+
 fn error(e: HeifError, format: Format) -> DecodeError {
     match (e.code, e.sub_code) {
         (

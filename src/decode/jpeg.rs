@@ -30,27 +30,11 @@ pub struct Jpeg {
 }
 
 pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Jpeg, DecodeError> {
-    let mut handle = Handle::new()?;
-    handle.set(tj::TJPARAM_TJPARAM_SCANLIMIT, MAX_SCANS)?;
-    handle.set(tj::TJPARAM_TJPARAM_MAXMEMORY, MAX_MEMORY_MB)?;
-    // SAFETY: the handle is valid; libjpeg-turbo reads at most `len` bytes from `bytes`.
-    // Warnings (extraneous bytes before a marker, a bad ICC chunk...) leave a usable header.
-    if unsafe { tj::tj3DecompressHeader(handle.0, bytes.as_ptr(), bytes.len() as _) } != 0 && !handle.warned() {
-        return Err(DecodeError::Failed(handle.error()));
-    }
-    let width = handle.get(tj::TJPARAM_TJPARAM_JPEGWIDTH);
-    let height = handle.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT);
-    let (width, height) = match (u32::try_from(width), u32::try_from(height)) {
-        (Ok(w), Ok(h)) if w > 0 && h > 0 => (w, h),
-        _ => return Err(DecodeError::Failed(format!("JPEG header gives no size ({width}x{height})"))),
-    };
-    check_pixels(width, height, options.max_pixels)?;
+    let (handle, width, height) = open(bytes, options)?;
     if handle.get(tj::TJPARAM_TJPARAM_PRECISION) != 8 {
         return Err(DecodeError::Unsupported(" (12- and 16-bit JPEG are not photo formats clipfn decodes)".into()));
     }
-    // Lossless JPEG has no DCT to scale.
-    let lossless = handle.get(tj::TJPARAM_TJPARAM_LOSSLESS) != 0;
-    let denom = if lossless { 1 } else { scale_denom(width, height, options.target_short_side) };
+    let denom = handle.scale_denom(width, height, options);
     if denom > 1 {
         // SAFETY: plain setter on a valid handle; 1/denom is one of libjpeg-turbo's factors.
         if unsafe { tj::tj3SetScalingFactor(handle.0, tj::tjscalingfactor { num: 1, denom: denom as i32 }) } != 0 {
@@ -58,7 +42,7 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Jpeg, DecodeError
         }
     }
     let (out_w, out_h) = (width.div_ceil(denom), height.div_ceil(denom));
-    let cmyk = matches!(handle.get(tj::TJPARAM_TJPARAM_COLORSPACE) as u32, tj::TJCS_TJCS_CMYK | tj::TJCS_TJCS_YCCK);
+    let cmyk = handle.cmyk();
     let (format, channels) = if cmyk { (tj::TJPF_TJPF_CMYK, 4) } else { (tj::TJPF_TJPF_RGB, 3) };
     let mut pixels = vec![0u8; out_w as usize * out_h as usize * channels];
     // SAFETY: `pixels` holds out_h rows of out_w * channels bytes, exactly what libjpeg-turbo
@@ -76,6 +60,52 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Jpeg, DecodeError
     let pixels = if cmyk { cmyk_to_rgb(&pixels) } else { pixels };
     let image = RgbImage::from_raw(out_w, out_h, pixels).expect("buffer sized for the image");
     Ok(Jpeg { image, full_size: (width, height), scale_denom: denom })
+}
+
+/// Bytes the decode of `bytes` will hold, from its header: the scaled output and, for a
+/// progressive JPEG, the whole image's DCT coefficients, which libjpeg-turbo keeps until the last
+/// scan whatever the scale (64 coefficients of 2 bytes per 8x8 block of each component: 6 bytes
+/// a pixel at 4:4:4, 3 at 4:2:0). 0 where the header cannot be read or the photo is over the
+/// pixel limit: the decode then refuses it before it allocates.
+pub fn working_memory(bytes: &[u8], options: &DecodeOptions) -> u64 {
+    let Ok((handle, width, height)) = open(bytes, options) else { return 0 };
+    let denom = handle.scale_denom(width, height, options);
+    let channels = if handle.cmyk() { 4 } else { 3 };
+    let output = u64::from(width.div_ceil(denom)) * u64::from(height.div_ceil(denom)) * channels;
+    if handle.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) == 0 {
+        return output;
+    }
+    // All components' blocks, in quarters of a full-size component's: the chroma of 4:2:0 has a
+    // quarter of the luma's blocks, that of 4:2:2 half.
+    let quarters = match handle.get(tj::TJPARAM_TJPARAM_SUBSAMP) {
+        _ if handle.cmyk() => 16,
+        tj::TJSAMP_TJSAMP_GRAY => 4,
+        tj::TJSAMP_TJSAMP_422 | tj::TJSAMP_TJSAMP_440 => 8,
+        tj::TJSAMP_TJSAMP_420 | tj::TJSAMP_TJSAMP_411 | tj::TJSAMP_TJSAMP_441 => 6,
+        _ => 12,
+    };
+    let blocks = u64::from(width.div_ceil(8)) * u64::from(height.div_ceil(8));
+    output + blocks * 128 * quarters / 4
+}
+
+/// A decompressor that has read `bytes`' header, and the image's full size, within the pixel limit.
+fn open(bytes: &[u8], options: &DecodeOptions) -> Result<(Handle, u32, u32), DecodeError> {
+    let mut handle = Handle::new()?;
+    handle.set(tj::TJPARAM_TJPARAM_SCANLIMIT, MAX_SCANS)?;
+    handle.set(tj::TJPARAM_TJPARAM_MAXMEMORY, MAX_MEMORY_MB)?;
+    // SAFETY: the handle is valid; libjpeg-turbo reads at most `len` bytes from `bytes`.
+    // Warnings (extraneous bytes before a marker, a bad ICC chunk...) leave a usable header.
+    if unsafe { tj::tj3DecompressHeader(handle.0, bytes.as_ptr(), bytes.len() as _) } != 0 && !handle.warned() {
+        return Err(DecodeError::Failed(handle.error()));
+    }
+    let width = handle.get(tj::TJPARAM_TJPARAM_JPEGWIDTH);
+    let height = handle.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT);
+    let (width, height) = match (u32::try_from(width), u32::try_from(height)) {
+        (Ok(w), Ok(h)) if w > 0 && h > 0 => (w, h),
+        _ => return Err(DecodeError::Failed(format!("JPEG header gives no size ({width}x{height})"))),
+    };
+    check_pixels(width, height, options.max_pixels)?;
+    Ok((handle, width, height))
 }
 
 /// The largest DCT scale denominator (8, 4, 2 or 1) whose output short side still covers `target`;
@@ -115,6 +145,16 @@ impl Handle {
             return Err(DecodeError::Failed("libjpeg-turbo could not start a decompressor".into()));
         }
         Ok(Handle(ptr))
+    }
+
+    /// The DCT scale to decode this header's image at (lossless JPEG has no DCT to scale).
+    fn scale_denom(&self, width: u32, height: u32, options: &DecodeOptions) -> u32 {
+        let lossless = self.get(tj::TJPARAM_TJPARAM_LOSSLESS) != 0;
+        if lossless { 1 } else { scale_denom(width, height, options.target_short_side) }
+    }
+
+    fn cmyk(&self) -> bool {
+        matches!(self.get(tj::TJPARAM_TJPARAM_COLORSPACE) as u32, tj::TJCS_TJCS_CMYK | tj::TJCS_TJCS_YCCK)
     }
 
     fn get(&self, param: tj::TJPARAM) -> i32 {

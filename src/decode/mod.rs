@@ -116,6 +116,34 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, DecodeEr
     }
 }
 
+/// Memory the decode of `bytes` holds at its peak, read from the header alone (nothing is
+/// decoded): what the pipeline reserves from the decode budget (`CLIPFN_MAX_DECODE_BYTES`).
+/// A header that cannot be read, or a photo over the pixel limit, counts as 0: the decode then
+/// refuses it before it allocates.
+pub fn working_memory(bytes: &[u8], options: &DecodeOptions) -> u64 {
+    let Some(format) = sniff(bytes).filter(|format| format.is_supported()) else { return 0 };
+    match format {
+        #[cfg(feature = "jpeg-turbo")]
+        Format::Jpeg => jpeg::working_memory(bytes, options),
+        #[cfg(any(feature = "heif", feature = "avif"))]
+        Format::Heif | Format::Avif => heif::working_memory(bytes, options),
+        #[cfg(not(any(feature = "heif", feature = "avif")))]
+        Format::Heif | Format::Avif => unreachable!("is_supported() said no"),
+        Format::Gif => full_size_working_memory(bytes, ImageFormat::Gif, options),
+        _ => full_size_working_memory(bytes, image_format(format), options),
+    }
+}
+
+/// A format decoded at full size by the `image` crate: its decoder's output, then the RGB copy.
+fn full_size_working_memory(bytes: &[u8], format: ImageFormat, options: &DecodeOptions) -> u64 {
+    let Ok(decoder) = ImageReader::with_format(Cursor::new(bytes), format).into_decoder() else { return 0 };
+    let (width, height) = decoder.dimensions();
+    if check_pixels(width, height, options.max_pixels).is_err() {
+        return 0;
+    }
+    decoder.total_bytes().saturating_add(u64::from(width) * u64::from(height) * 3)
+}
+
 fn image_format(format: Format) -> ImageFormat {
     match format {
         Format::Jpeg => ImageFormat::Jpeg,
@@ -279,6 +307,15 @@ mod tests {
         assert!(matches!(&crashed, Err(DecodeError::Crashed(m)) if m == "index out of bounds"), "{crashed:?}");
         let failed = contain_panics::<()>(|| Err(DecodeError::Failed("truncated".into())));
         assert!(matches!(failed, Err(DecodeError::Failed(_))), "{failed:?}");
+    }
+
+    #[test]
+    fn full_size_formats_reserve_their_decoded_pixels_and_the_rgb_copy() {
+        let png = encode(DynamicImage::new_rgba8(300, 200), ImageFormat::Png);
+        assert_eq!(working_memory(&png, &opts()), 300 * 200 * (4 + 3));
+        assert_eq!(working_memory(&png, &DecodeOptions::for_input(224, 59_999)), 0, "over the pixel limit");
+        assert_eq!(working_memory(&png[..12], &opts()), 0, "no readable header");
+        assert_eq!(working_memory(b"<html>403</html>", &opts()), 0, "not a photo");
     }
 
     #[test]

@@ -14,9 +14,8 @@ use super::{
     Fetched, SourceError,
     address::{GuardedResolver, RefusedAddress},
     allowlist::{Allowlist, host_key, shown},
-    reserve,
 };
-use crate::config::Settings;
+use crate::{budget::Budget, config::Settings};
 
 /// As for the object stores: a host that does not accept a connection in 5 s is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -87,12 +86,7 @@ impl WebSource {
     /// Fetches one URL, retrying 5xx answers, timeouts and failed connections with backoff. The
     /// host's slot is taken before the process-wide `io_slots`, so fetches queued behind a busy
     /// host do not hold slots that other sources could use.
-    pub async fn fetch(
-        &self,
-        reference: &str,
-        io_slots: &Semaphore,
-        budget: &Arc<Semaphore>,
-    ) -> Result<Fetched, SourceError> {
+    pub async fn fetch(&self, reference: &str, io_slots: &Semaphore, budget: &Budget) -> Result<Fetched, SourceError> {
         let url = self.allowlist.admit(reference)?;
         let host_slots = self.per_host.get(&host_key(&url)).expect("admitted URLs are under a prefix's host");
         let _host_slot = host_slots.acquire().await.expect("semaphore is never closed");
@@ -111,7 +105,7 @@ impl WebSource {
         }
     }
 
-    async fn fetch_once(&self, url: &Url, budget: &Arc<Semaphore>) -> Result<Fetched, Failure> {
+    async fn fetch_once(&self, url: &Url, budget: &Budget) -> Result<Fetched, Failure> {
         let mut response = self.client.get(url.clone()).send().await.map_err(|e| send_failure(&e, url))?;
         let status = response.status();
         if status.is_success() {
@@ -170,14 +164,14 @@ async fn read_capped(
     mut response: reqwest::Response,
     limit: u64,
     url: &Url,
-    budget: &Arc<Semaphore>,
+    budget: &Budget,
 ) -> Result<Fetched, Failure> {
     let too_large = |size| Failure::Final(SourceError::TooLarge { size, limit });
     let expected = response.content_length().unwrap_or(0);
     if expected > limit {
         return Err(too_large(expected));
     }
-    let reserved = reserve(budget, response.content_length().unwrap_or(limit)).await;
+    let reserved = budget.reserve(response.content_length().unwrap_or(limit)).await;
     let mut body = BytesMut::with_capacity(expected as usize);
     while let Some(chunk) = response.chunk().await.map_err(|e| send_failure(&e, url))? {
         body.extend_from_slice(&chunk);
