@@ -121,7 +121,7 @@ pub struct Settings {
     pub max_fetched_bytes: Option<u64>,
     /// Memory that decodes may hold at once across requests (decoded pixels, a progressive JPEG's
     /// coefficients, read from each photo's header); a decode waits past it, and one larger than
-    /// all of it runs alone. 0: not bounded. Unset, see [`Settings::max_decode_bytes`].
+    /// all of it runs alone. Unset: not bounded, each decode thread takes what its photo needs.
     #[serde(default)]
     pub max_decode_bytes: Option<u64>,
     #[serde(default = "defaults::max_body_bytes")]
@@ -301,6 +301,7 @@ impl Settings {
             ("CLIPFN_MAX_IMAGE_PIXELS", self.max_image_pixels),
             ("CLIPFN_DECODE_TIMEOUT_MS", self.decode_timeout_ms),
             ("CLIPFN_MAX_QUEUED_IMAGES", self.max_queued_images as u64),
+            ("CLIPFN_MAX_DECODE_BYTES", self.max_decode_bytes.unwrap_or(1)),
             ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
             ("CLIPFN_MAX_INLINE_BODY_BYTES", self.max_inline_body_bytes as u64),
             ("CLIPFN_MAX_FETCHES_PER_HOST", self.max_fetches_per_host as u64),
@@ -363,18 +364,6 @@ impl Settings {
     /// photos that can only be decoded a few at a time.
     pub fn max_fetched_bytes(&self) -> u64 {
         self.max_fetched_bytes.unwrap_or_else(|| (16 * MIB * self.decode_threads() as u64).max(self.max_image_bytes))
-    }
-
-    /// The decode budget, if any: as set (0: none), else 16 MiB per decode thread on CPU and none
-    /// on CUDA. On CPU the decoders share the cores with inference, so a large decode that waits
-    /// gives its core to the model, and memory is what such an instance is priced by; a GPU
-    /// host's throughput is bound by decoding (docs/design.md, "Memory bounded in bytes").
-    pub fn max_decode_bytes(&self, on_cuda: bool) -> Option<u64> {
-        match self.max_decode_bytes {
-            Some(0) => None,
-            Some(bytes) => Some(bytes),
-            None => (!on_cuda).then(|| 16 * MIB * self.decode_threads() as u64),
-        }
     }
 
     pub fn decode_threads(&self) -> usize {
@@ -440,13 +429,6 @@ mod tests {
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "/m.onnx"), ("CLIPFN_ALLOWED_SOURCES", "gs://a/x, s3://b ,")]))
                 .unwrap();
         assert_eq!((s.batch_size(true), s.batch_size(false)), (64, 8));
-        let per_thread = 16 * MIB * s.decode_threads() as u64;
-        assert_eq!((s.max_decode_bytes(true), s.max_decode_bytes(false)), (None, Some(per_thread)));
-        for (set, budget) in [("0", None), ("1024", Some(1024))] {
-            let s =
-                Settings::from_vars(vars(&[("CLIPFN_MODEL", "/m.onnx"), ("CLIPFN_MAX_DECODE_BYTES", set)])).unwrap();
-            assert_eq!((s.max_decode_bytes(true), s.max_decode_bytes(false)), (budget, budget), "{set}");
-        }
         let budget = s.max_fetched_bytes();
         assert!(budget >= s.max_image_bytes && budget == (16 * MIB * s.decode_threads() as u64).max(25 * MIB));
         assert_eq!(s.max_images, 100);
@@ -474,6 +456,11 @@ mod tests {
         let zero =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BATCH_SIZE", "0")])).unwrap_err().to_string();
         assert!(zero.contains("CLIPFN_BATCH_SIZE"), "{zero}");
+        // A budget of 0 would bound nothing (every reservation is capped at the budget).
+        let no_budget = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_MAX_DECODE_BYTES", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(no_budget.contains("CLIPFN_MAX_DECODE_BYTES"), "{no_budget}");
         let bad_precision =
             Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_PRECISION", "bf16")])).unwrap_err().to_string();
         assert!(bad_precision.contains("CLIPFN_PRECISION") && bad_precision.contains("bf16"), "{bad_precision}");

@@ -112,7 +112,7 @@ pub struct Pipeline {
     /// CLIPFN_LABELS, embedded during warm-up.
     label_sets: BTreeMap<String, EmbeddedLabels>,
     cpu_slots: Arc<Semaphore>,
-    /// CLIPFN_MAX_DECODE_BYTES, or its default for the provider.
+    /// CLIPFN_MAX_DECODE_BYTES, when set.
     decode_memory: Option<Budget>,
     max_pixels: u64,
     metrics: Arc<Metrics>,
@@ -131,14 +131,13 @@ impl Pipeline {
         let text = batcher.text_info().zip(tokenizer).map(|(t, tokenizer)| {
             TextEncoder::new(Arc::new(tokenizer), t.id.clone(), settings.text_cache, Arc::clone(&metrics))
         });
-        let decode_memory = settings.max_decode_bytes(batcher.info().provider == Provider::Cuda).map(Budget::new);
         Pipeline {
             source,
             batcher,
             text,
             label_sets: BTreeMap::new(),
             cpu_slots: Arc::new(Semaphore::new(settings.decode_threads())),
-            decode_memory,
+            decode_memory: settings.max_decode_bytes.map(Budget::new),
             max_pixels: settings.max_image_pixels,
             metrics,
             decode_timeout: settings.decode_timeout(),

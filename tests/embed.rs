@@ -184,11 +184,7 @@ fn a_decode_budget_smaller_than_any_photo_decodes_them_one_at_a_time_and_loses_n
     let photos = camera_photos(8);
     let store = store_with(&photos);
     let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
-    let unbounded = ServerConfig::local(store.path())
-        .env("CLIPFN_DECODE_THREADS", "2")
-        .env("CLIPFN_MAX_DECODE_BYTES", "0")
-        .start()
-        .embed(&keys);
+    let unbounded = ServerConfig::local(store.path()).env("CLIPFN_DECODE_THREADS", "2").start().embed(&keys);
     // 1 KiB: every photo needs more, so each one waits for all of it and decodes alone.
     let bounded = ServerConfig::local(store.path())
         .env("CLIPFN_DECODE_THREADS", "2")
