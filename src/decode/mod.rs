@@ -129,7 +129,6 @@ pub fn working_memory(bytes: &[u8], options: &DecodeOptions) -> u64 {
         Format::Heif | Format::Avif => heif::working_memory(bytes, options),
         #[cfg(not(any(feature = "heif", feature = "avif")))]
         Format::Heif | Format::Avif => unreachable!("is_supported() said no"),
-        Format::Gif => full_size_working_memory(bytes, ImageFormat::Gif, options),
         _ => full_size_working_memory(bytes, image_format(format), options),
     }
 }
@@ -151,7 +150,8 @@ fn image_format(format: Format) -> ImageFormat {
         Format::WebP => ImageFormat::WebP,
         Format::Bmp => ImageFormat::Bmp,
         Format::Tiff => ImageFormat::Tiff,
-        Format::Gif | Format::Heif | Format::Avif => unreachable!("has its own backend"),
+        Format::Gif => ImageFormat::Gif,
+        Format::Heif | Format::Avif => unreachable!("libheif's, not the image crate's"),
     }
 }
 
