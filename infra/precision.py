@@ -74,10 +74,17 @@ def session(path: Path, threads: int = 0):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def embedding_output(s) -> str:
+    """CLIP's image_embeds, SigLIP's pooler_output (its second output, after last_hidden_state),
+    else the first output."""
+    names = [o.name for o in s.get_outputs()]
+    return next((n for n in ("image_embeds", "pooler_output") if n in names), names[0])
+
+
 def embed(path: Path, pixels: np.ndarray, batch: int = 8) -> np.ndarray:
     s = session(path)
-    name = s.get_inputs()[0].name
-    out = np.concatenate([s.run(None, {name: pixels[i:i + batch]})[0] for i in range(0, len(pixels), batch)])
+    name, output = s.get_inputs()[0].name, embedding_output(s)
+    out = np.concatenate([s.run([output], {name: pixels[i:i + batch]})[0] for i in range(0, len(pixels), batch)])
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 

@@ -45,3 +45,19 @@ def test_a_variant_failing_its_gate_is_not_written(fp32_folder, monkeypatch):
     report = precision.write_variants(folder, ["int8"], photos, None)
     assert report["variants"]["int8"]["chosen"] is None
     assert not (folder / precision.FILES["int8"]).exists()
+
+
+def test_a_siglip_folder_is_gated_on_its_pooler_output(tmp_path):
+    """SigLIP's vision file puts last_hidden_state first: the gates must read pooler_output."""
+    source = clipfn_env().get("CLIPFN_TEST_SIGLIP2_FOLDER")
+    if not source or not Path(source).is_dir():
+        pytest.skip("no generated SigLIP test folder: run tools/setup.sh")
+    folder = tmp_path / "siglip2-test"
+    (folder / "onnx").mkdir(parents=True)
+    shutil.copy(Path(source) / "onnx/vision_model.onnx", folder / "onnx")
+    shutil.copy(Path(source) / "preprocessor_config.json", folder)
+    photos = sorted((Path(clipfn_env()["CLIPFN_PHOTOS_DIR"]) / "wallpapers").glob("*.jpg"))[:4]
+    session = precision.session(folder / "onnx/vision_model.onnx")
+    assert precision.embedding_output(session) == "pooler_output"
+    report = precision.write_variants(folder, ["fp16"], photos, None)
+    assert report["variants"]["fp16"]["chosen"], report
