@@ -38,6 +38,13 @@ photos (--photos; cosine min >= 0.999 fp16 / >= 0.99 int8, and top-1
 agreement of zero-shot labels from the real text tower) or is not written
 (infra/precision.py, which also compares the int8 quantization methods and
 says which one it picked and why).
+
+--family siglip|siglip2 exports a SigLIP (google/siglip-base-patch16-224) or SigLIP 2
+(google/siglip2-base-patch16-224) model folder instead: both towers (last_hidden_state and
+pooler_output, in Optimum's order), the checkpoint's tokenizer and preprocessor files, and
+config.json with the learned logit_scale and logit_bias, behind parity gates against transformers;
+see infra/export_siglip.py. It needs --folder, and takes --model, --precision, --photos, --opset
+and --atol as above.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ import warnings
 from pathlib import Path
 
 MODEL_ID = "openai/clip-vit-base-patch32"
+SIGLIP_MODELS = {"siglip": "google/siglip-base-patch16-224", "siglip2": "google/siglip2-base-patch16-224"}
 OPSET = 17
 IMAGE_SIZE = 224
 CONTEXT = 77
@@ -63,10 +71,13 @@ PREPROCESS = (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", choices=["clip", "siglip", "siglip2"], default="clip",
+                   help="clip (the default), or a SigLIP / SigLIP 2 model folder (both towers; needs --folder)")
     p.add_argument("--tower", choices=["image", "text", "both", "text-multilingual"], default="image", help="which tower(s) to export")
     p.add_argument("--out", type=Path, default=Path("infra/model/model.onnx"), help="image tower ONNX file")
     p.add_argument("--text-out", type=Path, default=Path("infra/model/text.onnx"), help="text tower ONNX file")
-    p.add_argument("--model", default=MODEL_ID, help=f"Hub id or local folder (default {MODEL_ID})")
+    p.add_argument("--model", help=f"Hub id or local folder (default {MODEL_ID}; with --family siglip "
+                   f"{SIGLIP_MODELS['siglip']}, siglip2 {SIGLIP_MODELS['siglip2']})")
     p.add_argument("--opset", type=int, default=OPSET)
     p.add_argument("--random-init", action="store_true", help="small random model, no download (self-test)")
     p.add_argument("--atol", type=float, default=1e-3, help="largest |torch - onnxruntime| accepted")
@@ -80,6 +91,14 @@ def parse_args() -> argparse.Namespace:
         p.error(f"--precision: fp32 plus any of fp16, int8 (got {args.precision})")
     if args.precisions != ["fp32"] and not args.folder:
         p.error("--precision fp16/int8 writes a model folder: give --folder")
+    if args.family != "clip":
+        if not args.folder:
+            p.error(f"--family {args.family} writes a model folder: give --folder")
+        if args.tower not in ("image", "both"):
+            p.error(f"--family {args.family} exports both towers into the folder; --tower {args.tower} is CLIP's")
+        if args.random_init:
+            p.error("--random-init is for the CLIP export; the SigLIP one needs a checkpoint")
+    args.model = args.model or (SIGLIP_MODELS[args.family] if args.family != "clip" else MODEL_ID)
     return args
 
 
@@ -260,6 +279,11 @@ def write_folder_files(model, args: argparse.Namespace) -> None:
 
 def main() -> int:
     args = parse_args()
+    if args.family != "clip":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from export_siglip import export_siglip
+
+        return export_siglip(args)
     if args.tower == "text-multilingual":
         from export_multilingual import MULTILINGUAL_ID, export_multilingual
 

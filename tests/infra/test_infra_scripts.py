@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,11 +64,38 @@ def test_load_js_rejects_bad_settings(k6, env, message):
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("script", ["export_clip_onnx.py", "export_multilingual.py", "soak.py"])
+@pytest.mark.parametrize("script", ["export_clip_onnx.py", "export_multilingual.py", "export_siglip.py", "soak.py"])
 def test_python_scripts_compile(script):
     """The export scripts need torch and the Hub, soak.py ten minutes: here they must compile."""
     path = REPO / "infra" / script
     compile(path.read_text(), str(path), "exec")  # in memory: no __pycache__ next to it
+
+
+def _export(*args: str) -> subprocess.CompletedProcess:
+    """export_clip_onnx.py's argument handling, which imports neither torch nor the Hub."""
+    return subprocess.run([sys.executable, str(REPO / "infra" / "export_clip_onnx.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_export_help_offers_the_siglip_families():
+    proc = _export("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "--family {clip,siglip,siglip2}" in proc.stdout and "google/siglip2-base-patch16-224" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--family", "siglip"], "--family siglip writes a model folder: give --folder"),
+        (["--family", "siglip2", "--folder", "x", "--tower", "text-multilingual"], "exports both towers"),
+        (["--family", "siglip2", "--folder", "x", "--random-init"], "--random-init is for the CLIP export"),
+        (["--family", "siglip3", "--folder", "x"], "invalid choice: 'siglip3'"),
+        (["--family", "siglip", "--folder", "x", "--precision", "fp16"], "fp32 plus any of fp16, int8"),
+    ],
+)
+def test_export_refuses_bad_siglip_arguments(args, message):
+    proc = _export(*args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)
@@ -100,3 +129,34 @@ def test_terraform_fmt_style():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_export_siglip_copies_a_checkpoints_files_and_adds_scale_and_bias(tmp_path):
+    """export_siglip.write_folder_files on a local "checkpoint" (the generated SigLIP 2 test folder,
+    whose files have the hub's names), with a stand-in for the torch model's two parameters."""
+    from conftest import clipfn_env
+
+    source = clipfn_env().get("CLIPFN_TEST_SIGLIP2_FOLDER")
+    if not source:
+        pytest.skip("no generated SigLIP test folder: run tools/setup.sh")
+    sys.path.insert(0, str(REPO / "infra"))
+    import export_siglip
+
+    class Parameter:
+        def __init__(self, value):
+            self.value = value
+
+        def detach(self):
+            return self
+
+        def reshape(self, *_):
+            return [self.value]
+
+    class Model:
+        logit_scale, logit_bias = Parameter(4.7), Parameter(-16.5)
+
+    written = export_siglip.write_folder_files(Model(), source, "siglip2", tmp_path)
+    assert (written["logit_scale"], written["logit_bias"], written["clipfn.family"]) == (4.7, -16.5, "siglip2")
+    for name in export_siglip.FOLDER_FILES:
+        assert (tmp_path / name).read_bytes() == (Path(source) / name).read_bytes(), name
+    assert json.loads((tmp_path / "config.json").read_text())["vision_config"]["image_size"] == 224
