@@ -494,6 +494,10 @@ SIGLIP_KINDS = {
                         text_width=64, text_heads=4, text_layers=2, qk_gain=1.5, text_qk_gain=5.0,
                         logit_scale=2.5, logit_bias=-3.5),
 }
+# For the bench only: exactly SigLIP base's vision tower (google/siglip-base-patch16-224 and
+# siglip2-base-patch16-224: width 768, 12 layers, 12 heads, MLP 3072, patch 16 at 224, MAP head),
+# written as one file; its outputs are meaningless, its timings are the real architecture's.
+SIGLIP_BENCH = {"siglip-base-vision": dict(size=224, patch=16, width=768, heads=12, layers=12)}
 # string.punctuation less "<", ">" and "/": the Replace step that google/siglip-base-patch16-224's
 # tokenizer.json is reported to carry (the slow SiglipTokenizer strips all of string.punctuation)
 SIGLIP_PUNCTUATION = "!\"#$%&'()*+,-.:;=?@[\\]^_`{|}~"
@@ -624,6 +628,24 @@ def siglip_model(g, inputs, outputs, name, meta):
 
 def siglip_params(g):
     return sum(int(np.prod(t.dims)) for t in g.inits if t.data_type == TensorProto.FLOAT and t.dims)
+
+
+def build_siglip_bench(kind, seed):
+    """A SIGLIP_BENCH vision tower alone: pixel_values -> last_hidden_state, pooler_output."""
+    spec = SIGLIP_BENCH[kind]
+    g = SiglipGraph(np.random.default_rng(seed))
+    hidden, pooled = build_siglip_vision(g, **spec)
+    g.nodes += [helper.make_node("Identity", [hidden], ["last_hidden_state"], name="last_hidden_state"),
+                helper.make_node("Identity", [pooled], ["pooler_output"], name="pooler_output")]
+    size, width, grid = spec["size"], spec["width"], spec["size"] // spec["patch"]
+    f = TensorProto.FLOAT
+    model = siglip_model(g, [helper.make_tensor_value_info("pixel_values", f, ["batch_size", 3, size, size])], [
+        helper.make_tensor_value_info("last_hidden_state", f, ["batch_size", grid * grid, width]),
+        helper.make_tensor_value_info("pooler_output", f, ["batch_size", width])],
+        f"clipfn_{kind}".replace("-", "_"),
+        {"clipfn.model_id": f"{kind}-random-v1", "clipfn.kind": kind, "clipfn.seed": str(seed),
+         "clipfn.input_size": str(size), "clipfn.embedding_dim": str(width)})
+    return model, siglip_params(g)
 
 
 def build_siglip_towers(kind, seed, vocab):
@@ -975,7 +997,7 @@ def check_siglip_folder(folder, kind):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=list(MODEL_ID) + list(SIGLIP_KINDS), required=True)
+    ap.add_argument("--kind", choices=list(MODEL_ID) + list(SIGLIP_KINDS) + list(SIGLIP_BENCH), required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -988,6 +1010,8 @@ def main():
     a = ap.parse_args()
     if a.kind in SIGLIP_KINDS:
         return main_siglip(ap, a)
+    if a.kind in SIGLIP_BENCH:
+        return main_siglip_bench(ap, a)
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
@@ -1017,6 +1041,32 @@ def main():
             print(f"  onnxruntime: out {y.shape}, batch of {len(y)} in {dt*1000:.1f} ms (1 thread), "
                   f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y_last)={cos:.3f}")
     print(f"  built in {t_build:.1f}s")
+
+
+def main_siglip_bench(ap, a):
+    if a.size != 224 or a.folder:
+        ap.error(f"--kind {a.kind} writes one file (--out) at 224")
+    out = os.path.abspath(a.out or os.path.join(REPO, ".cache/models", f"{a.kind}-random.onnx"))
+    t0 = time.perf_counter()
+    model, params = build_siglip_bench(a.kind, a.seed)
+    onnx.checker.check_model(model)  # not full_check: shape inference on 370 MB is slow and adds nothing
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    save(model, out)
+    print(f"{a.kind}: {out}\n  params={params:,} size={os.path.getsize(out) / 1e6:.1f} MB, "
+          f"built in {time.perf_counter() - t0:.1f}s")
+    if a.check:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(out, opts, providers=["CPUExecutionProvider"])
+        assert [o.name for o in sess.get_outputs()] == ["last_hidden_state", "pooler_output"]
+        x = np.random.default_rng(1).uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)
+        sess.run(None, {"pixel_values": x})
+        t = time.perf_counter()
+        hidden, pooled = sess.run(None, {"pixel_values": x})
+        print(f"  onnxruntime: last_hidden_state {hidden.shape}, pooler_output {pooled.shape}, "
+              f"{(time.perf_counter() - t) * 1000:.0f} ms per image (1 thread)")
 
 
 def main_siglip(ap, a):

@@ -4,8 +4,9 @@
 #
 #   tools/setup.sh            venv + test model + photos + .cache/clipfn.env
 #   tools/setup.sh --bench    ... plus the 350 MB ViT-B/32-shaped model and its
-#                             folder of fp32/fp16/int8 variants, and the 250 MB
-#                             ViT-B/32-shaped text model
+#                             folder of fp32/fp16/int8 variants, the 250 MB
+#                             ViT-B/32-shaped text model, and the 370 MB SigLIP
+#                             base-shaped vision tower
 #
 # Needs only python3 (>= 3.11, with venv + pip), apt-get (root) and the package
 # registries. Afterwards: `source .cache/clipfn.env` gives the Rust tests and the
@@ -77,7 +78,10 @@ model fixed-batch clip-fixed-batch.onnx  # batch dimension fixed at 1: refused a
 model text-test clip-text-test.onnx
 # multilingual text tower + its tokenizer.json (trained on the fixture text)
 model text-multilingual multilingual-text-test.onnx "$REPO/tests/fixtures/multilingual.txt"
-if (( BENCH )); then model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx; fi
+if (( BENCH )); then
+  model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx
+  model siglip-base-vision siglip-base-vision-random.onnx  # SigLIP base's vision tower (93M params)
+fi
 # model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
 folder() {  # folder NAME make_models-ARGS...  (the fixture text: the SigLIP tokenizers' corpus)
   local name="$1" stamp="$CACHE/models/$1.stamp" h t; shift
@@ -128,6 +132,9 @@ if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
 fi
 if [[ -f "$CACHE/models/vit-b32-text-random.onnx" ]]; then
   echo "CLIPFN_BENCH_TEXT_MODEL=$CACHE/models/vit-b32-text-random.onnx" >>"$ENV.tmp"
+fi
+if [[ -f "$CACHE/models/siglip-base-vision-random.onnx" ]]; then
+  echo "CLIPFN_BENCH_SIGLIP_MODEL=$CACHE/models/siglip-base-vision-random.onnx" >>"$ENV.tmp"
 fi
 if [[ -d "$CACHE/models/vit-b32-random" ]]; then
   echo "CLIPFN_BENCH_FOLDER=$CACHE/models/vit-b32-random" >>"$ENV.tmp"
