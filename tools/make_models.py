@@ -49,10 +49,25 @@ the service's preprocessing can be checked to follow the file.
                        tests/fixtures/multilingual.txt, is written beside it as
                        <out without .onnx>.tokenizer.json.
 
+  --kind siglip2-test / siglip-test  a SigLIP 2 / SigLIP 1-shaped model FOLDER (issue 21; see the
+                       "SigLIP" section below and tools/README.md): onnx/vision_model.onnx
+                       (pixel_values -> last_hidden_state, pooler_output), onnx/text_model.onnx
+                       (input_ids -> last_hidden_state, pooler_output), their _fp16 and _quantized
+                       variants, onnx/model.onnx (both towers + scoring, initialisers logit_scale and
+                       logit_bias), tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+                       preprocessor_config.json (SiglipImageProcessor's), config.json (with
+                       logit_scale and logit_bias unless --no-config-logits).
+                       siglip2-test: 224/16, dim 128, Gemma-like BPE padded to 64 with <pad> = 0 by
+                       tokenizer.json; siglip-test: 256/32, dim 96, T5-like Unigram, pad </s> = 1
+                       and length 64 only in tokenizer_config.json, do_lower_case.
+  --kind siglip-base-vision  exactly SigLIP base's vision tower (92.9M params), one file, for the
+                       bench.
 
 Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
                       [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
                       [--dim D] [--check]
+       make_models.py --kind siglip2-test|siglip-test [--folder DIR] [--no-config-logits] [--seed N] [--check]
+       make_models.py --kind siglip-base-vision [--out PATH] [--check]
 """
 import argparse
 import hashlib
@@ -501,6 +516,9 @@ SIGLIP_BENCH = {"siglip-base-vision": dict(size=224, patch=16, width=768, heads=
 # string.punctuation less "<", ">" and "/": the Replace step that google/siglip-base-patch16-224's
 # tokenizer.json is reported to carry (the slow SiglipTokenizer strips all of string.punctuation)
 SIGLIP_PUNCTUATION = "!\"#$%&'()*+,-.:;=?@[\\]^_`{|}~"
+# ... as a character class escaping only what a class needs (\\ \] \[ \^ \-): Python's
+# re.escape would also write \# \& \~, which the Rust regex engines need not accept
+SIGLIP_PUNCTUATION_CLASS = r"""[!"#$%&'()*+,\-.:;=?@\[\\\]\^_`{|}~]"""
 
 
 class SiglipGraph(Graph):
@@ -785,7 +803,7 @@ def siglip_normalizer():
     from tokenizers import Regex, normalizers
 
     return normalizers.Sequence([
-        normalizers.Replace(Regex("[" + re.escape(SIGLIP_PUNCTUATION) + "]"), ""),
+        normalizers.Replace(Regex(SIGLIP_PUNCTUATION_CLASS), ""),
         normalizers.Replace(Regex(r"\s+"), " "),
         normalizers.Strip(left=True, right=True),
         normalizers.NFKC(),  # stands in for the real file's Precompiled (nmt_nfkc) charsmap
