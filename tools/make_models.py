@@ -990,7 +990,7 @@ def check_siglip_folder(folder, kind):
             mates = float(unit(alone) @ unit(pooled[1]))
             # int8 (dynamic quantization) takes each activation's range over the whole batch, so
             # its vectors move a little with the batch-mates; fp32 and fp16 must not move at all
-            assert mates > (0.999 if "quantized" in f else 0.999999), f"{f}: alone vs in a batch, cosine {mates}"
+            assert mates > (0.995 if "quantized" in f else 0.999999), f"{f}: alone vs in a batch, cosine {mates}"
             words[f] = pooled
         else:
             inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(os.path.join(folder, "onnx", f)).graph.initializer}
