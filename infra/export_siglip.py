@@ -67,13 +67,18 @@ def load_checkpoint(model_id: str, family: str):
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(model_id)
-    if config.model_type not in ("siglip", "siglip2"):
-        raise SystemExit(f"{model_id}: model_type {config.model_type!r} is not SigLIP")
-    if config.model_type == "siglip2":
-        # transformers' Siglip2Model is the NaFlex variant; FixRes SigLIP 2 checkpoints load as SiglipModel
-        raise SystemExit(f"{model_id}: a SigLIP 2 NaFlex checkpoint (variable patches, pixel_attention_mask and "
-                         "spatial_shapes inputs); clipfn needs a fixed-resolution one, e.g. "
-                         "google/siglip2-base-patch16-224")
+    pre = checkpoint_file(model_id, "preprocessor_config.json")
+    processor_type = json.loads(pre.read_text()).get("image_processor_type", "") if pre else ""
+    if processor_type.startswith("Siglip2ImageProcessor") or hasattr(config.vision_config, "num_patches"):
+        raise SystemExit(f"{model_id}: a SigLIP 2 NaFlex checkpoint ({processor_type or 'num_patches'}: patchified "
+                         "pixels, pixel_attention_mask and spatial_shapes inputs); clipfn feeds fixed-size pixels: "
+                         "use a fixed-resolution one, e.g. google/siglip2-base-patch16-224")
+    if config.model_type != "siglip":
+        # Assumed, not checked here (no Hub): the fixed-resolution SigLIP 2 checkpoints say "siglip" and load as
+        # SiglipModel (with a Gemma tokenizer); transformers' Siglip2Model is the NaFlex one. If a FixRes
+        # checkpoint says "siglip2", this is the check to revisit.
+        raise SystemExit(f"{model_id}: model_type {config.model_type!r}; the export handles SiglipModel "
+                         "checkpoints (model_type 'siglip', which the fixed-resolution SigLIP 2 ones also are)")
     model = transformers.AutoModel.from_pretrained(model_id, attn_implementation="eager").eval()
     return model, config
 
