@@ -37,10 +37,10 @@ use std::{
 };
 
 use clipfn::{
-    config::Settings,
     decode::{DecodeOptions, decode},
-    model::{Model, ModelData, ModelFile, Runtime, TextModel, Weights},
+    model::{Model, ModelData, ModelFile, Runtime, TextModel, weights_of_file},
     preprocess::{Layout, Pixels, Transform, preprocess},
+    settings::{Device, Settings},
     tokenize::Tokenizer,
 };
 use common::{ServerConfig, camera_photos, setup_var};
@@ -85,10 +85,10 @@ fn load_image_model(settings: &Settings, model_path: &str) -> anyhow::Result<Mod
         data: ModelData::File(model_path.into()),
         id: "bench".into(),
         file: model_path.into(),
-        precision: Weights::of_file(model_path),
+        precision: weights_of_file(model_path),
         preprocessing: None,
     };
-    Ok(Model::load(Runtime::start(settings)?, settings, file)?)
+    Ok(Model::load(Runtime::start(&settings.model)?, &settings.model, file)?)
 }
 
 fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
@@ -386,8 +386,9 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(Path::new(&model).is_file(), "{model} missing: run tools/setup.sh --bench");
     let photos = camera_photos(usize::MAX);
     // The server runs at its default batch size for the provider; it warms up at 1 and at that.
-    let server_batch =
-        Settings::from_vars([("CLIPFN_MODEL".to_string(), model.clone())])?.batch_size(provider == "cuda");
+    let server_batch = Settings::from_vars([("CLIPFN_MODEL".to_string(), model.clone())])?
+        .model
+        .batch_size(if provider == "cuda" { Device::Cuda } else { Device::Cpu });
     let warm_up_batches = [1, server_batch];
 
     // One ONNX Runtime environment per process: the image session also hosts the text session.
@@ -736,7 +737,7 @@ fn text_tower(
     eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
 
     let mut session =
-        TextModel::load(image, settings, ModelData::File(text_model.into()), "bench-text".into(), &tokenizer)?;
+        TextModel::load(image, &settings.model, ModelData::File(text_model.into()), "bench-text".into(), &tokenizer)?;
     let tokens =
         queries.iter().take(64).map(|q| tokenizer.tokenize(q).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
     let rows: Vec<&[i64]> = tokens.iter().map(Vec::as_slice).collect();

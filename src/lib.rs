@@ -2,28 +2,26 @@
 //!
 //! A request flows one way through the stages, each a module:
 //! `api` (HTTP) -> `source` (bytes) -> `decode` (upright RGB) -> `preprocess` (tensor slot)
-//! -> `batcher` (cross-request queue, one model worker) -> `model` (ONNX Runtime session).
-//! `pipeline` carries one request through them; `serve` and `lambda` host the API, and `backfill`
-//! drives a whole listing through the same pipeline into Parquet files.
+//! -> `worker` (cross-request queue, the one owner of the sessions) -> `model` (ONNX Runtime).
+//! `pipeline` carries one request's photos through them and `text` its texts; `service` loads it
+//! all once at start-up; `hosts` serve it (HTTP, Lambda, replay) or drive a whole listing through
+//! it (backfill). Below the stages: `storage` (object stores, plain reads), `settings`,
+//! `embedding` (vectors and scores), `observe` (telemetry, metrics) and `sys` (budgets, memory).
+//! Each part imports only the parts below it (docs/design.md; tests/layers.rs holds it to that).
 
-pub mod api;
-pub mod backfill;
-pub mod batcher;
-pub mod budget;
-pub mod config;
+mod api;
 pub mod decode;
-pub mod gpu;
-pub mod labels;
-pub mod lambda;
-pub mod memory;
-pub mod metrics;
+mod embedding;
+pub mod hosts;
 pub mod model;
-mod panics;
-pub mod pipeline;
+pub mod observe;
+mod pipeline;
 pub mod preprocess;
-pub mod replay;
-pub mod serve;
-pub mod source;
-pub mod telemetry;
-pub mod text;
+mod service;
+pub mod settings;
+mod source;
+mod storage;
+pub mod sys;
+mod text;
 pub mod tokenize;
+mod worker;

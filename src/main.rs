@@ -7,7 +7,12 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use clipfn::{backfill, config, lambda, memory, replay, serve, telemetry};
+use clipfn::{
+    hosts::{backfill, lambda, replay, serve},
+    observe::telemetry,
+    settings,
+    sys::memory,
+};
 
 #[derive(Parser)]
 #[command(version, about = "Photo references in, CLIP image embeddings out")]
@@ -50,8 +55,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The log format is a setting, so settings are read before logging starts; an error in them
     // is printed plainly.
-    let (settings, telemetry) = match config::Settings::from_env().map_err(anyhow::Error::from).and_then(|settings| {
-        let telemetry = telemetry::Telemetry::init(settings.log_format(), config::gcp_project())?;
+    let (settings, telemetry) = match settings::Settings::from_env().map_err(anyhow::Error::from).and_then(|settings| {
+        let telemetry = telemetry::Telemetry::init(settings.server.log_format(), settings::gcp_project())?;
         Ok((settings, telemetry))
     }) {
         Ok(ready) => ready,
@@ -91,12 +96,12 @@ const FLUSH_AT_EXIT: Duration = Duration::from_secs(5);
 /// Runs the command; `serve` returns the deadline its shutdown signal set for the exit.
 async fn run(
     cli: Cli,
-    settings: config::Settings,
+    settings: settings::Settings,
     telemetry: &telemetry::Telemetry,
 ) -> anyhow::Result<Option<Instant>> {
     match cli.command {
         Command::Serve if lambda::is_lambda() => lambda::run(settings, telemetry).await.map(|()| None),
-        Command::Serve => serve::run(settings, config::port()?, telemetry).await.map(Some),
+        Command::Serve => serve::run(settings, settings::port()?, telemetry).await.map(Some),
         Command::Replay { events } => replay::run(settings, &events, telemetry).await.map(|()| None),
         Command::Backfill(args) => backfill::run(settings, args, telemetry).await.map(|()| None),
     }

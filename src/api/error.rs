@@ -1,9 +1,6 @@
-//! The one place where errors become HTTP: whole-request errors map to a status with a JSON body,
-//! per-photo errors map to the stable codes clients switch on.
-//!
-//! A per-photo message is fixed per code and names only the reference the client sent: the
-//! underlying error can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source
-//! paths, so it goes to the log (with the request's trace id) and never to the client.
+//! The one place where errors become HTTP: whole-request errors map to a status with a JSON body;
+//! a per-photo error travels in its item with the code and message that
+//! [`ItemError::code_and_message`](crate::pipeline::ItemError::code_and_message) gives it.
 
 use axum::{
     Json,
@@ -12,12 +9,7 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{
-    batcher::{BatchError, Unhealthy},
-    pipeline::ItemError,
-    source::SourceError,
-    text::TextError,
-};
+use crate::{pipeline::Overloaded, text::TextError, worker::Unhealthy};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -38,7 +30,7 @@ pub enum ApiError {
     #[error("internal error")]
     Internal,
     #[error("queue full: {0}")]
-    Overloaded(#[from] crate::batcher::Overloaded),
+    Overloaded(#[from] Overloaded),
     #[error("{0}")]
     Text(#[from] TextError),
 }
@@ -88,39 +80,4 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// The stable per-photo error code, with its fixed message naming the photo's reference as the
-/// response shows it.
-pub fn item_error(e: &ItemError, image: &str) -> ErrorBody {
-    use crate::decode::DecodeError;
-    let (code, message) = match e {
-        ItemError::Source(SourceError::NotFound(_)) => ("not_found", format!("no object at '{image}'")),
-        ItemError::Source(SourceError::Forbidden(_)) => {
-            ("forbidden", format!("'{image}' is outside the allowed sources, or the store refused access"))
-        }
-        // The one refusal a client can fix by itself: sign the URL again.
-        ItemError::Source(SourceError::Expired(_)) => ("forbidden", format!("the signature of '{image}' has expired")),
-        ItemError::Source(SourceError::TooLarge { .. }) | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
-            ("too_large", format!("'{image}' is over the byte or pixel limit"))
-        }
-        ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => {
-            ("fetch_failed", format!("'{image}' could not be read from its source"))
-        }
-        ItemError::Decode(DecodeError::Unsupported(_)) | ItemError::Source(SourceError::NotAnImage(_)) => {
-            ("unsupported_format", format!("'{image}' is not a supported image format"))
-        }
-        ItemError::Decode(DecodeError::Failed(_) | DecodeError::Timeout(_) | DecodeError::Crashed(_))
-        | ItemError::Source(SourceError::BadInline(_))
-        | ItemError::Preprocess(_) => {
-            ("decode_failed", format!("'{image}' could not be decoded: corrupt, truncated or too slow to decode"))
-        }
-        ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => {
-            ("inference_failed", format!("the model failed on '{image}'"))
-        }
-        ItemError::DeadlineExceeded => {
-            ("deadline_exceeded", format!("'{image}' was not finished within the request deadline"))
-        }
-    };
-    ErrorBody { code, message }
 }

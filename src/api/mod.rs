@@ -30,22 +30,26 @@ use tower_http::{
 use tracing::{Span, field::Empty};
 
 use self::{
-    error::{ApiError, ErrorBody, item_error},
+    error::{ApiError, ErrorBody},
     types::{EmbedRequest, EmbedResponse, Item, TimingsMs},
 };
 use crate::{
-    config::{Provider, Settings},
-    gpu,
-    metrics::Metrics,
-    pipeline::{ItemError, Pipeline, Timings},
-    source, telemetry,
+    observe::{
+        gpu,
+        metrics::{Metrics, Outcome},
+        telemetry,
+    },
+    pipeline::{ItemError, Timings},
+    service::Service,
+    settings::Settings,
+    source,
 };
 
-/// What every handler shares. The pipeline appears once the model is loaded and warmed up.
+/// What every handler shares. The service appears once the model is loaded and warmed up.
 #[derive(Clone)]
 pub struct AppState {
     settings: Arc<Settings>,
-    pipeline: Arc<OnceLock<Arc<Pipeline>>>,
+    service: Arc<OnceLock<Arc<Service>>>,
     draining: Arc<AtomicBool>,
     /// Fired when a drain runs out of time: requests still in flight answer `shutting_down`.
     give_up: CancellationToken,
@@ -57,7 +61,7 @@ impl AppState {
     pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>, scrape: telemetry::Scrape) -> Self {
         AppState {
             settings,
-            pipeline: Arc::default(),
+            service: Arc::default(),
             draining: Arc::default(),
             give_up: CancellationToken::new(),
             metrics,
@@ -66,8 +70,8 @@ impl AppState {
     }
 
     /// Marks the service ready; called once, after warm-up.
-    pub fn set_ready(&self, pipeline: Arc<Pipeline>) {
-        let _ = self.pipeline.set(pipeline);
+    pub fn set_ready(&self, service: Arc<Service>) {
+        let _ = self.service.set(service);
     }
 
     /// From now on /readyz says 503 so that load balancers stop sending; accepted work finishes.
@@ -81,13 +85,13 @@ impl AppState {
         self.give_up.cancel();
     }
 
-    fn ready_pipeline(&self) -> Result<&Arc<Pipeline>, ApiError> {
+    fn ready_service(&self) -> Result<&Arc<Service>, ApiError> {
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::Draining);
         }
-        let pipeline = self.pipeline.get().ok_or(ApiError::NotReady)?;
-        pipeline.health()?;
-        Ok(pipeline)
+        let service = self.service.get().ok_or(ApiError::NotReady)?;
+        service.health()?;
+        Ok(service)
     }
 }
 
@@ -155,7 +159,7 @@ fn record_status(response: &Response<Body>, _latency: Duration, span: &Span) {
 /// 200 while the process can serve: also while the model loads, but not once the model worker
 /// has died or its model fails the warm-up input (the platform should then restart the instance).
 async fn healthz(State(state): State<AppState>) -> Response {
-    match state.pipeline.get().map(|pipeline| pipeline.health()) {
+    match state.service.get().map(|service| service.health()) {
         Some(Err(why)) => {
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unhealthy", "reason": why.to_string()})))
                 .into_response()
@@ -165,14 +169,16 @@ async fn healthz(State(state): State<AppState>) -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.ready_pipeline() {
-        Ok(pipeline) => {
-            let model = pipeline.model();
+    match state.ready_service() {
+        Ok(service) => {
+            let model = service.pipeline.model();
+            let text = service.text.as_ref();
             let mut body = json!({
-                "status": "ready", "model": model, "in_flight_images": pipeline.in_flight(),
-                "text_model": pipeline.text_model(), "label_sets": pipeline.label_set_names(),
+                "status": "ready", "model": model, "in_flight_images": service.pipeline.in_flight(),
+                "text_model": text.map(|t| t.model()),
+                "label_sets": text.map(|t| t.label_set_names()).unwrap_or_default(),
             });
-            if model.provider == Provider::Cuda {
+            if model.provider.is_cuda() {
                 // CUDA device 0 is the one the session uses (ort's default device id).
                 body["gpu"] = match gpu::status(0) {
                     Ok(status) => json!(status),
@@ -220,13 +226,13 @@ fn answer(state: &AppState, endpoint: &'static str, started: Instant, outcome: A
     let total_ms = millis(elapsed);
     match outcome {
         Ok((response, Counts { images, texts, errors })) => {
-            state.metrics.request("ok", elapsed);
+            state.metrics.request(Outcome::Ok, elapsed);
             tracing::info!(status = 200, images, texts, errors, total_ms, "{endpoint} request");
             response
         }
         Err(e) => {
             let (status, code) = e.status_and_code();
-            state.metrics.request(code, elapsed);
+            state.metrics.request(Outcome::Refused(code), elapsed);
             tracing::info!(status = status.as_u16(), code, total_ms, "{endpoint} request refused");
             e.into_response()
         }
@@ -248,16 +254,16 @@ async fn embed_request(state: &AppState, body: Result<Bytes, BytesRejection>, st
 /// The embed response for photos.
 async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -> Answered {
     let images = check_images(images, &state.settings)?;
-    let pipeline = state.ready_pipeline()?;
-    let deadline = tokio::time::Instant::now() + state.settings.request_timeout();
-    let (results, timings) = photo_results(state, pipeline, &images, deadline).await?;
+    let service = state.ready_service()?;
+    let deadline = tokio::time::Instant::now() + state.settings.server.request_timeout();
+    let (results, timings) = photo_results(state, service, &images, deadline).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
         Ok(embedding) => Item { index, image, embedding: Some(embedding), error: None },
         Err(error) => Item { index, image, embedding: None, error: Some(error) },
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());
-    let model = pipeline.model();
+    let model = service.pipeline.model();
     let response = with_server_timing(
         EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms: &timings_ms },
         &timings_ms,
@@ -290,7 +296,7 @@ impl Drop for Cancelled<'_> {
     fn drop(&mut self) {
         if self.armed {
             let elapsed = self.started.elapsed();
-            self.metrics.request("cancelled", elapsed);
+            self.metrics.request(Outcome::Cancelled, elapsed);
             let total_ms = millis(elapsed);
             self.span.in_scope(|| {
                 tracing::info!(code = "cancelled", total_ms, "{} request cancelled by the client", self.endpoint)
@@ -302,14 +308,14 @@ impl Drop for Cancelled<'_> {
 /// Every photo's embedding or its error (each counted in the metrics), and the stage timings.
 async fn photo_results(
     state: &AppState,
-    pipeline: &Arc<Pipeline>,
+    service: &Service,
     images: &[String],
     deadline: tokio::time::Instant,
 ) -> Result<(Vec<Result<Vec<f32>, ErrorBody>>, Timings), ApiError> {
     let span = Span::current();
     span.record("clipfn.images", images.len() as i64);
     let (results, timings) = tokio::select! {
-        done = pipeline.embed(images, deadline) => done?,
+        done = service.pipeline.embed(images, deadline) => done?,
         () = state.give_up.cancelled() => return Err(ApiError::Draining),
     };
     let results: Vec<_> = results
@@ -331,15 +337,15 @@ async fn photo_results(
 /// no detail beyond their code.
 fn photo_error(index: usize, image: &str, e: &ItemError) -> ErrorBody {
     let shown = source::shown(image);
-    let error = item_error(e, &shown);
-    if !matches!(error.code, "not_found" | "deadline_exceeded") {
+    let (code, message) = e.code_and_message(&shown);
+    if !code.is_self_explanatory() {
         let mut detail = e.to_string();
         for reference in [image, &*shown].into_iter().filter(|r| !r.is_empty()) {
             detail = detail.replace(reference, "<reference>");
         }
-        tracing::warn!(index, code = error.code, error = %detail, "photo failed");
+        tracing::warn!(index, code = code.as_str(), error = %detail, "photo failed");
     }
-    error
+    ErrorBody { code: code.as_str(), message }
 }
 
 /// One answer per photo, in order, from its index, its reference as shown and its result.
@@ -368,7 +374,7 @@ fn with_server_timing(body: impl serde::Serialize, timings_ms: &TimingsMs) -> Re
 /// The most any request body may be: requests with inline photos get the larger limit, and the
 /// smaller one for the rest is checked once the body is parsed (`check_body_size`).
 fn transport_body_limit(settings: &Settings) -> usize {
-    settings.max_body_bytes.max(settings.max_inline_body_bytes)
+    settings.server.max_body_bytes.max(settings.server.max_inline_body_bytes)
 }
 
 /// The body as JSON of type `T`, and its size; `example` shows the expected shape in the error.
@@ -388,18 +394,18 @@ fn json_body<T: serde::de::DeserializeOwned>(
 
 /// Bodies over CLIPFN_MAX_BODY_BYTES are for requests with inline photos only.
 fn check_body_size(size: usize, images: &[String], settings: &Settings) -> Result<(), ApiError> {
-    if size > settings.max_body_bytes && !images.iter().any(|image| source::is_inline(image)) {
-        return Err(ApiError::BodyTooLarge(settings.max_body_bytes));
+    if size > settings.server.max_body_bytes && !images.iter().any(|image| source::is_inline(image)) {
+        return Err(ApiError::BodyTooLarge(settings.server.max_body_bytes));
     }
     Ok(())
 }
 
 fn check_images(images: Vec<String>, settings: &Settings) -> Result<Vec<String>, ApiError> {
     let count = images.len();
-    if count == 0 || count > settings.max_images {
+    if count == 0 || count > settings.limits.max_images {
         return Err(ApiError::BadRequest(format!(
             "images must hold 1 to {} references, got {count}",
-            settings.max_images
+            settings.limits.max_images
         )));
     }
     Ok(images)
@@ -415,8 +421,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        batcher::{Batcher, fake::*},
+        pipeline::Pipeline,
         source::Source,
+        worker::{Batcher, fake::*},
     };
 
     async fn call(app: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
@@ -439,10 +446,11 @@ mod tests {
         let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
         let metrics = Arc::new(Metrics::new(meters.meter("test")));
         let (model, device) = FakeModel::new(4, 8);
-        let batcher = Batcher::start(model, None, Duration::from_millis(1), 16, Arc::clone(&metrics));
-        let pipeline = Pipeline::new(&settings, Source::new(&settings).unwrap(), batcher, None, Arc::clone(&metrics));
+        let batcher = Arc::new(Batcher::start(model, None, Duration::from_millis(1), Arc::clone(&metrics)));
+        let source = Source::new(&settings.sources, &settings.limits).unwrap();
+        let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&batcher), Arc::clone(&metrics));
         let state = AppState::new(settings, metrics, telemetry::Scrape::default());
-        state.set_ready(Arc::new(pipeline));
+        state.set_ready(Arc::new(Service::assemble(pipeline, None, batcher)));
         let app = router(state);
         let embed = r#"{"images": ["a.png"]}"#;
 

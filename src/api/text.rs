@@ -22,9 +22,9 @@ use super::{
     with_server_timing,
 };
 use crate::{
-    config::Settings,
-    labels::{Labels, top_labels},
-    text::TextError,
+    embedding::top_labels,
+    settings::Settings,
+    text::{Labels, Text, TextError},
 };
 
 /// Where a classify request's labels come from.
@@ -38,9 +38,9 @@ const DEFAULT_TOP_K: usize = 5;
 /// `/v1/embed` with `texts`.
 pub(super) async fn embed_texts(state: &AppState, texts: Value) -> Answered {
     let texts = string_list(texts, "texts", &state.settings)?;
-    let pipeline = state.ready_pipeline()?;
-    let model = pipeline.text_model().ok_or(TextError::NotConfigured)?;
-    let embedded = pipeline.embed_texts(&texts, Some(deadline(&state.settings))).await?;
+    let text = ready_text(state)?;
+    let model = text.model();
+    let embedded = text.embed_texts(&texts, Some(deadline(&state.settings))).await?;
     let data = texts
         .iter()
         .zip(&embedded)
@@ -76,12 +76,12 @@ async fn embeddings_request(state: &AppState, body: Result<Bytes, BytesRejection
         Value::String(text) => string_list(Value::Array(vec![Value::String(text)]), "input", &state.settings)?,
         list => string_list(list, "input", &state.settings)?,
     };
-    let pipeline = state.ready_pipeline()?;
-    let model = pipeline.text_model().ok_or(TextError::NotConfigured)?;
+    let text = ready_text(state)?;
+    let model = text.model();
     if let Some(dimensions) = request.dimensions.filter(|d| *d != model.dim) {
         return Err(ApiError::BadRequest(format!("dimensions: this model answers {}, not {dimensions}", model.dim)));
     }
-    let embedded = pipeline.embed_texts(&texts, Some(deadline(&state.settings))).await?;
+    let embedded = text.embed_texts(&texts, Some(deadline(&state.settings))).await?;
     let tokens = embedded.iter().map(|e| e.tokens).sum();
     let data = embedded
         .iter()
@@ -133,19 +133,19 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
         }
         (None, Some(name)) => Asked::Set(name),
     };
-    let pipeline = state.ready_pipeline()?;
-    pipeline.text_model().ok_or(TextError::NotConfigured)?;
+    let service = state.ready_service()?;
+    let text = service.text.as_ref().ok_or(TextError::NotConfigured)?;
     let deadline = deadline(&state.settings);
     // Labels before photos: a bad set answers before any fetch.
     let embedded;
     let (names, label_embeddings) = match &asked {
         Asked::Labels(labels) => {
-            embedded = pipeline.label_embeddings(labels, Some(deadline)).await?;
+            embedded = text.label_embeddings(labels, Some(deadline)).await?;
             (&labels.names, &embedded)
         }
         Asked::Set(name) => {
-            let set = pipeline.label_set(name).ok_or_else(|| {
-                let known = pipeline.label_set_names();
+            let set = text.label_set(name).ok_or_else(|| {
+                let known = text.label_set_names();
                 ApiError::BadRequest(format!(
                     "unknown label_set '{name}'; known sets: {}",
                     if known.is_empty() { "none (CLIPFN_LABELS is unset)".to_string() } else { known.join(", ") }
@@ -155,7 +155,7 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
         }
     };
 
-    let (results, timings) = photo_results(state, pipeline, &images, deadline).await?;
+    let (results, timings) = photo_results(state, service, &images, deadline).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
         Ok(embedding) => {
@@ -167,14 +167,19 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());
     let response = with_server_timing(
-        ClassifyResponse { model: &pipeline.model().id, data, timings_ms: &timings_ms },
+        ClassifyResponse { model: &service.pipeline.model().id, data, timings_ms: &timings_ms },
         &timings_ms,
     );
     Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
 }
 
 fn deadline(settings: &Settings) -> tokio::time::Instant {
-    tokio::time::Instant::now() + settings.request_timeout()
+    tokio::time::Instant::now() + settings.server.request_timeout()
+}
+
+/// The text side of a ready service, or 404 when there is no text tower.
+fn ready_text(state: &AppState) -> Result<&Text, ApiError> {
+    Ok(state.ready_service()?.text.as_ref().ok_or(TextError::NotConfigured)?)
 }
 
 /// A JSON list of 1 to CLIPFN_MAX_TEXTS strings of at most CLIPFN_MAX_TEXT_CHARS characters.
@@ -183,10 +188,10 @@ fn string_list(value: Value, field: &str, settings: &Settings) -> Result<Vec<Str
     let Value::Array(items) = value else {
         return Err(bad(format!("{field} must be a list of strings")));
     };
-    if items.is_empty() || items.len() > settings.max_texts {
+    if items.is_empty() || items.len() > settings.text.max_texts {
         return Err(bad(format!(
             "{field} must hold 1 to {} strings (CLIPFN_MAX_TEXTS), got {}",
-            settings.max_texts,
+            settings.text.max_texts,
             items.len()
         )));
     }
@@ -194,10 +199,10 @@ fn string_list(value: Value, field: &str, settings: &Settings) -> Result<Vec<Str
         .into_iter()
         .enumerate()
         .map(|(i, item)| match item {
-            Value::String(text) if text.chars().count() > settings.max_text_chars => Err(bad(format!(
+            Value::String(text) if text.chars().count() > settings.text.max_text_chars => Err(bad(format!(
                 "{field}[{i}] is {} characters long, over the limit of {} (CLIPFN_MAX_TEXT_CHARS)",
                 text.chars().count(),
-                settings.max_text_chars
+                settings.text.max_text_chars
             ))),
             Value::String(text) => Ok(text),
             other => Err(bad(format!("{field}[{i}] must be a string, not {}", json_kind(&other)))),

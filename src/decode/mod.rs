@@ -185,7 +185,7 @@ fn with_image_crate(bytes: &[u8], format: ImageFormat, options: &DecodeOptions) 
 /// return codes and are not wrapped.
 fn contain_panics<T>(decode: impl FnOnce() -> Result<T, DecodeError>) -> Result<T, DecodeError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
-        .unwrap_or_else(|panic| Err(DecodeError::Crashed(crate::panics::message(panic.as_ref()))))
+        .unwrap_or_else(|panic| Err(DecodeError::Crashed(crate::sys::panics::message(panic.as_ref()))))
 }
 
 /// Refuses empty images and images over the pixel budget, before their pixels are decoded.

@@ -5,53 +5,58 @@
 use anyhow::Context;
 
 use super::{
-    ModelData, ModelFile, ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Weights, is_folder,
-    parse_preprocessor_config,
+    ModelData, ModelFile,
+    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, weights_of_file},
+    preprocessor::parse as parse_preprocessor_config,
 };
 use crate::{
-    config::{Precision, Settings},
-    source::{Source, local_config_file},
+    settings::{Device, ModelSettings, Precision, TextSettings, is_folder},
+    storage::{Storage, local_file},
 };
 
 /// Lists the model folder at `location` (a path, or a URI prefix).
-pub async fn open_folder(source: &Source, location: &str) -> anyhow::Result<ModelFolder> {
-    let files = source.list_config_folder(location).await.with_context(|| format!("listing {location}"))?;
+async fn open_folder(storage: &Storage, location: &str) -> anyhow::Result<ModelFolder> {
+    let files = storage.list(location).await.with_context(|| format!("listing {location}"))?;
     Ok(ModelFolder::new(location, files))
 }
 
-/// Reads the image tower to run on CUDA (`on_cuda`) or CPU.
-pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: bool) -> anyhow::Result<ModelFile> {
+/// Reads the image tower to run on `device`.
+pub async fn read_image_model(
+    storage: &Storage,
+    settings: &ModelSettings,
+    device: Device,
+) -> anyhow::Result<ModelFile> {
     let location = settings.model.as_str();
     if !is_folder(location) {
         let name = location.rsplit('/').next().unwrap_or(location);
-        let precision = Weights::of_file(name);
-        if ![Precision::Auto, precision.into()].contains(&settings.precision) {
+        let precision = weights_of_file(name);
+        if ![Precision::Auto, Precision::Exactly(precision)].contains(&settings.precision) {
             anyhow::bail!(
                 "CLIPFN_PRECISION picks a file of a model folder, but CLIPFN_MODEL names one file ({name}, {} by its name)",
                 precision.as_str()
             );
         }
         return Ok(ModelFile {
-            data: read_weights(source, location).await?,
+            data: read_weights(storage, location).await?,
             id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
             file: name.to_string(),
             precision,
             preprocessing: None,
         });
     }
-    let folder = open_folder(source, location).await?;
-    let variant = folder.pick(VISION, settings.precision, on_cuda)?;
+    let folder = open_folder(storage, location).await?;
+    let variant = folder.pick(VISION, settings.precision, device)?;
     let preprocessing = match folder.has(PREPROCESSOR_CONFIG) {
         true => {
             let config = folder.locate(PREPROCESSOR_CONFIG);
-            let bytes = source.fetch_config_object(&config).await.with_context(|| format!("reading {config}"))?;
+            let bytes = storage.read(&config).await.with_context(|| format!("reading {config}"))?;
             Some(parse_preprocessor_config(&bytes).with_context(|| format!("in {config}"))?)
         }
         false => None,
     };
     let path = folder.locate(&variant.file);
     Ok(ModelFile {
-        data: read_weights(source, &path).await?,
+        data: read_weights(storage, &path).await?,
         id: folder.name().to_string(),
         file: variant.file,
         precision: variant.precision,
@@ -61,10 +66,10 @@ pub async fn read_image_model(source: &Source, settings: &Settings, on_cuda: boo
 
 /// A local model file is left for ONNX Runtime to read (no copy in clipfn); one in a store is
 /// fetched.
-pub async fn read_weights(source: &Source, location: &str) -> anyhow::Result<ModelData> {
-    let data = match local_config_file(location) {
+pub async fn read_weights(storage: &Storage, location: &str) -> anyhow::Result<ModelData> {
+    let data = match local_file(location) {
         Some(path) => path.map(ModelData::File),
-        None => source.fetch_config_object(location).await.map(ModelData::Bytes),
+        None => storage.read(location).await.map(ModelData::Bytes),
     };
     data.with_context(|| format!("reading {location}"))
 }
@@ -83,23 +88,24 @@ pub struct TextFiles {
 /// folder with `onnx/text_model*.onnx`, the variant the image tower's precision rule picks, with
 /// the folder's `tokenizer.json` unless `CLIPFN_TEXT_TOKENIZER` names another. `None`: no text tower.
 pub async fn locate_text_model(
-    source: &Source,
-    settings: &Settings,
-    on_cuda: bool,
+    storage: &Storage,
+    model: &ModelSettings,
+    text: &TextSettings,
+    device: Device,
 ) -> anyhow::Result<Option<TextFiles>> {
-    if let Some(model) = &settings.text_model {
-        let name = model.rsplit('/').next().unwrap_or(model);
+    if let Some(location) = &text.text_model {
+        let name = location.rsplit('/').next().unwrap_or(location);
         let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
-        return Ok(Some(TextFiles { model: model.clone(), id, tokenizer: settings.text_tokenizer.clone() }));
+        return Ok(Some(TextFiles { model: location.clone(), id, tokenizer: text.text_tokenizer.clone() }));
     }
-    if !is_folder(&settings.model) {
+    if !is_folder(&model.model) {
         return Ok(None);
     }
-    let folder = open_folder(source, &settings.model).await?;
+    let folder = open_folder(storage, &model.model).await?;
     if !folder.has_tower(TEXT) {
         return Ok(None);
     }
-    let variant = folder.pick(TEXT, settings.precision, on_cuda)?;
-    let tokenizer = settings.text_tokenizer.clone().or_else(|| folder.has(TOKENIZER).then(|| folder.locate(TOKENIZER)));
+    let variant = folder.pick(TEXT, model.precision, device)?;
+    let tokenizer = text.text_tokenizer.clone().or_else(|| folder.has(TOKENIZER).then(|| folder.locate(TOKENIZER)));
     Ok(Some(TextFiles { model: folder.locate(&variant.file), id: folder.name().to_string(), tokenizer }))
 }

@@ -6,10 +6,8 @@
 //! One rule picks a tower's file for the precision asked and the provider in use, so every tower
 //! of a folder follows `CLIPFN_PRECISION` alike.
 
-use serde::Serialize;
-
 use super::ModelError;
-use crate::config::Precision;
+use crate::settings::{Device, Precision, Weights};
 
 /// Towers, named as the folder names their files (`onnx/{tower}[_suffix].onnx`).
 pub const VISION: &str = "vision_model";
@@ -18,50 +16,21 @@ pub const TEXT: &str = "text_model";
 pub const PREPROCESSOR_CONFIG: &str = "preprocessor_config.json";
 pub const TOKENIZER: &str = "tokenizer.json";
 
-/// The precision of the weights that run. Inputs and outputs are float32 whatever it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Weights {
-    Fp32,
-    Fp16,
-    Int8,
+/// The precision a file's name says by the folders' convention; fp32 when it says none.
+pub fn weights_of_file(name: &str) -> Weights {
+    let stem = name.rsplit('/').next().unwrap_or(name).trim_end_matches(".onnx");
+    [Weights::Fp16, Weights::Int8]
+        .into_iter()
+        .find(|w| suffixes(*w).iter().any(|suffix| stem.ends_with(suffix)))
+        .unwrap_or(Weights::Fp32)
 }
 
-impl Weights {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Weights::Fp32 => "fp32",
-            Weights::Fp16 => "fp16",
-            Weights::Int8 => "int8",
-        }
-    }
-
-    /// The precision a file's name says by the folders' convention; fp32 when it says none.
-    pub fn of_file(name: &str) -> Weights {
-        let stem = name.rsplit('/').next().unwrap_or(name).trim_end_matches(".onnx");
-        [Weights::Fp16, Weights::Int8]
-            .into_iter()
-            .find(|w| w.suffixes().iter().any(|suffix| stem.ends_with(suffix)))
-            .unwrap_or(Weights::Fp32)
-    }
-
-    /// File-name suffixes under `onnx/`, preferred first.
-    fn suffixes(self) -> &'static [&'static str] {
-        match self {
-            Weights::Fp32 => &[""],
-            Weights::Fp16 => &["_fp16"],
-            Weights::Int8 => &["_quantized", "_int8", "_uint8"],
-        }
-    }
-}
-
-impl From<Weights> for Precision {
-    fn from(weights: Weights) -> Self {
-        match weights {
-            Weights::Fp32 => Precision::Fp32,
-            Weights::Fp16 => Precision::Fp16,
-            Weights::Int8 => Precision::Int8,
-        }
+/// File-name suffixes under `onnx/`, preferred first.
+fn suffixes(weights: Weights) -> &'static [&'static str] {
+    match weights {
+        Weights::Fp32 => &[""],
+        Weights::Fp16 => &["_fp16"],
+        Weights::Int8 => &["_quantized", "_int8", "_uint8"],
     }
 }
 
@@ -105,13 +74,11 @@ impl ModelFolder {
     /// The file of `tower` to run. `auto` takes fp16 on CUDA and int8 on CPU, and fp32 when the
     /// folder lacks that variant; an explicit precision that the folder lacks is an error that
     /// lists what is there.
-    pub fn pick(&self, tower: &str, wanted: Precision, on_cuda: bool) -> Result<Variant, ModelError> {
+    pub fn pick(&self, tower: &str, wanted: Precision, device: Device) -> Result<Variant, ModelError> {
         let (first, fallback) = match wanted {
-            Precision::Auto if on_cuda => (Weights::Fp16, Some(Weights::Fp32)),
+            Precision::Auto if device.is_cuda() => (Weights::Fp16, Some(Weights::Fp32)),
             Precision::Auto => (Weights::Int8, Some(Weights::Fp32)),
-            Precision::Fp32 => (Weights::Fp32, None),
-            Precision::Fp16 => (Weights::Fp16, None),
-            Precision::Int8 => (Weights::Int8, None),
+            Precision::Exactly(weights) => (weights, None),
         };
         [Some(first), fallback].into_iter().flatten().find_map(|precision| self.find(tower, precision)).ok_or_else(
             || {
@@ -131,8 +98,7 @@ impl ModelFolder {
     }
 
     fn find(&self, tower: &str, precision: Weights) -> Option<Variant> {
-        precision
-            .suffixes()
+        suffixes(precision)
             .iter()
             .map(|suffix| format!("onnx/{tower}{suffix}.onnx"))
             .find(|file| self.has(file))
@@ -140,19 +106,17 @@ impl ModelFolder {
     }
 }
 
-/// Whether `CLIPFN_MODEL` names a folder rather than one `.onnx` file: anything ending in '/', or
-/// a local directory.
-pub fn is_folder(location: &str) -> bool {
-    if location.ends_with('/') {
-        return true;
-    }
-    let local = location.strip_prefix("file://").unwrap_or(location);
-    !local.contains("://") && std::path::Path::new(local).is_dir()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn device(on_cuda: bool) -> Device {
+        if on_cuda { Device::Cuda } else { Device::Cpu }
+    }
+
+    const FP32: Precision = Precision::Exactly(Weights::Fp32);
+    const FP16: Precision = Precision::Exactly(Weights::Fp16);
+    const INT8: Precision = Precision::Exactly(Weights::Int8);
 
     fn folder(files: &[&str]) -> ModelFolder {
         ModelFolder::new("gs://models/clip-vit-b32", files.iter().map(|f| f.to_string()).collect())
@@ -168,7 +132,7 @@ mod tests {
     ];
 
     fn picked(folder: &ModelFolder, wanted: Precision, on_cuda: bool) -> String {
-        folder.pick(VISION, wanted, on_cuda).unwrap().file
+        folder.pick(VISION, wanted, device(on_cuda)).unwrap().file
     }
 
     // The provider is an input here: CUDA cannot run on the test machines, so its choice is tested
@@ -176,26 +140,26 @@ mod tests {
     #[test]
     fn auto_follows_the_provider() {
         let all = folder(ALL);
-        assert_eq!(all.pick(VISION, Precision::Auto, false).unwrap().precision, Weights::Int8);
+        assert_eq!(all.pick(VISION, Precision::Auto, device(false)).unwrap().precision, Weights::Int8);
         assert_eq!(picked(&all, Precision::Auto, false), "onnx/vision_model_quantized.onnx");
         assert_eq!(picked(&all, Precision::Auto, true), "onnx/vision_model_fp16.onnx");
         let fp32_only = folder(&["onnx/vision_model.onnx"]);
-        assert_eq!(fp32_only.pick(VISION, Precision::Auto, true).unwrap().precision, Weights::Fp32);
+        assert_eq!(fp32_only.pick(VISION, Precision::Auto, device(true)).unwrap().precision, Weights::Fp32);
         assert_eq!(picked(&fp32_only, Precision::Auto, false), "onnx/vision_model.onnx");
     }
 
     #[test]
     fn an_explicit_precision_wins_over_the_provider() {
         let all = folder(ALL);
-        assert_eq!(picked(&all, Precision::Fp32, true), "onnx/vision_model.onnx");
-        assert_eq!(picked(&all, Precision::Fp16, false), "onnx/vision_model_fp16.onnx");
-        assert_eq!(picked(&all, Precision::Int8, true), "onnx/vision_model_quantized.onnx");
+        assert_eq!(picked(&all, FP32, true), "onnx/vision_model.onnx");
+        assert_eq!(picked(&all, FP16, false), "onnx/vision_model_fp16.onnx");
+        assert_eq!(picked(&all, INT8, true), "onnx/vision_model_quantized.onnx");
     }
 
     #[test]
     fn int8_takes_the_names_folders_use() {
         let uint8 = folder(&["onnx/vision_model.onnx", "onnx/vision_model_uint8.onnx", "onnx/vision_model_int8.onnx"]);
-        assert_eq!(picked(&uint8, Precision::Int8, false), "onnx/vision_model_int8.onnx");
+        assert_eq!(picked(&uint8, INT8, false), "onnx/vision_model_int8.onnx");
         assert_eq!(
             picked(&folder(&["onnx/vision_model_uint8.onnx"]), Precision::Auto, false),
             "onnx/vision_model_uint8.onnx"
@@ -205,20 +169,20 @@ mod tests {
     #[test]
     fn a_missing_variant_names_what_is_there() {
         let message = folder(&["onnx/vision_model.onnx", "preprocessor_config.json"])
-            .pick(VISION, Precision::Fp16, true)
+            .pick(VISION, FP16, device(true))
             .unwrap_err()
             .to_string();
         assert!(message.contains("CLIPFN_PRECISION=fp16"), "{message}");
         assert!(message.contains("gs://models/clip-vit-b32/"), "{message}");
         assert!(message.contains("onnx/vision_model.onnx, preprocessor_config.json"), "{message}");
-        let none = folder(&["README.md"]).pick(TEXT, Precision::Auto, false).unwrap_err().to_string();
+        let none = folder(&["README.md"]).pick(TEXT, Precision::Auto, device(false)).unwrap_err().to_string();
         assert!(none.contains("no text_model") && none.contains("README.md"), "{none}");
     }
 
     #[test]
     fn towers_pick_alike() {
         let all = folder(ALL);
-        assert_eq!(all.pick(TEXT, Precision::Auto, false).unwrap().file, "onnx/text_model.onnx");
+        assert_eq!(all.pick(TEXT, Precision::Auto, device(false)).unwrap().file, "onnx/text_model.onnx");
         assert!(all.has_tower(TEXT) && !folder(&["onnx/vision_model.onnx"]).has_tower(TEXT));
         assert_eq!(all.name(), "clip-vit-b32");
         assert_eq!(all.locate(PREPROCESSOR_CONFIG), "gs://models/clip-vit-b32/preprocessor_config.json");
@@ -226,18 +190,8 @@ mod tests {
 
     #[test]
     fn single_files_are_named_alike() {
-        assert_eq!(Weights::of_file("gs://m/vision_model_quantized.onnx"), Weights::Int8);
-        assert_eq!(Weights::of_file("/m/clip_fp16.onnx"), Weights::Fp16);
-        assert_eq!(Weights::of_file("/m/clip-test.onnx"), Weights::Fp32);
-    }
-
-    #[test]
-    fn folders_are_told_from_files() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(is_folder(dir.path().to_str().unwrap()));
-        assert!(is_folder(&format!("file://{}", dir.path().display())));
-        assert!(is_folder("gs://models/clip/"));
-        assert!(!is_folder("gs://models/clip.onnx"));
-        assert!(!is_folder("/no/such/model.onnx"));
+        assert_eq!(weights_of_file("gs://m/vision_model_quantized.onnx"), Weights::Int8);
+        assert_eq!(weights_of_file("/m/clip_fp16.onnx"), Weights::Fp16);
+        assert_eq!(weights_of_file("/m/clip-test.onnx"), Weights::Fp32);
     }
 }

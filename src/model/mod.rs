@@ -29,14 +29,13 @@ use ort::{
 
 use self::normalizer::Normalizer;
 pub use self::{
-    files::{TextFiles, locate_text_model, open_folder, read_image_model, read_weights},
-    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, Variant, Weights, is_folder},
-    preprocessor::parse as parse_preprocessor_config,
+    files::{TextFiles, locate_text_model, read_image_model, read_weights},
+    folder::weights_of_file,
     text::{TextModel, TextModelInfo},
 };
 use crate::{
-    config::{Normalize, Provider, Settings},
     preprocess::{Layout, Pixels, Transform},
+    settings::{Device, ModelSettings, Normalize, Provider, Weights},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +61,8 @@ pub struct ModelInfo {
     /// The ONNX file that runs (relative to its folder when the model is a folder).
     pub file: String,
     pub precision: Weights,
-    /// `Cuda` or `Cpu`: the provider in use, never `Auto`.
-    pub provider: Provider,
+    /// The provider in use.
+    pub provider: Device,
     /// Why `auto` fell back to CPU, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
@@ -93,33 +92,33 @@ impl ModelInfo {
 /// The process's ONNX Runtime and the execution provider chosen for it.
 pub struct Runtime {
     environment: Environment,
-    on_cuda: bool,
+    device: Device,
     /// Why `auto` fell back to CPU, when it did.
     fallback_reason: Option<String>,
 }
 
 impl Runtime {
     /// Loads ONNX Runtime and settles the provider: CUDA when asked and its provider registers.
-    pub fn start(settings: &Settings) -> Result<Self, ModelError> {
+    pub fn start(settings: &ModelSettings) -> Result<Self, ModelError> {
         let environment = init_runtime()?;
-        let (on_cuda, fallback_reason) = match settings.provider {
-            Provider::Cpu => (false, None),
-            Provider::Cuda | Provider::Auto => match session_builder(&environment, settings, true) {
-                Ok(_) => (true, None),
+        let (device, fallback_reason) = match settings.provider {
+            Provider::Cpu => (Device::Cpu, None),
+            Provider::Cuda | Provider::Auto => match session_builder(&environment, settings, Device::Cuda) {
+                Ok(_) => (Device::Cuda, None),
                 Err(e) if settings.provider == Provider::Cuda => {
                     return Err(ModelError::CudaUnavailable(e.to_string()));
                 }
                 Err(e) => {
                     tracing::warn!(reason = %e, "CUDA execution provider unavailable; running on CPU");
-                    (false, Some(e.to_string()))
+                    (Device::Cpu, Some(e.to_string()))
                 }
             },
         };
-        Ok(Runtime { environment, on_cuda, fallback_reason })
+        Ok(Runtime { environment, device, fallback_reason })
     }
 
-    pub fn on_cuda(&self) -> bool {
-        self.on_cuda
+    pub fn device(&self) -> Device {
+        self.device
     }
 }
 
@@ -165,16 +164,15 @@ pub struct Model {
 impl Model {
     /// Builds the session from `model`, refuses a fixed batch dimension, and warms it up at batch
     /// 1 and at the full batch size; the warm-up also reveals the embedding size.
-    pub fn load(runtime: Runtime, settings: &Settings, model: ModelFile) -> Result<Self, ModelError> {
-        let Runtime { environment, on_cuda, fallback_reason } = runtime;
+    pub fn load(runtime: Runtime, settings: &ModelSettings, model: ModelFile) -> Result<Self, ModelError> {
+        let Runtime { environment, device, fallback_reason } = runtime;
         let started = Instant::now();
-        let (session, on_cuda, fallback_reason) =
-            build_session(&environment, settings, &model.data, on_cuda, fallback_reason)?;
+        let (session, device, fallback_reason) =
+            build_session(&environment, settings, &model.data, device, fallback_reason)?;
         // The session holds the weights now: fetched bytes must not stay beside them, nor sit
         // under the warm-up's peak.
         drop(model.data);
         let timings = LoadTimings { session: started.elapsed(), ..LoadTimings::default() };
-        let provider = if on_cuda { Provider::Cuda } else { Provider::Cpu };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
         let shape = input.dtype().tensor_shape().map(|s| &s[..]);
@@ -202,23 +200,23 @@ impl Model {
             id: model.id,
             file: model.file,
             precision: model.precision,
-            provider,
+            provider: device,
             fallback_reason,
             input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
             output_name: settings.output_name.clone().unwrap_or_else(|| output.name().to_string()),
             image_size,
             preprocessing,
-            input_layout: match (settings.normalize, on_cuda) {
-                (Normalize::Model, _) | (Normalize::Auto, true) => Layout::RawNhwc,
-                (Normalize::Cpu, _) | (Normalize::Auto, false) => Layout::NormalizedNchw,
+            input_layout: match (settings.normalize, device) {
+                (Normalize::Model, _) | (Normalize::Auto, Device::Cuda) => Layout::RawNhwc,
+                (Normalize::Cpu, _) | (Normalize::Auto, Device::Cpu) => Layout::NormalizedNchw,
             },
             dim: 0,
-            batch_size: settings.batch_size(on_cuda),
+            batch_size: settings.batch_size(device),
             warm_up_batches: Vec::new(),
         };
         let normalizer = match info.input_layout {
             Layout::RawNhwc => {
-                Some(Normalizer::new(&session_builder(&environment, settings, on_cuda)?, &info.preprocessing, on_cuda)?)
+                Some(Normalizer::new(&session_builder(&environment, settings, device)?, &info.preprocessing, device)?)
             }
             Layout::NormalizedNchw => None,
         };
@@ -302,27 +300,27 @@ fn init_runtime() -> Result<Environment, ModelError> {
         .map_err(|e| ModelError::Runtime(e.to_string()))
 }
 
-type Built = (Session, bool, Option<String>);
+type Built = (Session, Device, Option<String>);
 
 /// Builds the session on the provider the runtime chose. Should CUDA registration pass but the
 /// session still fail on it under `auto`, CPU takes over.
 fn build_session(
     environment: &Environment,
-    settings: &Settings,
+    settings: &ModelSettings,
     data: &ModelData,
-    on_cuda: bool,
+    device: Device,
     fallback_reason: Option<String>,
 ) -> Result<Built, ModelError> {
-    let cpu = || commit(session_builder(environment, settings, false)?, data);
-    if !on_cuda {
-        return Ok((cpu()?, false, fallback_reason));
+    let cpu = || commit(session_builder(environment, settings, Device::Cpu)?, data);
+    if device == Device::Cpu {
+        return Ok((cpu()?, Device::Cpu, fallback_reason));
     }
-    match session_builder(environment, settings, true).and_then(|b| commit(b, data)) {
-        Ok(session) => Ok((session, true, None)),
+    match session_builder(environment, settings, Device::Cuda).and_then(|b| commit(b, data)) {
+        Ok(session) => Ok((session, Device::Cuda, None)),
         Err(e) if settings.provider == Provider::Cuda => Err(ModelError::CudaUnavailable(e.to_string())),
         Err(e) => {
             tracing::warn!(reason = %e, "the model cannot run on CUDA; running on CPU");
-            Ok((cpu()?, false, Some(e.to_string())))
+            Ok((cpu()?, Device::Cpu, Some(e.to_string())))
         }
     }
 }
@@ -335,16 +333,20 @@ fn commit(mut builder: SessionBuilder, data: &ModelData) -> Result<Session, Mode
     .map_err(load)
 }
 
-/// Session options shared by the CLIP session and the normaliser; with `cuda`, registering the
+/// Session options shared by every session (towers and the normaliser); on CUDA, registering the
 /// CUDA provider must succeed.
-fn session_builder(environment: &Environment, settings: &Settings, cuda: bool) -> Result<SessionBuilder, ModelError> {
+fn session_builder(
+    environment: &Environment,
+    settings: &ModelSettings,
+    device: Device,
+) -> Result<SessionBuilder, ModelError> {
     let mut builder = Session::builder(environment)
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::Level3)?))
         .map_err(load)?;
     if settings.intra_threads > 0 {
         builder = builder.with_intra_threads(settings.intra_threads).map_err(load)?;
     }
-    if cuda {
+    if device.is_cuda() {
         builder = builder.with_execution_providers([ep::CUDA::default().build().error_on_failure()]).map_err(load)?;
     } else {
         // On CPU the decoders share the cores with inference: idle ONNX Runtime threads must

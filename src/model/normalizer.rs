@@ -16,7 +16,7 @@ use ort::{
 };
 
 use super::ModelError;
-use crate::preprocess::Transform;
+use crate::{preprocess::Transform, settings::Device};
 
 const INPUT: &str = "pixels_u8";
 const OUTPUT: &str = "pixel_values";
@@ -28,9 +28,9 @@ pub struct Normalizer {
 }
 
 impl Normalizer {
-    /// `builder` carries the same execution provider as the CLIP session; `on_cuda` says where
+    /// `builder` carries the same execution provider as the CLIP session; `device` says where
     /// its output should live.
-    pub fn new(builder: &SessionBuilder, transform: &Transform, on_cuda: bool) -> Result<Self, ModelError> {
+    pub fn new(builder: &SessionBuilder, transform: &Transform, device: Device) -> Result<Self, ModelError> {
         let side = i64::from(transform.side());
         let (scale, offset) = transform.scale_and_offset();
         let mut graph = Graph::new().map_err(load)?;
@@ -60,7 +60,7 @@ impl Normalizer {
         let mut model = GraphModel::new([Opset::new("", 17).map_err(load)?]).map_err(load)?;
         model.set_graph(graph).map_err(load)?;
         let session = model.into_session(builder).map_err(load)?;
-        let device = if on_cuda { AllocationDevice::CUDA } else { AllocationDevice::CPU };
+        let device = if device.is_cuda() { AllocationDevice::CUDA } else { AllocationDevice::CPU };
         let output_memory = MemoryInfo::new(device, 0, AllocatorType::Device, MemoryType::Default).map_err(load)?;
         Ok(Normalizer { session, output_memory, side })
     }

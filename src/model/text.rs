@@ -15,22 +15,29 @@ use ort::{
 
 use super::{Model, ModelData, ModelError, commit, embeddings, inference, session_builder};
 use crate::{
-    config::{Provider, Settings},
+    settings::{Device, ModelSettings},
     tokenize::Tokenizer,
 };
+
+/// The element type the graph declares for its token ids (any real vocabulary fits either).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdType {
+    Int64,
+    Int32,
+}
 
 /// What the rest of the service needs to know about the text model.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TextModelInfo {
     pub id: String,
-    /// `Cuda` or `Cpu`: the image tower's.
-    pub provider: Provider,
+    /// The image tower's.
+    pub provider: Device,
     pub input_name: String,
     /// Present when the graph takes an attention mask.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mask_name: Option<String>,
-    /// `int64` or `int32`, as the graph declares its ids.
-    pub ids_type: &'static str,
+    pub ids_type: IdType,
     pub output_name: String,
     /// The token count the graph fixes; `None` when it is dynamic (padded per batch).
     pub context: Option<usize>,
@@ -53,13 +60,13 @@ impl TextModel {
     /// fails here.
     pub fn load(
         image: &Model,
-        settings: &Settings,
+        settings: &ModelSettings,
         data: ModelData,
         id: String,
         tokenizer: &Tokenizer,
     ) -> Result<Self, ModelError> {
         let provider = image.info.provider;
-        let session = commit(session_builder(&image._environment, settings, provider == Provider::Cuda)?, &data)?;
+        let session = commit(session_builder(&image._environment, settings, provider)?, &data)?;
         // As for the image model: no copy of the weights beside the session's.
         drop(data);
         let inputs = session.inputs();
@@ -73,8 +80,8 @@ impl TextModel {
             return Err(ModelError::Load(format!("the text graph has an input '{}' clipfn cannot feed", other.name())));
         }
         let ids_type = match ids.dtype().tensor_type() {
-            Some(TensorElementType::Int64) => "int64",
-            Some(TensorElementType::Int32) => "int32",
+            Some(TensorElementType::Int64) => IdType::Int64,
+            Some(TensorElementType::Int32) => IdType::Int32,
             other => return Err(ModelError::Load(format!("text input ids must be int64 or int32, not {other:?}"))),
         };
         let context = match ids.dtype().tensor_shape().map(|s| &s[..]) {
@@ -150,9 +157,9 @@ impl TextModel {
     /// An int64 tensor, or int32 for graphs that declare their ids so (the ids of any real vocabulary fit).
     fn tensor(&self, shape: [i64; 2], values: Vec<i64>) -> Result<DynTensor, ModelError> {
         match self.info.ids_type {
-            "int32" => Tensor::from_array((shape, values.into_iter().map(|v| v as i32).collect::<Vec<_>>()))
+            IdType::Int32 => Tensor::from_array((shape, values.into_iter().map(|v| v as i32).collect::<Vec<_>>()))
                 .map(Tensor::upcast),
-            _ => Tensor::from_array((shape, values)).map(Tensor::upcast),
+            IdType::Int64 => Tensor::from_array((shape, values)).map(Tensor::upcast),
         }
         .map_err(inference)
     }

@@ -33,7 +33,17 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{EnvFilter, Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
 use self::cloud_logging::CloudLoggingJson;
-use crate::{config::LogFormat, metrics::Metrics};
+use super::metrics::Metrics;
+
+/// How log lines are written to stderr (`CLIPFN_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line with the fields Cloud Logging reads (`severity`, `message`,
+    /// `logging.googleapis.com/trace`).
+    Json,
+    /// Human-readable lines for a terminal.
+    Text,
+}
 
 /// The running telemetry: keep it for the life of the process and call [`Telemetry::shutdown`]
 /// on the way out so that buffered spans and metrics are sent.

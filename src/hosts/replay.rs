@@ -18,7 +18,8 @@ use lambda_http::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{config::Settings, lambda, telemetry::Telemetry};
+use super::lambda;
+use crate::{observe::telemetry::Telemetry, settings::Settings};
 
 const EXPECT_SUFFIX: &str = ".expect.json";
 

@@ -28,7 +28,7 @@ use parquet::{
 };
 
 use super::{BackfillError, shard::Task};
-use crate::source::Prefix;
+use crate::storage::Prefix;
 
 /// File metadata keys: the model that made the embeddings, and their length.
 pub const MODEL_KEY: &str = "clipfn.model";

@@ -7,7 +7,7 @@ use axum::Router;
 use axum_aws_lambda::LambdaLayer;
 use lambda_http::tower::{Layer, ServiceExt};
 
-use crate::{api, config::Settings, pipeline::Pipeline, telemetry::Telemetry};
+use crate::{api, observe::telemetry::Telemetry, service::Service, settings::Settings};
 
 /// lambda_runtime panics when these are missing; say so plainly instead.
 const RUNTIME_VARIABLES: [&str; 4] = [
@@ -43,8 +43,8 @@ pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()
 /// The router with the model loaded and warmed up, as an invocation finds it.
 pub(crate) async fn ready_router(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<Router> {
     let settings = Arc::new(settings);
-    let pipeline = Pipeline::load(&settings, telemetry.metrics()).await?;
+    let service = Service::load(&settings, telemetry.metrics()).await?;
     let state = api::AppState::new(settings, telemetry.metrics(), telemetry.scrape());
-    state.set_ready(Arc::new(pipeline));
+    state.set_ready(Arc::new(service));
     Ok(api::router(state))
 }

@@ -24,11 +24,11 @@ use self::{
     sink::{Output, Row},
 };
 use crate::{
-    api::error::item_error,
-    config::Settings,
-    pipeline::{Embedding, Pipeline},
-    source::Source,
-    telemetry::Telemetry,
+    observe::telemetry::Telemetry,
+    pipeline::{EmbeddedPhoto, Pipeline},
+    service::Service,
+    settings::Settings,
+    storage::{Client, Storage},
 };
 
 #[derive(Debug, clap::Args)]
@@ -70,8 +70,8 @@ pub enum BackfillError {
 
 pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyhow::Result<()> {
     let task = Task::resolve(args.task_index, args.task_count, |name| std::env::var(name).ok())?;
-    let source = Source::new(&settings)?;
-    let out_prefix = source
+    let storage = Storage::new(Client::new(&settings.sources));
+    let out_prefix = storage
         .open_prefix(&args.out)
         .map_err(|e| BackfillError::Output { location: args.out.clone(), message: e.to_string() })?;
     let listing = match (&args.manifest, &args.source) {
@@ -79,13 +79,14 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
         (None, Some(prefix)) => Listing::Prefix(prefix),
         (None, None) => unreachable!("clap requires --manifest or --source"),
     };
-    let (listed, mut keys) = listing::keys(&source, &listing, &out_prefix, task).await?;
+    let (listed, mut keys) = listing::keys(&storage, &listing, &out_prefix, task).await?;
     keys.sort_unstable();
     keys.dedup();
 
     // The model is loaded before --out is read: its id (a file's name or a folder's) is what the
     // files there must match.
-    let pipeline = Pipeline::load(&settings, telemetry.metrics()).await?;
+    let service = Service::load(&settings, telemetry.metrics()).await?;
+    let pipeline = &service.pipeline;
     let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone()));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();
@@ -101,7 +102,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
         chunks_present = existing.chunks,
         "backfill starting"
     );
-    let (progress, chunks_written) = embed(&settings, &pipeline, keys, &output, existing.next_chunk).await?;
+    let (progress, chunks_written) = embed(&settings, pipeline, keys, &output, existing.next_chunk).await?;
     let summary = progress.finish(task, already_done, existing.chunks as u64, chunks_written);
     let summary = serde_json::to_string(&summary)?;
     tracing::info!(%summary, "backfill done");
@@ -121,10 +122,10 @@ async fn embed(
     let dim = pipeline.model().dim;
     let mut progress = Progress::start(keys.len() as u64);
     let mut chunks = pipeline
-        .embed_all(keys, settings.max_queued_images)?
+        .embed_all(keys, settings.limits.max_queued_images)?
         .map(row)
         .inspect(|row| progress.record(row.error.as_ref().map(|(code, _)| *code)))
-        .chunks(settings.backfill_chunk);
+        .chunks(settings.server.backfill_chunk);
     let mut writing: Option<tokio::task::JoinHandle<Result<(), BackfillError>>> = None;
     let mut written = 0;
     while let Some(rows) = chunks.next().await {
@@ -143,12 +144,12 @@ async fn embed(
     Ok((progress, written))
 }
 
-fn row(photo: Embedding) -> Row {
+fn row(photo: EmbeddedPhoto) -> Row {
     let (embedding, error) = match photo.result {
         Ok(embedding) => (Some(embedding), None),
         Err(e) => {
-            let body = item_error(&e, &photo.image);
-            (None, Some((body.code, body.message)))
+            let (code, message) = e.code_and_message(&photo.image);
+            (None, Some((code.as_str(), message)))
         }
     };
     Row { key: photo.image, embedding, error, bytes: photo.bytes }

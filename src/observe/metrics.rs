@@ -13,8 +13,6 @@ use opentelemetry::{
     metrics::{Counter, Gauge, Histogram, Meter, ObservableGauge, UpDownCounter},
 };
 
-use crate::model::ModelInfo;
-
 /// Seconds, from 1 ms to 1 min: a photo fetch, a decode and a batch all land well inside.
 const SECONDS_BUCKETS: &[f64] =
     &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
@@ -43,6 +41,51 @@ impl Stage {
             Stage::TextInference => "text_inference",
         }
     }
+}
+
+/// How a request ended, as the `code` attribute of `clipfn_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered with 200 (some photos may still have failed; they are counted by `photo`).
+    Ok,
+    /// The client went away before its answer.
+    Cancelled,
+    /// Refused whole, with this whole-request error code.
+    Refused(&'static str),
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Refused(code) => code,
+        }
+    }
+}
+
+/// Why a model run failed, as the `cause` attribute of `clipfn_batch_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchFailure {
+    Error,
+    Panic,
+}
+
+impl BatchFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchFailure::Error => "error",
+            BatchFailure::Panic => "panic",
+        }
+    }
+}
+
+/// What `clipfn_model_load_duration_seconds` names as its attributes.
+pub struct LoadedModel<'a> {
+    pub id: &'a str,
+    pub provider: &'a str,
+    pub file: &'a str,
+    pub precision: &'a str,
 }
 
 pub struct Metrics {
@@ -129,11 +172,12 @@ impl Metrics {
         }
     }
 
-    /// One embed request answered with `code`: `ok` or its whole-request error code.
-    pub fn request(&self, code: &'static str, duration: Duration) {
+    /// One embed request ended with `outcome`.
+    pub fn request(&self, outcome: Outcome, duration: Duration) {
+        let code = outcome.as_str();
         self.requests.add(1, &[KeyValue::new("code", code)]);
         self.request_duration.record(duration.as_secs_f64(), &[]);
-        if code != "ok" {
+        if outcome != Outcome::Ok {
             self.errors.add(1, &[KeyValue::new("code", code), KeyValue::new("level", "request")]);
         }
     }
@@ -167,20 +211,19 @@ impl Metrics {
         self.text_cache.add(1, &[KeyValue::new("outcome", if hit { "hit" } else { "miss" })]);
     }
 
-    /// A batch failed: `cause` is `error` or `panic`.
-    pub fn batch_failed(&self, cause: &'static str) {
-        self.batch_failures.add(1, &[KeyValue::new("cause", cause)]);
+    pub fn batch_failed(&self, cause: BatchFailure) {
+        self.batch_failures.add(1, &[KeyValue::new("cause", cause.as_str())]);
     }
 
     /// The model is loaded; the gauge's attributes name what runs (file and precision too).
-    pub fn model_loaded(&self, duration: Duration, model: &ModelInfo) {
+    pub fn model_loaded(&self, duration: Duration, model: LoadedModel<'_>) {
         self.model_load.record(
             duration.as_secs_f64(),
             &[
-                KeyValue::new("model", model.id.clone()),
-                KeyValue::new("provider", model.provider.as_str()),
-                KeyValue::new("file", model.file.clone()),
-                KeyValue::new("precision", model.precision.as_str()),
+                KeyValue::new("model", model.id.to_string()),
+                KeyValue::new("provider", model.provider.to_string()),
+                KeyValue::new("file", model.file.to_string()),
+                KeyValue::new("precision", model.precision.to_string()),
             ],
         );
     }

@@ -1,4 +1,4 @@
-//! The text flow, the twin of a photo's: tokenize -> batcher (text tower) -> L2-normalised
+//! The text flow, the twin of a photo's: tokenize -> worker (text tower) -> L2-normalised
 //! embedding. Prompt embeddings are kept in a bounded LRU keyed by (model, prompt), so labels
 //! asked for again cost nothing; hits and misses are counted.
 
@@ -9,26 +9,13 @@ use std::{
 
 use lru::LruCache;
 
+use super::TextError;
 use crate::{
-    batcher::{BatchError, Batcher},
-    metrics::Metrics,
-    pipeline::l2_normalized,
+    embedding::l2_normalized,
+    observe::metrics::Metrics,
     tokenize::{Tokenizer, TokenizerError},
+    worker::Batcher,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum TextError {
-    #[error("no text model is configured: set CLIPFN_TEXT_MODEL")]
-    NotConfigured,
-    #[error(transparent)]
-    Batch(#[from] BatchError),
-    #[error("the tokenizer crashed")]
-    TokenizerPanic,
-    #[error(transparent)]
-    Tokenize(#[from] TokenizerError),
-    #[error("texts not embedded within the request deadline")]
-    DeadlineExceeded,
-}
 
 /// One text's answer.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 use futures::TryStreamExt;
 
 use super::{BackfillError, shard::Task};
-use crate::source::{Prefix, Source};
+use crate::storage::{Prefix, Storage};
 
 pub enum Listing<'a> {
     /// A file or object URI with one key per line; keys resolve as in the API.
@@ -16,7 +16,7 @@ pub enum Listing<'a> {
 /// (the output, when it lies inside a listed prefix), and how many keys the listing held in all.
 /// Only this task's share is kept in memory. Duplicates are kept: the caller sorts and dedups.
 pub async fn keys(
-    source: &Source,
+    storage: &Storage,
     listing: &Listing<'_>,
     skip: &Prefix,
     task: Task,
@@ -33,13 +33,13 @@ pub async fn keys(
     };
     match listing {
         Listing::Manifest(_) => {
-            let bytes = source.fetch_config_object(location).await.map_err(|e| failed(e.to_string()))?;
+            let bytes = storage.read(location).await.map_err(|e| failed(e.to_string()))?;
             let text = std::str::from_utf8(&bytes).map_err(|e| failed(format!("not UTF-8 text: {e}")))?;
             let lines = text.lines().map(|line| line.trim_end_matches('\r'));
             lines.filter(|line| !line.trim().is_empty()).for_each(|line| add(line.to_string()));
         }
         Listing::Prefix(_) => {
-            let prefix = source.open_prefix(location).map_err(|e| failed(e.to_string()))?;
+            let prefix = storage.open_prefix(location).map_err(|e| failed(e.to_string()))?;
             let output = format!("{}/", skip.uri_of(&skip.path));
             let mut objects = prefix.store.list(Some(&prefix.path));
             while let Some(meta) = objects.try_next().await.map_err(|e| failed(e.to_string()))? {

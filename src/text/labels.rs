@@ -1,6 +1,6 @@
 //! Zero-shot categories, as in CLIP's recipe: each label becomes one prompt per template, its
-//! embedding is the L2-normalised mean of its prompts' embeddings, and a photo's score for a label
-//! is the softmax over the labels of 100 (CLIP's logit scale) times their cosine.
+//! embedding is the L2-normalised mean of its prompts' embeddings; a photo is scored against them
+//! by [`embedding::top_labels`](crate::embedding::top_labels).
 //!
 //! Label sets come from the CLIPFN_LABELS file and are embedded once during warm-up; labels given
 //! in a request are checked by the same rules.
@@ -9,11 +9,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::pipeline::l2_normalized;
+use crate::embedding::l2_normalized;
 
 pub const DEFAULT_TEMPLATE: &str = "a photo of a {}.";
-/// CLIP's learned logit scale, at its clamp (exp(4.6052)).
-pub const LOGIT_SCALE: f32 = 100.0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabelError {
@@ -108,19 +106,6 @@ pub fn parse_sets(json: &[u8]) -> Result<BTreeMap<String, Labels>, LabelError> {
         .collect()
 }
 
-/// The `top_k` best labels for one photo's (unit) embedding, best first: (label index, score).
-pub fn top_labels(image: &[f32], labels: &[Vec<f32>], top_k: usize) -> Vec<(usize, f32)> {
-    let logits: Vec<f32> =
-        labels.iter().map(|label| LOGIT_SCALE * label.iter().zip(image).map(|(a, b)| a * b).sum::<f32>()).collect();
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
-    let total: f32 = exps.iter().sum();
-    let mut scored: Vec<(usize, f32)> = exps.iter().map(|e| e / total).enumerate().collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored.truncate(top_k);
-    scored
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,16 +133,5 @@ mod tests {
         assert!(err(&["a"], Some(vec!["no slot".into()])).contains("no slot"));
         let file = parse_sets(br#"{"sets": {"food": {"labels": ["pizza", "pizza"]}}}"#).unwrap_err().to_string();
         assert_eq!(file, "label set 'food': labels[1] repeats 'pizza'");
-    }
-
-    #[test]
-    fn scores_are_a_sorted_softmax() {
-        let labels = [vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]];
-        let top = top_labels(&[0.0, 1.0], &labels, 2);
-        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2]);
-        let all: f32 = top_labels(&[0.0, 1.0], &labels, 3).iter().map(|t| t.1).sum();
-        assert!((all - 1.0).abs() < 1e-6);
-        let expected = 1.0 / (1.0 + (-20.0f32).exp() + (-100.0f32).exp());
-        assert!((top[0].1 - expected).abs() < 1e-6, "{top:?}");
     }
 }

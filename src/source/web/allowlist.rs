@@ -8,7 +8,7 @@
 
 use url::{Host, Url};
 
-use super::SourceError;
+use crate::source::SourceError;
 
 /// One allowed prefix: scheme, host and port must be equal, and the path must start with `path`.
 #[derive(Debug)]

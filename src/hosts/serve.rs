@@ -14,7 +14,7 @@ use std::{
 use anyhow::Context;
 use tokio::{net::TcpListener, sync::oneshot};
 
-use crate::{api, config::Settings, pipeline::Pipeline, telemetry::Telemetry};
+use crate::{api, observe::telemetry::Telemetry, service::Service, settings::Settings};
 
 /// How much of the shutdown window is kept for what follows the drain: requests still in flight
 /// answering `shutting_down`, then the telemetry flush.
@@ -31,12 +31,12 @@ pub async fn run(settings: Settings, port: u16, telemetry: &Telemetry) -> anyhow
     tracing::info!(port, "listening");
 
     let load = async {
-        let pipeline = Pipeline::load(&settings, metrics).await?;
-        state.set_ready(Arc::new(pipeline));
+        let service = Service::load(&settings, metrics).await?;
+        state.set_ready(Arc::new(service));
         tracing::info!("ready");
         anyhow::Ok(())
     };
-    let window = Duration::from_secs(settings.shutdown_grace_s);
+    let window = Duration::from_secs(settings.server.shutdown_grace_s);
     let serve = async {
         let (signalled, mut signal) = oneshot::channel();
         let server = axum::serve(listener, api::router(state.clone()))

@@ -10,12 +10,15 @@ use reqwest::{StatusCode, redirect};
 use tokio::sync::Semaphore;
 use url::Url;
 
-use super::{
-    Fetched, SourceError,
+mod address;
+mod allowlist;
+
+use self::{
     address::{GuardedResolver, RefusedAddress},
     allowlist::{Allowlist, host_key, shown},
 };
-use crate::{budget::Budget, config::Settings};
+use super::{Fetched, SourceError};
+use crate::{settings::SourceSettings, sys::budget::Budget};
 
 /// As for the object stores: a host that does not accept a connection in 5 s is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -49,7 +52,11 @@ pub struct WebSource {
 }
 
 impl WebSource {
-    pub fn new<'a>(prefixes: impl IntoIterator<Item = &'a str>, settings: &Settings) -> Result<Self, SourceError> {
+    pub fn new<'a>(
+        prefixes: impl IntoIterator<Item = &'a str>,
+        settings: &SourceSettings,
+        max_bytes: u64,
+    ) -> Result<Self, SourceError> {
         let allowlist = Arc::new(Allowlist::new(prefixes)?);
         if settings.allow_private_sources {
             tracing::warn!("CLIPFN_ALLOW_PRIVATE_SOURCES=true: photo URLs may reach loopback and private addresses");
@@ -71,16 +78,10 @@ impl WebSource {
             .no_proxy()
             .referer(false)
             .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(Duration::from_millis(settings.fetch_timeout_ms))
+            .timeout(settings.fetch_timeout())
             .build()
             .map_err(|e| SourceError::Config(format!("building the HTTP client: {e}")))?;
-        Ok(WebSource {
-            client,
-            allowlist,
-            per_host,
-            max_bytes: settings.max_image_bytes,
-            retries: settings.fetch_retries,
-        })
+        Ok(WebSource { client, allowlist, per_host, max_bytes, retries: settings.fetch_retries })
     }
 
     /// Fetches one URL, retrying 5xx answers, timeouts and failed connections with backoff. The

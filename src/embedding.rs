@@ -1,0 +1,52 @@
+//! What an embedding is to its users: a unit vector, compared by cosine, and a photo's scores
+//! against labels. A leaf: it knows nothing of where embeddings come from.
+
+/// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
+pub fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// CLIP's learned logit scale, at its clamp (exp(4.6052)).
+pub const LOGIT_SCALE: f32 = 100.0;
+
+/// The `top_k` best labels for one photo's (unit) embedding against the labels' (unit)
+/// embeddings, best first: (label index, score). The score is CLIP's: the softmax over the labels
+/// of [`LOGIT_SCALE`] times their cosine.
+pub fn top_labels(image: &[f32], labels: &[Vec<f32>], top_k: usize) -> Vec<(usize, f32)> {
+    let logits: Vec<f32> =
+        labels.iter().map(|label| LOGIT_SCALE * label.iter().zip(image).map(|(a, b)| a * b).sum::<f32>()).collect();
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+    let total: f32 = exps.iter().sum();
+    let mut scored: Vec<(usize, f32)> = exps.iter().map(|e| e / total).enumerate().collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(top_k);
+    scored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_to_unit_length() {
+        let v = l2_normalized(vec![3.0, 4.0]);
+        assert_eq!(v, vec![0.6, 0.8]);
+        assert_eq!(l2_normalized(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn scores_are_a_sorted_softmax() {
+        let labels = [vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]];
+        let top = top_labels(&[0.0, 1.0], &labels, 2);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2]);
+        let all: f32 = top_labels(&[0.0, 1.0], &labels, 3).iter().map(|t| t.1).sum();
+        assert!((all - 1.0).abs() < 1e-6);
+        let expected = 1.0 / (1.0 + (-20.0f32).exp() + (-100.0f32).exp());
+        assert!((top[0].1 - expected).abs() < 1e-6, "{top:?}");
+    }
+}

@@ -1,0 +1,94 @@
+//! Why one photo has no embedding, and the stable code clients and backfill rows name it by.
+//!
+//! A code's message is fixed and names only the reference the client sent: the underlying error
+//! can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source paths, so it goes to
+//! the log (with the request's trace id) and never to the client.
+
+use crate::{decode::DecodeError, preprocess::PreprocessError, source::SourceError, worker::BatchError};
+
+/// Why one photo has no embedding.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Preprocess(#[from] PreprocessError),
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error("not finished within the request deadline")]
+    DeadlineExceeded,
+}
+
+pub type ItemResult = Result<Vec<f32>, ItemError>;
+
+/// The per-photo error codes clients switch on (README, "Errors").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ItemCode {
+    NotFound,
+    Forbidden,
+    TooLarge,
+    FetchFailed,
+    UnsupportedFormat,
+    DecodeFailed,
+    InferenceFailed,
+    DeadlineExceeded,
+}
+
+impl ItemCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemCode::NotFound => "not_found",
+            ItemCode::Forbidden => "forbidden",
+            ItemCode::TooLarge => "too_large",
+            ItemCode::FetchFailed => "fetch_failed",
+            ItemCode::UnsupportedFormat => "unsupported_format",
+            ItemCode::DecodeFailed => "decode_failed",
+            ItemCode::InferenceFailed => "inference_failed",
+            ItemCode::DeadlineExceeded => "deadline_exceeded",
+        }
+    }
+
+    /// Whether the code says all there is: no detail worth a log line.
+    pub fn is_self_explanatory(self) -> bool {
+        matches!(self, ItemCode::NotFound | ItemCode::DeadlineExceeded)
+    }
+}
+
+impl ItemError {
+    /// The stable code, with its fixed message naming the photo's reference as shown (`image`).
+    pub fn code_and_message(&self, image: &str) -> (ItemCode, String) {
+        match self {
+            ItemError::Source(SourceError::NotFound(_)) => (ItemCode::NotFound, format!("no object at '{image}'")),
+            ItemError::Source(SourceError::Forbidden(_)) => {
+                (ItemCode::Forbidden, format!("'{image}' is outside the allowed sources, or the store refused access"))
+            }
+            // The one refusal a client can fix by itself: sign the URL again.
+            ItemError::Source(SourceError::Expired(_)) => {
+                (ItemCode::Forbidden, format!("the signature of '{image}' has expired"))
+            }
+            ItemError::Source(SourceError::TooLarge { .. }) | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
+                (ItemCode::TooLarge, format!("'{image}' is over the byte or pixel limit"))
+            }
+            ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => {
+                (ItemCode::FetchFailed, format!("'{image}' could not be read from its source"))
+            }
+            ItemError::Decode(DecodeError::Unsupported(_)) | ItemError::Source(SourceError::NotAnImage(_)) => {
+                (ItemCode::UnsupportedFormat, format!("'{image}' is not a supported image format"))
+            }
+            ItemError::Decode(DecodeError::Failed(_) | DecodeError::Timeout(_) | DecodeError::Crashed(_))
+            | ItemError::Source(SourceError::BadInline(_))
+            | ItemError::Preprocess(_) => (
+                ItemCode::DecodeFailed,
+                format!("'{image}' could not be decoded: corrupt, truncated or too slow to decode"),
+            ),
+            ItemError::Batch(BatchError::Model(_) | BatchError::Stopped) => {
+                (ItemCode::InferenceFailed, format!("the model failed on '{image}'"))
+            }
+            ItemError::DeadlineExceeded => {
+                (ItemCode::DeadlineExceeded, format!("'{image}' was not finished within the request deadline"))
+            }
+        }
+    }
+}

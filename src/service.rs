@@ -1,0 +1,157 @@
+//! The service: everything loaded once at start-up, which the hosts hold. It starts ONNX
+//! Runtime, reads and warms up the towers (the image model, and the text model with its tokenizer
+//! when there is one), starts the model worker that owns them, and embeds the label sets. What it
+//! builds is the photo [`Pipeline`] and, beside it, the [`Text`] side.
+
+use std::{sync::Arc, time::Instant};
+
+use anyhow::Context;
+use tracing::{Instrument, field::Empty, info_span};
+
+use crate::{
+    model::{Model, Runtime, TextFiles, TextModel, locate_text_model, read_image_model, read_weights},
+    observe::metrics::{LoadedModel, Metrics},
+    pipeline::Pipeline,
+    settings::Settings,
+    source::Source,
+    storage::{Client, Storage},
+    text::{Text, TextEncoder, parse_sets},
+    tokenize::{JsonTokenizer, Tokenizer},
+    worker::{Batcher, Unhealthy},
+};
+
+pub struct Service {
+    pub pipeline: Pipeline,
+    /// Present when there is a text tower (CLIPFN_TEXT_MODEL, or the model folder's own).
+    pub text: Option<Text>,
+    batcher: Arc<Batcher>,
+}
+
+impl Service {
+    /// Reads the model named by CLIPFN_MODEL, loads and warms it up, and starts its worker.
+    pub async fn load(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+        let source = Source::new(&settings.sources, &settings.limits)?;
+        let storage = Storage::new(Client::new(&settings.sources));
+        let model = load_image_model(&storage, settings, &metrics).await?;
+        let (model, text) = load_text_model(&storage, settings, model).await?;
+        let (text_model, tokenizer) = text.unzip();
+        let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
+        let batcher = Arc::new(Batcher::start(model, text_model, batch_wait, Arc::clone(&metrics)));
+        let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&batcher), Arc::clone(&metrics));
+        let text = match (batcher.text_info(), tokenizer) {
+            (Some(info), Some(tokenizer)) => {
+                let encoder = TextEncoder::new(Arc::new(tokenizer), info.id.clone(), settings.text.text_cache, metrics);
+                let mut text = Text::new(encoder, Arc::clone(&batcher));
+                if let Some(location) = &settings.text.labels {
+                    embed_label_sets(&storage, &mut text, location).await?;
+                }
+                Some(text)
+            }
+            _ => None,
+        };
+        Ok(Service::assemble(pipeline, text, batcher))
+    }
+
+    /// The parts, already built (tests build them around a stand-in model).
+    pub(crate) fn assemble(pipeline: Pipeline, text: Option<Text>, batcher: Arc<Batcher>) -> Self {
+        Service { pipeline, text, batcher }
+    }
+
+    /// Whether the model worker can still serve (see `worker`).
+    pub fn health(&self) -> Result<(), Unhealthy> {
+        self.batcher.health().check()
+    }
+}
+
+/// The image tower, on the provider the runtime settles first: it decides which file of a model
+/// folder to read.
+async fn load_image_model(storage: &Storage, settings: &Settings, metrics: &Metrics) -> anyhow::Result<Model> {
+    let started = Instant::now();
+    let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
+    let (runtime_took, read_took, model) = async {
+        // A short blocking call; the other runtime threads keep /healthz answering.
+        let runtime = Runtime::start(&settings.model)?;
+        let runtime_took = started.elapsed();
+        let file = read_image_model(storage, &settings.model, runtime.device()).await.context("CLIPFN_MODEL")?;
+        let read_took = started.elapsed() - runtime_took;
+        let model_settings = settings.model.clone();
+        let span = tracing::Span::current();
+        let model = tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(runtime, &model_settings, file)))
+            .await??;
+        anyhow::Ok((runtime_took, read_took, model))
+    }
+    .instrument(span.clone())
+    .await?;
+    let (info, timings) = (&model.info, model.timings);
+    span.record("clipfn.model", info.id.as_str()).record("clipfn.provider", info.provider.as_str());
+    let loaded = LoadedModel {
+        id: &info.id,
+        provider: info.provider.as_str(),
+        file: &info.file,
+        precision: info.precision.as_str(),
+    };
+    metrics.model_loaded(started.elapsed(), loaded);
+    tracing::info!(
+        model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider.as_str(),
+        fallback_reason = info.fallback_reason.as_deref(),
+        image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
+        runtime_ms = runtime_took.as_millis() as u64, read_ms = read_took.as_millis() as u64,
+        session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
+        load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
+    );
+    Ok(model)
+}
+
+/// Loads the text tower, when there is one (see `locate_text_model`), beside the image model (same
+/// environment and provider), with its tokenizer: a tokenizer.json, else CLIP's BPE.
+async fn load_text_model(
+    storage: &Storage,
+    settings: &Settings,
+    model: Model,
+) -> anyhow::Result<(Model, Option<(TextModel, Tokenizer)>)> {
+    let Some(TextFiles { model: location, id, tokenizer }) =
+        locate_text_model(storage, &settings.model, &settings.text, model.info.provider)
+            .await
+            .context("the text model")?
+    else {
+        return Ok((model, None));
+    };
+    let started = Instant::now();
+    let tokenizer = match &tokenizer {
+        Some(file) => {
+            let bytes = storage.read(file).await.with_context(|| format!("reading the tokenizer.json {file}"))?;
+            let json = JsonTokenizer::from_bytes(&bytes, settings.text.text_max_tokens)
+                .with_context(|| format!("the tokenizer.json {file}"))?;
+            Tokenizer::Json(Box::new(json))
+        }
+        None => Tokenizer::clip(),
+    };
+    let data = read_weights(storage, &location).await.context("the text model")?;
+    let model_settings = settings.model.clone();
+    let span = tracing::Span::current();
+    let (model, text) = tokio::task::spawn_blocking(move || {
+        let text = span.in_scope(|| TextModel::load(&model, &model_settings, data, id, &tokenizer));
+        (model, text.map(|text| (text, tokenizer)))
+    })
+    .await?;
+    let (text, tokenizer) = text.with_context(|| format!("loading text model {location}"))?;
+    tracing::info!(
+        model = %text.info.id, dim = text.info.dim, tokenizer = text.info.tokenizer,
+        attention_mask = text.info.mask_name.is_some(), load_ms = started.elapsed().as_millis() as u64,
+        "text model loaded and warmed up"
+    );
+    Ok((model, Some((text, tokenizer))))
+}
+
+/// Reads CLIPFN_LABELS and embeds every set.
+async fn embed_label_sets(storage: &Storage, text: &mut Text, location: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let bytes = storage.read(location).await.context("reading CLIPFN_LABELS")?;
+    let sets = parse_sets(&bytes).context("CLIPFN_LABELS")?;
+    let count = sets.len();
+    text.embed_label_sets(sets)
+        .await
+        .map_err(|(name, e)| anyhow::Error::new(e).context(format!("label set '{name}'")))?;
+    tracing::info!(sets = count, ms = started.elapsed().as_millis() as u64, "label sets embedded");
+    Ok(())
+}

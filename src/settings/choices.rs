@@ -1,0 +1,113 @@
+//! The settings that take one of a few words: which execution provider, which weights, where
+//! normalisation runs, how logs look. Each is read in any case, and a wrong word is an error that
+//! names the variable and the choices.
+
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+pub use crate::observe::telemetry::LogFormat;
+
+/// Which ONNX Runtime execution provider runs the model (`CLIPFN_PROVIDER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// CUDA when it can be used, else CPU; the log and /readyz say which.
+    Auto,
+    /// CUDA or a start-up error.
+    Cuda,
+    Cpu,
+}
+
+/// The provider a model runs on once start-up has settled `auto`: never `Auto` by its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    Cuda,
+    Cpu,
+}
+
+impl Device {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Device::Cuda => "cuda",
+            Device::Cpu => "cpu",
+        }
+    }
+
+    pub fn is_cuda(self) -> bool {
+        self == Device::Cuda
+    }
+}
+
+/// Which weights of a model folder run (`CLIPFN_PRECISION`): a choice of [`Weights`], or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// fp16 on CUDA, int8 on CPU, fp32 where the folder lacks that variant.
+    Auto,
+    Exactly(Weights),
+}
+
+/// The precision of the weights that run. Inputs and outputs are float32 whatever it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Weights {
+    Fp32,
+    Fp16,
+    Int8,
+}
+
+impl Weights {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Weights::Fp32 => "fp32",
+            Weights::Fp16 => "fp16",
+            Weights::Int8 => "int8",
+        }
+    }
+}
+
+/// Where CLIP's normalisation (scale, mean, std, NCHW) runs (`CLIPFN_NORMALIZE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Normalize {
+    /// `model` on CUDA, `cpu` on CPU.
+    Auto,
+    /// On the host, into float32 NCHW: exactly CLIP's input contract.
+    Cpu,
+    /// As ONNX ops on the execution provider: uint8 NHWC goes in (a quarter of the bytes).
+    Model,
+}
+
+/// One of a fixed set of words, any case; an error names the variable and the choices.
+fn one_of<'de, D: Deserializer<'de>, T: Copy>(d: D, variable: &str, choices: &[(&str, T)]) -> Result<T, D::Error> {
+    let raw = String::deserialize(d)?;
+    choices.iter().find(|(word, _)| word.eq_ignore_ascii_case(&raw)).map(|(_, value)| *value).ok_or_else(|| {
+        let words: Vec<&str> = choices.iter().map(|(word, _)| *word).collect();
+        D::Error::custom(format!("{variable} must be one of {}, not '{raw}'", words.join(", ")))
+    })
+}
+
+pub(super) fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Provider, D::Error> {
+    one_of(d, "CLIPFN_PROVIDER", &[("auto", Provider::Auto), ("cuda", Provider::Cuda), ("cpu", Provider::Cpu)])
+}
+
+pub(super) fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
+    let choices = [
+        ("auto", Precision::Auto),
+        ("fp32", Precision::Exactly(Weights::Fp32)),
+        ("fp16", Precision::Exactly(Weights::Fp16)),
+        ("int8", Precision::Exactly(Weights::Int8)),
+    ];
+    one_of(d, "CLIPFN_PRECISION", &choices)
+}
+
+pub(super) fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
+    one_of(d, "CLIPFN_NORMALIZE", &[("auto", Normalize::Auto), ("cpu", Normalize::Cpu), ("model", Normalize::Model)])
+}
+
+pub(super) fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LogFormat>, D::Error> {
+    one_of(d, "CLIPFN_LOG_FORMAT", &[("json", LogFormat::Json), ("text", LogFormat::Text)]).map(Some)
+}
+
+pub(super) fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let raw = String::deserialize(d)?;
+    Ok(raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+}

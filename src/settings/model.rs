@@ -1,0 +1,75 @@
+//! Which model runs, where, and how it is batched.
+
+use serde::Deserialize;
+
+use super::{
+    ConfigError,
+    choices::{self, Device, Normalize, Precision, Provider},
+    require_positive,
+};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelSettings {
+    /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).
+    pub model: String,
+    #[serde(default = "defaults::provider", deserialize_with = "choices::provider")]
+    pub provider: Provider,
+    #[serde(default = "defaults::precision", deserialize_with = "choices::precision")]
+    pub precision: Precision,
+    #[serde(default = "defaults::normalize", deserialize_with = "choices::normalize")]
+    pub normalize: Normalize,
+    /// Photos per inference run; unset, see [`ModelSettings::batch_size`].
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+    /// How long the model worker waits for a batch to fill once it holds one photo.
+    #[serde(default = "defaults::batch_wait_ms")]
+    pub batch_wait_ms: u64,
+    /// ONNX Runtime intra-op threads on CPU; 0 lets ONNX Runtime pick.
+    #[serde(default)]
+    pub intra_threads: usize,
+    /// ONNX Runtime's CPU memory arena: it saves allocations per batch but keeps the largest
+    /// batch's memory for good, so it is off unless asked for (docs/design.md, "Memory").
+    #[serde(default)]
+    pub cpu_arena: bool,
+    /// Overrides for models whose names or input size cannot be read from the graph.
+    #[serde(default)]
+    pub input_name: Option<String>,
+    #[serde(default)]
+    pub output_name: Option<String>,
+    #[serde(default)]
+    pub image_size: Option<u32>,
+}
+
+mod defaults {
+    use super::*;
+    pub fn provider() -> Provider {
+        Provider::Auto
+    }
+    pub fn precision() -> Precision {
+        Precision::Auto
+    }
+    pub fn normalize() -> Normalize {
+        Normalize::Auto
+    }
+    pub fn batch_wait_ms() -> u64 {
+        5
+    }
+}
+
+impl ModelSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        require_positive(&[("CLIPFN_BATCH_SIZE", self.batch_size.unwrap_or(1) as u64)])?;
+        if self.model.trim().is_empty() {
+            return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
+        }
+        Ok(())
+    }
+
+    /// Photos per inference run: as set, else 64 on CUDA (the seed's finding: batches of 64 beat
+    /// 16 and 32 on a GPU) and 8 on CPU, where images/s is no higher at 16 to 64 while the
+    /// activations' memory, the warm-up and the wait behind a running batch grow with the batch
+    /// (docs/design.md, "Batch size per provider").
+    pub fn batch_size(&self, device: Device) -> usize {
+        self.batch_size.unwrap_or(if device.is_cuda() { 64 } else { 8 })
+    }
+}

@@ -1,0 +1,74 @@
+//! What the hosts need: request bodies and deadlines, the shutdown window, backfill's chunks and
+//! the log format.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{
+    ConfigError, MIB,
+    choices::{self, LogFormat},
+    require_positive,
+};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServerSettings {
+    #[serde(default = "defaults::max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Body size allowed to a request that carries `data:` URI photos.
+    #[serde(default = "defaults::max_inline_body_bytes")]
+    pub max_inline_body_bytes: usize,
+    #[serde(default = "defaults::request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Seconds from SIGTERM to exit, everything included: the drain, the answers to requests still
+    /// in flight then, and the telemetry flush.
+    #[serde(default = "defaults::shutdown_grace_s")]
+    pub shutdown_grace_s: u64,
+    /// `clipfn backfill`: photos per Parquet file, the unit a retried task redoes.
+    #[serde(default = "defaults::backfill_chunk")]
+    pub backfill_chunk: usize,
+    /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
+    #[serde(default, deserialize_with = "choices::log_format")]
+    pub log_format: Option<LogFormat>,
+}
+
+mod defaults {
+    use super::MIB;
+    pub fn max_body_bytes() -> usize {
+        MIB as usize
+    }
+    pub fn max_inline_body_bytes() -> usize {
+        32 * MIB as usize
+    }
+    pub fn request_timeout_ms() -> u64 {
+        60_000
+    }
+    pub fn shutdown_grace_s() -> u64 {
+        8
+    }
+    pub fn backfill_chunk() -> usize {
+        5000
+    }
+}
+
+impl ServerSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        require_positive(&[
+            ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
+            ("CLIPFN_MAX_INLINE_BODY_BYTES", self.max_inline_body_bytes as u64),
+            ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
+            ("CLIPFN_BACKFILL_CHUNK", self.backfill_chunk as u64),
+        ])
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// The log format in effect: as set, else text for a terminal and JSON for everything else
+    /// (Cloud Run, Lambda, a pipe).
+    pub fn log_format(&self) -> LogFormat {
+        use std::io::IsTerminal;
+        self.log_format.unwrap_or(if std::io::stderr().is_terminal() { LogFormat::Text } else { LogFormat::Json })
+    }
+}

@@ -1,0 +1,6 @@
+//! Process-level utilities any part may use: memory budgets, the allocator's behaviour, and
+//! panic messages. A leaf: it imports nothing from the rest of the crate.
+
+pub mod budget;
+pub mod memory;
+pub mod panics;
