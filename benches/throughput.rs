@@ -1,7 +1,7 @@
 //! The throughput benchmark: `cargo bench --bench throughput` (after `tools/setup.sh --bench`).
 //!
 //! In one run, on the ViT-B/32-architecture model and the real camera photos, it measures
-//! 1. raw inference: images/s of the ONNX Runtime session alone at batch 1, 16, 32, 64 (the limit);
+//! 1. raw inference: images/s of the ONNX Runtime session alone at batch 1, 8, 16, 32, 64;
 //! 2. preprocessing: photos/s on one core for decode + resize + normalise, beside Pillow's CLIP
 //!    preprocessing on the same photos;
 //! 3. end to end: the release server over loopback, photos from the GCS emulator, first under the
