@@ -95,6 +95,7 @@ async fn load_image_model(storage: &Storage, settings: &Settings, metrics: &Metr
         model = %info.id, file = %info.file, precision = info.precision.as_str(), provider = info.provider.as_str(),
         fallback_reason = info.fallback_reason.as_deref(),
         image_size = info.image_size, dim = info.dim, batch_size = info.batch_size,
+        intra_threads = settings.model.intra_threads(), decode_threads = settings.limits.decode_threads(),
         runtime_ms = runtime_took.as_millis() as u64, read_ms = read_took.as_millis() as u64,
         session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
         load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"

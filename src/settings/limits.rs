@@ -32,7 +32,8 @@ pub struct Limits {
     /// all of it runs alone. Unset: not bounded, each decode thread takes what its photo needs.
     #[serde(default)]
     pub max_decode_bytes: Option<u64>,
-    /// Threads decoding and resizing; 0 means one per core.
+    /// Threads decoding and resizing; 0 means one per CPU this process may use (a cgroup quota
+    /// included).
     #[serde(default)]
     pub decode_threads: usize,
 }
@@ -92,7 +93,7 @@ impl Limits {
 
     pub fn decode_threads(&self) -> usize {
         match self.decode_threads {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            0 => super::available_cpus(),
             n => n,
         }
     }

@@ -92,6 +92,12 @@ fn group<T: DeserializeOwned>(vars: &[(String, String)]) -> Result<T, ConfigErro
     envy::prefixed("CLIPFN_").from_iter(vars.iter().cloned()).map_err(|e| ConfigError(explain(e)))
 }
 
+/// The CPUs this process may use: its affinity mask and its cgroup's CPU quota (v1 or v2, as
+/// std reads them), rounded up; 2 when neither can be read.
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 /// The first variable of `values` that is 0, as an error: none of these may be.
 fn require_positive(values: &[(&str, u64)]) -> Result<(), ConfigError> {
     match values.iter().find(|(_, value)| *value == 0) {

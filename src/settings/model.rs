@@ -24,7 +24,7 @@ pub struct ModelSettings {
     /// How long the model worker waits for a batch to fill once it holds one photo.
     #[serde(default = "defaults::batch_wait_ms")]
     pub batch_wait_ms: u64,
-    /// ONNX Runtime intra-op threads on CPU; 0 lets ONNX Runtime pick.
+    /// ONNX Runtime intra-op threads; unset or 0, see [`ModelSettings::intra_threads`].
     #[serde(default)]
     pub intra_threads: usize,
     /// ONNX Runtime's CPU memory arena: it saves allocations per batch but keeps the largest
@@ -71,5 +71,16 @@ impl ModelSettings {
     /// (docs/design.md, "Batch size per provider").
     pub fn batch_size(&self, device: Device) -> usize {
         self.batch_size.unwrap_or(if device.is_cuda() { 64 } else { 8 })
+    }
+
+    /// ONNX Runtime intra-op threads: as set, else one per CPU this process may use. That count
+    /// follows a cgroup CPU quota (the container's on Cloud Run), where ONNX Runtime's own default
+    /// is the host's physical cores: on a large host with a small quota that oversubscribes the
+    /// quota many times over.
+    pub fn intra_threads(&self) -> usize {
+        match self.intra_threads {
+            0 => super::available_cpus(),
+            n => n,
+        }
     }
 }
