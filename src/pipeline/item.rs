@@ -4,7 +4,9 @@
 //! can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source paths, so it goes to
 //! the log (with the request's trace id) and never to the client.
 
-use crate::{decode::DecodeError, preprocess::PreprocessError, source::SourceError, worker::BatchError};
+use crate::{
+    decode::DecodeError, preprocess::PreprocessError, source::SourceError, storage::StorageError, worker::BatchError,
+};
 
 /// Why one photo has no embedding.
 #[derive(Debug, thiserror::Error)]
@@ -60,18 +62,18 @@ impl ItemError {
     /// The stable code, with its fixed message naming the photo's reference as shown (`image`).
     pub fn code_and_message(&self, image: &str) -> (ItemCode, String) {
         match self {
-            ItemError::Source(SourceError::NotFound(_)) => (ItemCode::NotFound, format!("no object at '{image}'")),
-            ItemError::Source(SourceError::Forbidden(_)) => {
+            ItemError::Source(SourceError::Read(StorageError::NotFound(_))) => (ItemCode::NotFound, format!("no object at '{image}'")),
+            ItemError::Source(SourceError::Read(StorageError::Forbidden(_))) => {
                 (ItemCode::Forbidden, format!("'{image}' is outside the allowed sources, or the store refused access"))
             }
             // The one refusal a client can fix by itself: sign the URL again.
             ItemError::Source(SourceError::Expired(_)) => {
                 (ItemCode::Forbidden, format!("the signature of '{image}' has expired"))
             }
-            ItemError::Source(SourceError::TooLarge { .. }) | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
+            ItemError::Source(SourceError::Read(StorageError::TooLarge { .. })) | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
                 (ItemCode::TooLarge, format!("'{image}' is over the byte or pixel limit"))
             }
-            ItemError::Source(SourceError::Fetch(_) | SourceError::Config(_)) => {
+            ItemError::Source(SourceError::Read(StorageError::Fetch(_) | StorageError::Config(_))) => {
                 (ItemCode::FetchFailed, format!("'{image}' could not be read from its source"))
             }
             ItemError::Decode(DecodeError::Unsupported(_)) | ItemError::Source(SourceError::NotAnImage(_)) => {

@@ -9,6 +9,7 @@ use base64::{
 use bytes::Bytes;
 
 use super::SourceError;
+use crate::storage::StorageError;
 
 /// Standard base64, with or without its `=` padding.
 const BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -44,7 +45,7 @@ pub fn decode(reference: &str, limit: u64) -> Result<Bytes, SourceError> {
     }
     let size = decoded_len(payload);
     if size > limit {
-        return Err(SourceError::TooLarge { size, limit });
+        return Err(SourceError::from(StorageError::TooLarge { size, limit }));
     }
     BASE64.decode(payload).map(Bytes::from).map_err(|e| SourceError::BadInline(format!("bad base64 in data URI: {e}")))
 }
@@ -83,7 +84,7 @@ mod tests {
         assert!(matches!(err("data:image/png;base64"), SourceError::BadInline(_)));
         assert!(matches!(err("data:text/plain;base64,aGVsbG8="), SourceError::NotAnImage(t) if t == "text/plain"));
         assert!(matches!(err("data:;base64,aGVsbG8="), SourceError::NotAnImage(_)));
-        assert!(matches!(decode("data:image/png;base64,aGVsbG8=", 4), Err(SourceError::TooLarge { size: 5, .. })));
+        assert!(matches!(decode("data:image/png;base64,aGVsbG8=", 4), Err(SourceError::Read(StorageError::TooLarge { size: 5, .. }))));
     }
 
     #[test]

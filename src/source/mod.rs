@@ -30,16 +30,13 @@ use crate::{
     sys::budget::Budget,
 };
 
+/// Why a photo could not be had. Reading it can fail as any object's read can (`Read`: not
+/// found, refused, too large, a failed fetch, a root that cannot be used); the rest is
+/// particular to photo references.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("no object at {0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("object is {size} bytes, over the {limit}-byte limit")]
-    TooLarge { size: u64, limit: u64 },
-    #[error("fetch failed: {0}")]
-    Fetch(String),
+    #[error(transparent)]
+    Read(#[from] StorageError),
     /// A signed URL whose signature has expired, as the server's error body says.
     #[error("the signature of {0} has expired")]
     Expired(String),
@@ -48,22 +45,6 @@ pub enum SourceError {
     BadInline(String),
     #[error("the data URI's type '{0}' is not an image")]
     NotAnImage(String),
-    /// A root URI in the configuration cannot be used.
-    #[error("{0}")]
-    Config(String),
-}
-
-/// A store's failure is the photo's, kind for kind.
-impl From<StorageError> for SourceError {
-    fn from(e: StorageError) -> Self {
-        match e {
-            StorageError::NotFound(what) => SourceError::NotFound(what),
-            StorageError::Forbidden(why) => SourceError::Forbidden(why),
-            StorageError::TooLarge { size, limit } => SourceError::TooLarge { size, limit },
-            StorageError::Fetch(why) => SourceError::Fetch(why),
-            StorageError::Config(why) => SourceError::Config(why),
-        }
-    }
 }
 
 pub struct Source {
@@ -152,7 +133,7 @@ impl Source {
             Reference::Inline => Ok(Fetched { bytes: inline::decode(reference, self.max_bytes)?, _budget: None }),
             Reference::Web => match &self.web {
                 Some(web) => web.fetch(reference, &self.io_slots, &self.budget).await,
-                None => Err(SourceError::Forbidden("no http(s) prefix is in CLIPFN_ALLOWED_SOURCES".into())),
+                None => Err(StorageError::Forbidden("no http(s) prefix is in CLIPFN_ALLOWED_SOURCES".into()).into()),
             },
             Reference::Object => self.fetch_object(reference).await,
         }

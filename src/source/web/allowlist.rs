@@ -8,7 +8,7 @@
 
 use url::{Host, Url};
 
-use crate::source::SourceError;
+use crate::{source::SourceError, storage::StorageError};
 
 /// One allowed prefix: scheme, host and port must be equal, and the path must start with `path`.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ impl Allowlist {
         let prefixes = prefixes
             .into_iter()
             .map(|text| {
-                Prefix::parse(text).map_err(|why| SourceError::Config(format!("CLIPFN_ALLOWED_SOURCES: {why}")))
+                Prefix::parse(text).map_err(|why| SourceError::from(StorageError::Config(format!("CLIPFN_ALLOWED_SOURCES: {why}"))))
             })
             .collect::<Result<_, _>>()?;
         Ok(Allowlist { prefixes })
@@ -69,10 +69,10 @@ impl Allowlist {
     /// Parses a reference and admits it only under an allowed prefix. The query (a signature)
     /// is kept; the fragment, which is never sent, is dropped.
     pub fn admit(&self, reference: &str) -> Result<Url, SourceError> {
-        let mut url = plain_url(reference).map_err(SourceError::Forbidden)?;
+        let mut url = plain_url(reference).map_err(|e| SourceError::from(StorageError::Forbidden(e)))?;
         url.set_fragment(None);
         if !self.prefixes.iter().any(|p| p.covers(&url)) {
-            return Err(SourceError::Forbidden("outside the configured store and allowed sources".into()));
+            return Err(SourceError::from(StorageError::Forbidden("outside the configured store and allowed sources".into())));
         }
         Ok(url)
     }
@@ -191,7 +191,7 @@ mod tests {
             "http://169.254.169.254/computeMetadata/v1/",
         ] {
             let err = list.admit(refused).expect_err(refused);
-            assert!(matches!(err, SourceError::Forbidden(_)), "{refused}: {err:?}");
+            assert!(matches!(err, SourceError::Read(StorageError::Forbidden(_))), "{refused}: {err:?}");
         }
         assert!(admitted(&list, "https://allowed.example/x.jpg"));
     }

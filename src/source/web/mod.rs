@@ -18,7 +18,7 @@ use self::{
     allowlist::{Allowlist, host_key, shown},
 };
 use super::{Fetched, SourceError};
-use crate::{settings::SourceSettings, sys::budget::Budget};
+use crate::{settings::SourceSettings, storage::StorageError, sys::budget::Budget};
 
 /// As for the object stores: a host that does not accept a connection in 5 s is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -80,7 +80,7 @@ impl WebSource {
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(settings.fetch_timeout())
             .build()
-            .map_err(|e| SourceError::Config(format!("building the HTTP client: {e}")))?;
+            .map_err(|e| SourceError::from(StorageError::Config(format!("building the HTTP client: {e}"))))?;
         Ok(WebSource { client, allowlist, per_host, max_bytes, retries: settings.fetch_retries })
     }
 
@@ -114,7 +114,7 @@ impl WebSource {
         }
         let what = shown(url);
         Err(match status {
-            StatusCode::NOT_FOUND | StatusCode::GONE => Failure::Final(SourceError::NotFound(what)),
+            StatusCode::NOT_FOUND | StatusCode::GONE => Failure::Final(SourceError::from(StorageError::NotFound(what))),
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST => {
                 // GCS answers an expired V4 signature with 400 ExpiredToken, S3 with 403
                 // "Request has expired"; other refusals get the status.
@@ -122,15 +122,15 @@ impl WebSource {
                 if body.to_ascii_lowercase().contains("expired") {
                     Failure::Final(SourceError::Expired(what))
                 } else if status == StatusCode::BAD_REQUEST {
-                    Failure::Final(SourceError::Fetch(format!("{what} answered HTTP {status}")))
+                    Failure::Final(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}"))))
                 } else {
-                    Failure::Final(SourceError::Forbidden(format!("{what} answered HTTP {status}")))
+                    Failure::Final(SourceError::from(StorageError::Forbidden(format!("{what} answered HTTP {status}"))))
                 }
             }
             s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
-                Failure::Transient(SourceError::Fetch(format!("{what} answered HTTP {status}")))
+                Failure::Transient(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}"))))
             }
-            _ => Failure::Final(SourceError::Fetch(format!("{what} answered HTTP {status}"))),
+            _ => Failure::Final(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}")))),
         })
     }
 }
@@ -141,10 +141,10 @@ fn send_failure(e: &reqwest::Error, url: &Url) -> Failure {
     let mut source = e.source();
     while let Some(cause) = source {
         if let Some(refused) = cause.downcast_ref::<RefusedAddress>() {
-            return Failure::Final(SourceError::Forbidden(refused.to_string()));
+            return Failure::Final(SourceError::from(StorageError::Forbidden(refused.to_string())));
         }
         if cause.is::<RedirectRefused>() {
-            return Failure::Final(SourceError::Forbidden(format!("{} was {RedirectRefused}", shown(url))));
+            return Failure::Final(SourceError::from(StorageError::Forbidden(format!("{} was {RedirectRefused}", shown(url)))));
         }
         source = cause.source();
     }
@@ -155,7 +155,7 @@ fn send_failure(e: &reqwest::Error, url: &Url) -> Failure {
     } else {
         "request failed"
     };
-    Failure::Transient(SourceError::Fetch(format!("{}: {what}", shown(url))))
+    Failure::Transient(SourceError::from(StorageError::Fetch(format!("{}: {what}", shown(url)))))
 }
 
 /// Streams the body into memory, refusing it as soon as it is known to exceed `limit`: first from
@@ -167,7 +167,7 @@ async fn read_capped(
     url: &Url,
     budget: &Budget,
 ) -> Result<Fetched, Failure> {
-    let too_large = |size| Failure::Final(SourceError::TooLarge { size, limit });
+    let too_large = |size| Failure::Final(SourceError::from(StorageError::TooLarge { size, limit }));
     let expected = response.content_length().unwrap_or(0);
     if expected > limit {
         return Err(too_large(expected));
