@@ -1,0 +1,190 @@
+//! Per-core capacity with inference free: `cargo bench --bench per_core` (after `tools/setup.sh`).
+//!
+//! On a GPU host the model is not what limits clipfn: the CPU is (fetch, decode, resize, batch
+//! layout, JSON, HTTP). This bench makes inference nearly free with the test model (a 16x16 patch
+//! convolution and one matmul, about 2 MFLOP per photo) and measures, in one run:
+//! - **the server**: photos embedded per CPU-second the server process used (utime + stime from
+//!   /proc/PID/stat, not wall time x cores), under a closed loop of clients, with the photos in a
+//!   file store and in the GCS emulator;
+//! - **decode + preprocess alone**: photos per CPU-second of one thread doing only that, on the
+//!   same photos: the ceiling the server's figure is compared with.
+//!
+//! Photo sets: the real camera photos (Debian wallpapers), and "seed-size" copies of them (the
+//! album app's uploads: 1280 px on the long side, baseline JPEG, about 1 MP).
+//!
+//! Knobs: CLIPFN_BENCH_SECONDS (20 per server run), CLIPFN_BENCH_CLIENTS (4),
+//! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default).
+//! Writes `per_core.md` to CLIPFN_BENCH_OUT (default target/bench-report).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use clipfn::{
+    decode::{DecodeOptions, decode},
+    preprocess::{Transform, preprocess},
+};
+use common::{ServerConfig, camera_photos, gcs_env, setup_var};
+use serde_json::json;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// CPU seconds a process (or, for `thread-self`, this thread) has used: utime + stime.
+fn cpu_seconds(stat: &str) -> f64 {
+    let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
+    // Fields after the command name (which may hold spaces) closed by the last ')'.
+    let fields: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ, 100 on Linux
+}
+
+/// Copies of `photos` scaled to 1280 px on the long side and saved as baseline JPEGs.
+fn seed_size(photos: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
+    photos
+        .iter()
+        .map(|photo| {
+            let image = image::open(photo).unwrap().to_rgb8();
+            let (w, h) = image.dimensions();
+            let scale = 1280.0 / w.max(h) as f32;
+            let (w, h) = ((w as f32 * scale).round() as u32, (h as f32 * scale).round() as u32);
+            let small = image::imageops::resize(&image, w, h, image::imageops::FilterType::Triangle);
+            let path = dir.join(photo.file_name().unwrap());
+            let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+            image::codecs::jpeg::JpegEncoder::new_with_quality(file, 88).encode_image(&small).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// Photos per CPU-second of one thread decoding and preprocessing for about `seconds`.
+fn decode_alone(photos: &[Vec<u8>], seconds: f64) -> f64 {
+    let transform = Transform::clip(224);
+    let options = DecodeOptions::for_input(transform.resize_side(), 100_000_000);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (start, wall) = (cpu_seconds("/proc/thread-self/stat"), Instant::now());
+            let mut done = 0usize;
+            while wall.elapsed().as_secs_f64() < seconds || done < photos.len() {
+                let decoded = decode(&photos[done % photos.len()], &options).unwrap();
+                std::hint::black_box(preprocess(&decoded, &transform).unwrap());
+                done += 1;
+            }
+            done as f64 / (cpu_seconds("/proc/thread-self/stat") - start)
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// Photos per CPU-second of the server under a closed loop of `clients` for `seconds`, and its
+/// images/s; `config` says where the photos are and `keys` name them.
+fn server_per_cpu(
+    config: ServerConfig,
+    keys: &[String],
+    clients: usize,
+    per_request: usize,
+    seconds: f64,
+) -> (f64, f64) {
+    let server = config.env("CLIPFN_MAX_IMAGES", &per_request.to_string()).start();
+    let request = |offset: usize| {
+        let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
+        let (status, body) = server.post_json("/v1/embed", &json!({ "images": images }));
+        assert_eq!(status, 200, "{body}");
+        assert!(body["data"].as_array().unwrap().iter().all(|item| item["embedding"].is_array()), "{body}");
+        per_request
+    };
+    request(0); // the first request of each kind of photo pays for lazy set-up; keep it out
+    let stat = format!("/proc/{}/stat", server.pid());
+    let (cpu_before, started) = (cpu_seconds(&stat), Instant::now());
+    let embedded: usize = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..clients)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut sent = 0;
+                    while started.elapsed().as_secs_f64() < seconds {
+                        sent += request(c * 7 + sent);
+                    }
+                    sent
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    let (cpu, wall) = (cpu_seconds(&stat) - cpu_before, started.elapsed().as_secs_f64());
+    (embedded as f64 / cpu, embedded as f64 / wall)
+}
+
+fn main() {
+    if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+        // SAFETY: first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH")) };
+    }
+    let seconds: f64 = env_or("CLIPFN_BENCH_SECONDS", 20.0);
+    let clients: usize = env_or("CLIPFN_BENCH_CLIENTS", 4);
+    let per_request: usize = env_or("CLIPFN_BENCH_PHOTOS_PER_REQUEST", 40);
+    // ServerConfig::local runs batch 8, the CPU default.
+    let batch: usize = env_or("CLIPFN_BENCH_BATCH", 8);
+    let out = PathBuf::from(env_or("CLIPFN_BENCH_OUT", "target/bench-report".to_string()));
+    std::fs::create_dir_all(&out).unwrap();
+
+    let camera = camera_photos(usize::MAX);
+    let seed_dir = tempfile::tempdir().unwrap();
+    let seed = seed_size(&camera, seed_dir.path());
+    let mut md = String::new();
+    writeln!(
+        md,
+        "# Per-core capacity with inference free\n\nMachine: {} CPUs. Model: the test model (about 2 MFLOP per \
+         photo). Closed loop: {clients} clients x {per_request} photos per request, {seconds} s per server run. \
+         Server batch: {}. Figures are photos per CPU-second (the server's utime + stime; one thread's for \
+         decode + preprocess alone).\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        batch,
+    )
+    .unwrap();
+    writeln!(md, "| photos | store | server photos/CPU-s | decode+preprocess alone photos/CPU-s | server / alone | server images/s |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
+        let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let mean_mp = photos
+            .iter()
+            .map(|p| image::image_dimensions(p).map(|(w, h)| f64::from(w * h) / 1e6).unwrap())
+            .sum::<f64>()
+            / photos.len() as f64;
+        let alone = decode_alone(&bytes, seconds / 2.0);
+        let data = tempfile::tempdir().unwrap();
+        let bucket = data.path().join("photos");
+        std::fs::create_dir_all(&bucket).unwrap();
+        let mut keys = Vec::new();
+        for photo in photos.iter() {
+            let name = photo.file_name().unwrap().to_string_lossy().into_owned();
+            std::fs::copy(photo, bucket.join(&name)).unwrap();
+            keys.push(name);
+        }
+        let (_gcs, gcs_port) = common::start_fake_gcs(data.path());
+        let local = || ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string());
+        let stores =
+            [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];
+        for (store, config) in stores {
+            let (per_cpu, rate) = server_per_cpu(config, &keys, clients, per_request, seconds);
+            eprintln!(
+                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {alone:.0}, {rate:.0} images/s"
+            );
+            writeln!(
+                md,
+                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {alone:.0} | {:.2} | {rate:.0} |",
+                photos.len(),
+                per_cpu / alone
+            )
+            .unwrap();
+        }
+    }
+    std::fs::write(out.join("per_core.md"), &md).unwrap();
+    println!("{md}");
+}
