@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use clipfn::backfill::{shard::Task, sink::file_name};
+use clipfn::hosts::backfill::{shard::Task, sink::file_name};
 use common::{Proc, ServerConfig, camera_photos, cosine, fake_gcs_credentials, gcs_env, setup_var, start_fake_gcs};
 use serde_json::Value;
 

@@ -3,21 +3,12 @@
 
 mod common;
 
-use common::{ServerConfig, camera_photos, cosine, item, scrape, series};
+use common::{ServerConfig, camera_photos, cosine, item, scrape, series, store_keyed};
 
 #[test]
 fn two_concurrent_requests_share_one_batch_and_get_their_own_results() {
     let photos = camera_photos(6);
-    let store = tempfile::tempdir().unwrap();
-    let keys: Vec<String> = photos
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let key = format!("p{i}.jpg");
-            std::fs::copy(p, store.path().join(&key)).unwrap();
-            key
-        })
-        .collect();
+    let (store, keys) = store_keyed(&photos, |i, _| format!("p{i}.jpg"));
     // A batch runs when 6 photos are queued; the long wait makes sure neither request alone can
     // start one, so only a shared batch lets both finish quickly.
     let server =

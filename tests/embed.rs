@@ -5,21 +5,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{ServerConfig, camera_photos, cosine, item, reference_embeddings, setup_var};
+use common::{ServerConfig, camera_photos, cosine, file_name, item, reference_embeddings, setup_var, store_named};
 use serde_json::json;
-
-/// A store holding a few real photos under their own names.
-fn store_with(photos: &[std::path::PathBuf]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for photo in photos {
-        std::fs::copy(photo, dir.path().join(photo.file_name().unwrap())).unwrap();
-    }
-    dir
-}
-
-fn name(p: &Path) -> &str {
-    p.file_name().unwrap().to_str().unwrap()
-}
 
 #[test]
 fn embeddings_match_the_pillow_reference() {
@@ -27,10 +14,10 @@ fn embeddings_match_the_pillow_reference() {
     let pillow = Path::new(&setup_var("CLIPFN_PILLOW_IMAGES_DIR")).to_path_buf();
     // Rotated by EXIF tag: the reference transposes first, so must we.
     photos.extend((2..=8).map(|o| pillow.join(format!("hopper_orientation_{o}.jpg"))));
-    let store = store_with(&photos);
+    let store = store_named(&photos);
     let server = ServerConfig::local(store.path()).start();
 
-    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
     let (status, body) = server.embed(&keys);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["dim"], 512);
@@ -76,7 +63,7 @@ fn bad_photos_get_their_own_errors_and_the_rest_are_embedded() {
     let mut photos = camera_photos(2);
     photos.sort_by_key(|p| std::fs::metadata(p).unwrap().len()); // [small, big]: the big one goes over the byte limit
     photos.reverse();
-    let store = store_with(&photos);
+    let store = store_named(&photos);
     let root = store.path();
     std::fs::write(root.join("error-page.jpg"), b"<!DOCTYPE html><html>Access denied</html>").unwrap();
     std::fs::write(root.join("empty.jpg"), b"").unwrap();
@@ -88,7 +75,7 @@ fn bad_photos_get_their_own_errors_and_the_rest_are_embedded() {
     let server = ServerConfig::local(root).env("CLIPFN_MAX_IMAGE_BYTES", &(jpeg.len() as u64 - 1).to_string()).start();
 
     let outside_uri = format!("file://{}/secret.jpg", outside.path().display());
-    let good = name(&photos[1]);
+    let good = file_name(&photos[1]);
     let requests = [
         (good, Ok(())),
         ("missing/IMG_0001.jpg", Err("not_found")),
@@ -99,7 +86,7 @@ fn bad_photos_get_their_own_errors_and_the_rest_are_embedded() {
         ("error-page.jpg", Err("unsupported_format")),
         ("empty.jpg", Err("unsupported_format")),
         ("truncated.jpg", Err("decode_failed")),
-        (name(&photos[0]), Err("too_large")),
+        (file_name(&photos[0]), Err("too_large")),
         (good, Ok(())),
     ];
     let keys: Vec<&str> = requests.iter().map(|(k, _)| *k).collect();
@@ -161,8 +148,8 @@ fn malformed_requests_get_4xx_with_a_message() {
 #[test]
 fn normalising_in_the_model_gives_the_same_embeddings() {
     let photos = camera_photos(4);
-    let store = store_with(&photos);
-    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
     let embed = |normalize: &str| {
         let server = ServerConfig::local(store.path()).env("CLIPFN_NORMALIZE", normalize).start();
         let layout = server.get("/readyz").1["model"]["input_layout"].clone();
@@ -182,8 +169,8 @@ fn normalising_in_the_model_gives_the_same_embeddings() {
 #[test]
 fn a_decode_budget_smaller_than_any_photo_decodes_them_one_at_a_time_and_loses_none() {
     let photos = camera_photos(8);
-    let store = store_with(&photos);
-    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
     let unbounded = ServerConfig::local(store.path()).env("CLIPFN_DECODE_THREADS", "2").start().embed(&keys);
     // 1 KiB: every photo needs more, so each one waits for all of it and decodes alone.
     let bounded = ServerConfig::local(store.path())

@@ -10,19 +10,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{HeldStore, ServerConfig, camera_photos, cosine, gcs_env, item, scrape, series};
+use common::{HeldStore, Object, ServerConfig, camera_photos, cosine, gcs_env, item, scrape, series};
 use serde_json::Value;
 
 /// A store with three real photos and two all-white ones.
 fn store_with_white_photos() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (i, photo) in camera_photos(3).iter().enumerate() {
-        std::fs::copy(photo, dir.path().join(format!("p{i}.jpg"))).unwrap();
-    }
-    for name in ["white.png", "white-2.png"] {
-        image::RgbImage::from_pixel(300, 200, image::Rgb([255, 255, 255])).save(dir.path().join(name)).unwrap();
-    }
-    dir
+    let white = || {
+        let mut png = std::io::Cursor::new(Vec::new());
+        image::RgbImage::from_pixel(300, 200, image::Rgb([255, 255, 255]))
+            .write_to(&mut png, image::ImageFormat::Png)
+            .unwrap();
+        Object::Bytes(png.into_inner())
+    };
+    let real = camera_photos(3).into_iter().enumerate().map(|(i, photo)| (format!("p{i}.jpg"), Object::Copy(photo)));
+    common::store(real.chain(["white.png", "white-2.png"].map(|name| (name.to_string(), white()))))
 }
 
 #[test]

@@ -11,23 +11,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{
-    ServerConfig, camera_photos, cosine, failed_start, gcs_env, item, reference_embeddings_with, scrape, series,
-    setup_var, start_fake_gcs,
+    ServerConfig, camera_photos, cosine, failed_start, file_name, gcs_env, item, reference_embeddings_with, scrape,
+    series, setup_var, start_fake_gcs, store_named,
 };
 use serde_json::{Value, json};
-
-fn name(p: &Path) -> &str {
-    p.file_name().unwrap().to_str().unwrap()
-}
-
-/// A store holding real photos under their own names.
-fn store_with(photos: &[PathBuf]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for photo in photos {
-        std::fs::copy(photo, dir.path().join(name(photo))).unwrap();
-    }
-    dir
-}
 
 /// A model folder holding some of a generated folder's ONNX files and the given
 /// `preprocessor_config.json` (none when `Value::Null`).
@@ -45,11 +32,11 @@ fn folder_with(from: &str, files: &[&str], config: &Value) -> tempfile::TempDir 
 
 /// Embeddings of `photos` from a server on `model` with extra settings, and its /readyz model.
 fn embed_with(model: &str, envs: &[(&str, &str)], photos: &[PathBuf]) -> (Value, Vec<Vec<f32>>) {
-    let store = store_with(photos);
+    let store = store_named(photos);
     let config =
         envs.iter().fold(ServerConfig::local(store.path()).env("CLIPFN_MODEL", model), |c, (k, v)| c.env(k, v));
     let server = config.start();
-    let keys: Vec<&str> = photos.iter().map(|p| name(p)).collect();
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
     let (status, body) = server.embed(&keys);
     assert_eq!(status, 200, "{body}");
     let embeddings = (0..keys.len()).map(|i| item(&body, i).unwrap()).collect();
@@ -84,7 +71,7 @@ fn every_variant_matches_fp32_through_the_pipeline() {
         assert_eq!(model["precision"], precision, "{model}");
         for (i, (ours, fp32)) in embeddings.iter().zip(&single_file).enumerate() {
             let similarity = cosine(ours, fp32);
-            assert!(similarity >= floor, "{precision} {}: cosine {similarity} to fp32", name(&photos[i]));
+            assert!(similarity >= floor, "{precision} {}: cosine {similarity} to fp32", file_name(&photos[i]));
         }
         by_precision.push(embeddings);
     }
@@ -137,7 +124,7 @@ fn preprocessing_follows_the_folder_against_pillow() {
         assert_eq!(model["image_size"], 192, "{model}");
         for (photo, ours) in photos.iter().zip(&embeddings) {
             let similarity = cosine(ours, &pillow[photo]);
-            assert!(similarity >= 0.99, "{normalize} {}: cosine {similarity} to Pillow", name(photo));
+            assert!(similarity >= 0.99, "{normalize} {}: cosine {similarity} to Pillow", file_name(photo));
         }
         // Had CLIP's numbers been used, the test model would have said so.
         let worst = photos.iter().zip(&embeddings).map(|(p, e)| cosine(e, &clip_numbers[p])).fold(1.0, f32::min);
@@ -155,7 +142,7 @@ fn preprocessing_follows_the_folder_against_pillow() {
     let pillow = reference_embeddings_with(&fp32, &flags, &photos);
     for (photo, ours) in photos.iter().zip(&embeddings) {
         let similarity = cosine(ours, &pillow[photo]);
-        assert!(similarity >= 0.99, "squash {}: cosine {similarity} to Pillow", name(photo));
+        assert!(similarity >= 0.99, "squash {}: cosine {similarity} to Pillow", file_name(photo));
     }
 }
 
@@ -198,7 +185,7 @@ fn a_folder_with_a_text_tower_serves_text_with_no_text_settings() {
     let server = ServerConfig::local(store.path()).env("CLIPFN_MODEL", folder).start();
     let (_, ready) = server.get("/readyz");
     let text = &ready["text_model"];
-    assert_eq!((&text["id"], &text["tokenizer"]), (&json!(name(dir.path())), &json!("tokenizer.json")), "{ready}");
+    assert_eq!((&text["id"], &text["tokenizer"]), (&json!(file_name(dir.path())), &json!("tokenizer.json")), "{ready}");
     let (status, body) = server.post_json("/v1/embed", &json!({"texts": ["바다 일몰", "a photo of a dog"]}));
     assert_eq!(status, 200, "{body}");
     let vector = |body: &Value| -> Vec<f32> {

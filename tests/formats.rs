@@ -14,7 +14,7 @@ use std::{
     sync::OnceLock,
 };
 
-use common::{ServerConfig, camera_photos, cosine, item, reference_embeddings, setup_var};
+use common::{ServerConfig, camera_photos, cosine, file_name, item, reference_embeddings, setup_var, store_keyed};
 use serde_json::Value;
 
 /// Embeddings closer than this to the reference count as the same (CLIP compares by cosine).
@@ -59,17 +59,7 @@ for o in range(2, 9):
 
 /// A store holding `files` under numbered keys (names repeat across the test-image trees).
 fn store_of(files: &[PathBuf]) -> (tempfile::TempDir, Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let keys = files
-        .iter()
-        .enumerate()
-        .map(|(i, file)| {
-            let key = format!("{i:03}-{}", file.file_name().unwrap().to_str().unwrap());
-            std::fs::copy(file, dir.path().join(&key)).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-            key
-        })
-        .collect();
-    (dir, keys)
+    store_keyed(files, |i, file| format!("{i:03}-{}", file_name(file)))
 }
 
 fn embed_all(server: &common::Server, keys: &[String]) -> Value {

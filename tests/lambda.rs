@@ -6,45 +6,25 @@ mod common;
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{Arc, Mutex},
     time::Duration,
 };
 
-use axum::{
-    Router,
-    extract::{Path as UrlPath, State},
-    http::HeaderMap,
-    routing::{get, post},
-};
-use clipfn::replay::Expectation;
-use common::{Proc, camera_photos, setup_var};
+use clipfn::hosts::replay::Expectation;
+use common::{Object, Proc, RuntimeApi, camera_photos, with_settings};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 /// The local store the sample events refer to: sample/photo-{1,2,3}.jpg.
 fn sample_store() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("sample")).unwrap();
-    for (i, photo) in camera_photos(3).iter().enumerate() {
-        std::fs::copy(photo, dir.path().join(format!("sample/photo-{}.jpg", i + 1))).unwrap();
-    }
-    dir
+    common::store(
+        camera_photos(3)
+            .into_iter()
+            .enumerate()
+            .map(|(i, photo)| (format!("sample/photo-{}.jpg", i + 1), Object::Copy(photo))),
+    )
 }
 
 fn clipfn(store: &Path) -> Command {
     with_settings(Command::new(env!("CARGO_BIN_EXE_clipfn")), store)
-}
-
-/// `command` with nothing but the settings clipfn needs to serve the sample store.
-fn with_settings(mut command: Command, store: &Path) -> Command {
-    command
-        .env_clear()
-        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
-        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
-        .env("CLIPFN_STORE", format!("file://{}", store.display()))
-        .env("CLIPFN_BATCH_SIZE", "4")
-        .env("RUST_LOG", "warn");
-    command
 }
 
 /// Checks a gateway response against the expectation kept next to the event, as `clipfn replay`
@@ -118,95 +98,22 @@ fn replay_fails_when_an_event_misses_its_expectation() {
     assert!(lines[1]["mismatch"].as_str().unwrap().contains("not_found"), "{}", lines[1]);
 }
 
-/// A minimal Lambda Runtime API: hands out `events` in turn, collects what the function returns.
-#[derive(Clone)]
-struct RuntimeApi {
-    events: Arc<Mutex<Vec<(String, Value)>>>,
-    results: mpsc::UnboundedSender<(String, String, Value)>,
-}
-
-async fn next_invocation(State(api): State<RuntimeApi>) -> (HeaderMap, String) {
-    let next = api.events.lock().unwrap().pop();
-    let Some((id, event)) = next else {
-        // Nothing more to hand out: hold the long poll, as the real service does.
-        std::future::pending::<()>().await;
-        unreachable!()
-    };
-    let deadline_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
-    let mut headers = HeaderMap::new();
-    headers.insert("lambda-runtime-aws-request-id", id.parse().unwrap());
-    headers.insert("lambda-runtime-deadline-ms", deadline_ms.to_string().parse().unwrap());
-    headers.insert(
-        "lambda-runtime-invoked-function-arn",
-        "arn:aws:lambda:us-east-1:123456789012:function:clipfn".parse().unwrap(),
-    );
-    headers.insert("lambda-runtime-trace-id", "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1".parse().unwrap());
-    (headers, event.to_string())
-}
-
-async fn record(api: &RuntimeApi, id: String, kind: &str, body: String) {
-    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    let _ = api.results.send((id, kind.to_string(), value));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serves_invocations_from_a_lambda_runtime_api_peer() {
+#[test]
+fn serves_invocations_from_a_lambda_runtime_api_peer() {
     let store = sample_store();
     let events_dir = common::repo().join("events");
     let invocations = ["apigw-v1-embed-good", "apigw-v2-embed-one-bad", "apigw-v1-embed-malformed", "apigw-v2-readyz"];
-    let queue: Vec<(String, Value)> = invocations
-        .iter()
-        .rev()
-        .map(|name| {
-            let text = std::fs::read_to_string(events_dir.join(format!("{name}.json"))).unwrap();
-            (name.to_string(), serde_json::from_str(&text).unwrap())
-        })
-        .collect();
-    let (results, mut received) = mpsc::unbounded_channel();
-    let api = RuntimeApi { events: Arc::new(Mutex::new(queue)), results };
-    let app = Router::new()
-        .route("/2018-06-01/runtime/invocation/next", get(next_invocation))
-        .route(
-            "/2018-06-01/runtime/invocation/{id}/response",
-            post(|State(api): State<RuntimeApi>, UrlPath(id): UrlPath<String>, body: String| async move {
-                record(&api, id, "response", body).await;
-            }),
-        )
-        .route(
-            "/2018-06-01/runtime/invocation/{id}/error",
-            post(|State(api): State<RuntimeApi>, UrlPath(id): UrlPath<String>, body: String| async move {
-                record(&api, id, "error", body).await;
-            }),
-        )
-        .route(
-            "/2018-06-01/runtime/init/error",
-            post(|State(api): State<RuntimeApi>, body: String| async move {
-                record(&api, "init".into(), "error", body).await;
-            }),
-        )
-        .with_state(api);
-    // Bound at once on a port the system picks, so no other test can take it in between.
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let runtime_api = RuntimeApi::start(invocations.iter().map(|name| {
+        let text = std::fs::read_to_string(events_dir.join(format!("{name}.json"))).unwrap();
+        (name.to_string(), serde_json::from_str::<Value>(&text).unwrap())
+    }));
 
-    let child = clipfn(store.path())
-        .arg("serve")
-        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
-        .env("AWS_LAMBDA_FUNCTION_NAME", "clipfn")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3008")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = runtime_api.function_env(clipfn(store.path()).arg("serve")).stdout(Stdio::null()).spawn().unwrap();
     let _function = Proc(child);
 
     for name in invocations {
-        let (id, kind, response) = tokio::time::timeout(Duration::from_secs(60), received.recv())
-            .await
-            .expect("the function answered within 60 s")
-            .unwrap();
-        assert_eq!((id.as_str(), kind.as_str()), (name, "response"), "{response}");
-        check(&events_dir.join(format!("{name}.json")), &response);
+        let answer = runtime_api.answer(Duration::from_secs(60));
+        assert_eq!((answer.id.as_str(), answer.kind), (name, "response"), "{}", answer.body);
+        check(&events_dir.join(format!("{name}.json")), &answer.body);
     }
 }

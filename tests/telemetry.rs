@@ -13,7 +13,9 @@ use std::{
 };
 
 use axum::{Router, body::Bytes, extract::State, http::StatusCode, routing::post};
-use common::{Server, ServerConfig, blocking_client, camera_photos, item, scrape, series};
+use common::{
+    Object, RuntimeApi, Server, ServerConfig, blocking_client, camera_photos, item, scrape, series, serve_on_thread,
+};
 use opentelemetry_proto::tonic::{
     collector::{
         metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse},
@@ -42,22 +44,6 @@ type Shared = Arc<Mutex<Received>>;
 struct Receiver {
     endpoint: String,
     received: Shared,
-}
-
-/// Serves `app` on 127.0.0.1 from its own thread for the life of the test process; returns the
-/// address.
-fn serve_on_thread(app: Router) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    address
 }
 
 impl Receiver {
@@ -210,11 +196,12 @@ fn hex(bytes: &[u8]) -> String {
 
 /// A store with two real photos; the key names let the tests check that keys never reach a log.
 fn store() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (photo, name) in camera_photos(2).iter().zip(["private-a.jpg", "private-b.jpg"]) {
-        std::fs::copy(photo, dir.path().join(name)).unwrap();
-    }
-    dir
+    common::store(
+        camera_photos(2)
+            .into_iter()
+            .zip(["private-a.jpg", "private-b.jpg"])
+            .map(|(photo, name)| (name, Object::Copy(photo))),
+    )
 }
 
 const KEYS: [&str; 3] = ["private-a.jpg", "private-missing.jpg", "private-b.jpg"];
@@ -460,53 +447,6 @@ fn metrics_counters_move_and_text_logs_without_an_otlp_endpoint() {
 
 // ---- Lambda: each invocation flushes ----------------------------------------------------
 
-/// A Lambda Runtime API that hands out `event` `count` times, one invocation after the other, and
-/// reports each answer with the time from handing the event out to the answer.
-fn lambda_runtime_api(event: Value, count: usize) -> (String, std::sync::mpsc::Receiver<(Value, Duration)>) {
-    let (answered, answers) = std::sync::mpsc::channel();
-    // Invocations handed out so far, and when the last one was.
-    let handed_out: Arc<Mutex<(usize, Option<Instant>)>> = Arc::new(Mutex::new((0, None)));
-    let handing = Arc::clone(&handed_out);
-    let next = move || {
-        let (handing, event) = (Arc::clone(&handing), event.clone());
-        async move {
-            let id = {
-                let mut state = handing.lock().unwrap();
-                (state.0 < count).then(|| {
-                    *state = (state.0 + 1, Some(Instant::now()));
-                    state.0
-                })
-            };
-            let Some(id) = id else {
-                std::future::pending::<()>().await; // hold the long poll, as the real service does
-                unreachable!()
-            };
-            let deadline =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000;
-            (
-                [
-                    ("lambda-runtime-aws-request-id", format!("invocation-{id}")),
-                    ("lambda-runtime-deadline-ms", deadline.to_string()),
-                    (
-                        "lambda-runtime-invoked-function-arn",
-                        "arn:aws:lambda:us-east-1:123456789012:function:clipfn".into(),
-                    ),
-                ],
-                event.to_string(),
-            )
-        }
-    };
-    let respond = move |body: String| {
-        let took = handed_out.lock().unwrap().1.map_or(Duration::ZERO, |at| at.elapsed());
-        let _ = answered.send((serde_json::from_str(&body).unwrap_or(Value::String(body)), took));
-        async {}
-    };
-    let app = Router::new()
-        .route("/2018-06-01/runtime/invocation/next", axum::routing::get(next))
-        .route("/2018-06-01/runtime/invocation/{id}/response", post(respond));
-    (serve_on_thread(app), answers)
-}
-
 /// The malformed embed request with a traceparent: traced and counted, no photos needed.
 fn malformed_event() -> Value {
     let event_path = common::repo().join("events/apigw-v2-embed-malformed.json");
@@ -514,20 +454,12 @@ fn malformed_event() -> Value {
 }
 
 /// `clipfn serve` as a Lambda function of `runtime_api`, with `envs` added.
-fn lambda_function(runtime_api: &str, envs: &[(&str, &str)]) -> common::Proc {
+fn lambda_function(runtime_api: &RuntimeApi, envs: &[(&str, &str)]) -> common::Proc {
     // No photo is fetched: any folder will do as the store.
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_clipfn"))
-        .arg("serve")
-        .env_clear()
-        .env("ORT_DYLIB_PATH", common::setup_var("ORT_DYLIB_PATH"))
-        .env("CLIPFN_MODEL", common::setup_var("CLIPFN_TEST_MODEL"))
-        .env("CLIPFN_STORE", format!("file://{}", std::env::temp_dir().display()))
-        .env("CLIPFN_BATCH_SIZE", "4")
-        .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
-        .env("AWS_LAMBDA_FUNCTION_NAME", "clipfn")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3008")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("RUST_LOG", "warn")
+    let mut command =
+        common::with_settings(std::process::Command::new(env!("CARGO_BIN_EXE_clipfn")), &std::env::temp_dir());
+    let child = runtime_api
+        .function_env(command.arg("serve"))
         .envs(envs.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -541,7 +473,7 @@ fn lambda_invocations_flush_spans_and_metrics_before_answering() {
     let receiver = Receiver::start();
     let event = malformed_event();
     let trace = event["headers"]["traceparent"].as_str().unwrap().split('-').nth(1).unwrap().to_string();
-    let (runtime_api, answers) = lambda_runtime_api(event, 1);
+    let runtime_api = RuntimeApi::repeating(&event, 1);
     let _function = lambda_function(
         &runtime_api,
         &[
@@ -552,7 +484,7 @@ fn lambda_invocations_flush_spans_and_metrics_before_answering() {
         ],
     );
 
-    let (answer, _) = answers.recv_timeout(Duration::from_secs(60)).expect("the function answered within 60 s");
+    let answer = runtime_api.response(Duration::from_secs(60)).body;
     assert_eq!(answer["statusCode"], 400, "{answer}");
     let request = receiver.wait_for("the invocation's request span", |r| {
         r.spans.iter().find(|(_, s)| s.name == "POST /v1/embed" && hex(&s.trace_id) == trace).map(|(_, s)| s.clone())
@@ -572,11 +504,10 @@ fn lambda_invocations_flush_spans_and_metrics_before_answering() {
 
 /// The median time of five invocations, exporting to `collector` if given.
 fn median_invocation(collector: Option<&str>) -> Duration {
-    let (runtime_api, answers) = lambda_runtime_api(malformed_event(), 5);
+    let runtime_api = RuntimeApi::repeating(&malformed_event(), 5);
     let envs: Vec<(&str, &str)> = collector.map(|c| ("OTEL_EXPORTER_OTLP_ENDPOINT", c)).into_iter().collect();
     let _function = lambda_function(&runtime_api, &envs);
-    let mut times: Vec<Duration> =
-        (0..5).map(|_| answers.recv_timeout(Duration::from_secs(60)).expect("the function answered").1).collect();
+    let mut times: Vec<Duration> = (0..5).map(|_| runtime_api.response(Duration::from_secs(60)).took).collect();
     times.sort();
     times[2]
 }

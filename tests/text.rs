@@ -10,7 +10,7 @@ use std::{
 };
 
 use clipfn::tokenize::{JsonTokenizer, Tokenizer};
-use common::{ServerConfig, camera_photos, cosine, repo, scrape, series, setup_var};
+use common::{ServerConfig, camera_photos, cosine, file_name, repo, scrape, series, setup_var, store_keyed};
 use serde_json::{Value, json};
 
 /// Runs tools/text_reference.py COMMAND with `input` as JSON on stdin.
@@ -291,13 +291,7 @@ fn openai_client_reads_v1_embeddings() {
 #[test]
 fn classify_scores_match_numpy_from_embed_outputs() {
     let photos = camera_photos(3);
-    let store = tempfile::tempdir().unwrap();
-    let mut keys: Vec<String> = Vec::new();
-    for photo in &photos {
-        let name = photo.file_name().unwrap().to_str().unwrap().to_string();
-        std::fs::copy(photo, store.path().join(&name)).unwrap();
-        keys.push(name);
-    }
+    let (store, mut keys) = store_keyed(&photos, |_, photo| file_name(photo).to_string());
     keys.insert(1, "missing.jpg".into());
     let (set_labels, templates) =
         (["beach", "food", "city", "dog", "mountain", "document"], ["a photo of a {}.", "a blurry photo of the {}."]);
@@ -465,15 +459,7 @@ fn tokenizer_json_ids_match_python_tokenizers() {
 #[test]
 fn multilingual_tower_embeds_searches_and_classifies_in_korean() {
     let photos = camera_photos(2);
-    let store = tempfile::tempdir().unwrap();
-    let keys: Vec<String> = photos
-        .iter()
-        .enumerate()
-        .map(|(i, photo)| {
-            std::fs::copy(photo, store.path().join(format!("{i}.jpg"))).unwrap();
-            format!("{i}.jpg")
-        })
-        .collect();
+    let (store, keys) = store_keyed(&photos, |i, _| format!("{i}.jpg"));
     let labels_file = store.path().join("labels.json");
     let sets = json!({"sets": {"장소": {"labels": ["바다", "도시", "산"], "templates": ["{} 사진"]}}});
     std::fs::write(&labels_file, sets.to_string()).unwrap();

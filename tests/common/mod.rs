@@ -3,7 +3,12 @@
 //! Everything the tests need comes from `.cache/clipfn.env`, written by `tools/setup.sh`. Child
 //! processes start from an empty environment, so no developer credential or cloud variable leaks
 //! in, and object_store never reaches for a metadata server.
+//!
+//! Photo stores and emulators are in `stores`; the fake Lambda Runtime API is `lambda_runtime`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod lambda_runtime;
+pub mod stores;
 
 use std::{
     collections::HashMap,
@@ -14,7 +19,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[allow(unused_imports)] // not every test binary runs a Lambda function
+pub use lambda_runtime::RuntimeApi;
 use serde_json::Value;
+#[allow(unused_imports)] // not every test binary builds a store
+pub use stores::*;
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -246,6 +255,35 @@ pub fn failed_start(envs: &[(&str, &str)]) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// `command` with nothing but the settings clipfn needs to serve the local store at `store` (the
+/// test model, batches of 4, warnings only): how the Lambda and replay tests run the binary.
+pub fn with_settings(mut command: Command, store: &Path) -> Command {
+    command
+        .env_clear()
+        .env("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH"))
+        .env("CLIPFN_MODEL", setup_var("CLIPFN_TEST_MODEL"))
+        .env("CLIPFN_STORE", format!("file://{}", store.display()))
+        .env("CLIPFN_BATCH_SIZE", "4")
+        .env("RUST_LOG", "warn");
+    command
+}
+
+/// Serves `app` on 127.0.0.1 from its own thread for the life of the test process; returns the
+/// address. The port is bound before this returns, so no other test can take it in between.
+pub fn serve_on_thread(app: axum::Router) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    address
+}
+
 /// Server logs are noise in a passing run; CLIPFN_TEST_LOGS=1 shows them.
 fn server_log() -> Stdio {
     if std::env::var_os("CLIPFN_TEST_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() }
@@ -309,108 +347,6 @@ pub fn reference_embeddings_with(model: &str, flags: &[&str], photos: &[PathBuf]
         .iter()
         .map(|(k, v)| (PathBuf::from(k), v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()))
         .collect()
-}
-
-/// fake-gcs-server on loopback serving `data` (one folder per bucket).
-pub fn start_fake_gcs(data: &Path) -> (Proc, u16) {
-    spawn_on_free_port("fake-gcs-server", |port| {
-        let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
-        // object_store reads BASE/BUCKET/KEY, which the emulator serves only for its public host.
-        let public_host = format!("127.0.0.1:{port}");
-        command.args([
-            "-scheme",
-            "http",
-            "-host",
-            "127.0.0.1",
-            "-port",
-            &port.to_string(),
-            "-public-host",
-            &public_host,
-        ]);
-        command.args(["-backend", "memory", "-data"]).arg(data);
-        command.stdout(Stdio::null()).stderr(Stdio::null());
-        command
-    })
-}
-
-/// moto's S3 server on loopback, empty; it accepts unsigned path-style calls.
-pub fn start_moto() -> (Proc, u16) {
-    spawn_on_free_port("moto_server", |port| {
-        let mut command = Command::new(setup_var("CLIPFN_MOTO_SERVER_BIN"));
-        command
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap());
-        command.stdout(Stdio::null()).stderr(Stdio::null());
-        command
-    })
-}
-
-/// Service-account JSON (GOOGLE_SERVICE_ACCOUNT_KEY) pointing object_store at the emulator with
-/// OAuth off, so it never asks a metadata server for a token.
-pub fn fake_gcs_credentials(port: u16) -> String {
-    serde_json::json!({
-        "gcs_base_url": format!("http://127.0.0.1:{port}"),
-        "disable_oauth": true,
-        "client_email": "",
-        "private_key": "",
-        "private_key_id": "",
-    })
-    .to_string()
-}
-
-/// Settings that point clipfn's GCS client at a loopback emulator on `port`.
-pub fn gcs_env(config: ServerConfig, port: u16) -> ServerConfig {
-    config.env("GOOGLE_SERVICE_ACCOUNT_KEY", &fake_gcs_credentials(port)).env("GOOGLE_ALLOW_HTTP", "true")
-}
-
-/// A GCS stand-in whose objects named `slow*` are held back until `release()`: the one thing a
-/// real emulator cannot do is answer late on cue, and overload, deadline and drain tests need a
-/// photo that is in flight for as long as the test wants. Objects named `error*` get a 500 whose
-/// text names an internal host, as a failing store's would. Other keys are served from `dir`.
-pub struct HeldStore {
-    pub port: u16,
-    gate: std::sync::Arc<tokio::sync::Semaphore>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl HeldStore {
-    pub fn start(dir: &Path) -> HeldStore {
-        use axum::{extract::Path as UrlPath, http::StatusCode, response::IntoResponse};
-        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (dir, held) = (dir.to_path_buf(), std::sync::Arc::clone(&gate));
-        let app = axum::Router::new().route(
-            "/{bucket}/{*key}",
-            axum::routing::get(move |UrlPath((_bucket, key)): UrlPath<(String, String)>| async move {
-                if key.starts_with("error") {
-                    let text = "backend db-7.internal.example failed";
-                    return (StatusCode::INTERNAL_SERVER_ERROR, text).into_response();
-                }
-                let file = if key.starts_with("slow") {
-                    held.acquire().await.unwrap().forget();
-                    dir.join("good.jpg")
-                } else {
-                    dir.join(&key)
-                };
-                match std::fs::read(file) {
-                    Ok(bytes) => {
-                        ([("etag", "\"1\""), ("last-modified", "Mon, 30 Nov 2026 00:00:00 GMT")], bytes).into_response()
-                    }
-                    Err(_) => StatusCode::NOT_FOUND.into_response(),
-                }
-            }),
-        );
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        HeldStore { port, gate, _runtime: runtime }
-    }
-
-    /// Lets every held request (and any later one) through.
-    pub fn release(&self) {
-        self.gate.add_permits(1 << 20);
-    }
 }
 
 /// The value of the series `name{labels...}` in Prometheus text, 0 when absent.
