@@ -62,7 +62,9 @@ impl ItemError {
     /// The stable code, with its fixed message naming the photo's reference as shown (`image`).
     pub fn code_and_message(&self, image: &str) -> (ItemCode, String) {
         match self {
-            ItemError::Source(SourceError::Read(StorageError::NotFound(_))) => (ItemCode::NotFound, format!("no object at '{image}'")),
+            ItemError::Source(SourceError::Read(StorageError::NotFound(_))) => {
+                (ItemCode::NotFound, format!("no object at '{image}'"))
+            }
             ItemError::Source(SourceError::Read(StorageError::Forbidden(_))) => {
                 (ItemCode::Forbidden, format!("'{image}' is outside the allowed sources, or the store refused access"))
             }
@@ -70,7 +72,8 @@ impl ItemError {
             ItemError::Source(SourceError::Expired(_)) => {
                 (ItemCode::Forbidden, format!("the signature of '{image}' has expired"))
             }
-            ItemError::Source(SourceError::Read(StorageError::TooLarge { .. })) | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
+            ItemError::Source(SourceError::Read(StorageError::TooLarge { .. }))
+            | ItemError::Decode(DecodeError::TooManyPixels { .. }) => {
                 (ItemCode::TooLarge, format!("'{image}' is over the byte or pixel limit"))
             }
             ItemError::Source(SourceError::Read(StorageError::Fetch(_) | StorageError::Config(_))) => {

@@ -84,7 +84,10 @@ mod tests {
         assert!(matches!(err("data:image/png;base64"), SourceError::BadInline(_)));
         assert!(matches!(err("data:text/plain;base64,aGVsbG8="), SourceError::NotAnImage(t) if t == "text/plain"));
         assert!(matches!(err("data:;base64,aGVsbG8="), SourceError::NotAnImage(_)));
-        assert!(matches!(decode("data:image/png;base64,aGVsbG8=", 4), Err(SourceError::Read(StorageError::TooLarge { size: 5, .. }))));
+        assert!(matches!(
+            decode("data:image/png;base64,aGVsbG8=", 4),
+            Err(SourceError::Read(StorageError::TooLarge { size: 5, .. }))
+        ));
     }
 
     #[test]

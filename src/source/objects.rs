@@ -47,10 +47,14 @@ impl Root {
     /// A local folder, named by `file://` URI (full URIs then point into it by that URI's path) or
     /// by a plain path, relative to the working directory (full URIs then use its real path).
     fn folder(text: &str, path: &Path, uri_path: Option<&str>) -> Result<Self, SourceError> {
-        let dir = std::fs::canonicalize(path).map_err(|e| SourceError::from(StorageError::Config(format!("{text}: {e}"))))?;
+        let dir =
+            std::fs::canonicalize(path).map_err(|e| SourceError::from(StorageError::Config(format!("{text}: {e}"))))?;
         let prefix = match uri_path {
             Some(uri_path) => uri_path.to_string(),
-            None => dir.to_str().ok_or_else(|| SourceError::from(StorageError::Config(format!("{text}: not UTF-8"))))?.to_string(),
+            None => dir
+                .to_str()
+                .ok_or_else(|| SourceError::from(StorageError::Config(format!("{text}: not UTF-8"))))?
+                .to_string(),
         };
         Ok(Root {
             scheme: "file".into(),
@@ -88,14 +92,18 @@ pub(super) fn resolve<'a, 'r>(
     reference: &'r str,
 ) -> Result<(&'a Root, &'r str), SourceError> {
     let Some(uri) = Uri::parse(reference) else {
-        let store = store.ok_or_else(|| SourceError::from(StorageError::Forbidden("bare keys need CLIPFN_STORE to be set".into())))?;
+        let store = store.ok_or_else(|| {
+            SourceError::from(StorageError::Forbidden("bare keys need CLIPFN_STORE to be set".into()))
+        })?;
         return Ok((store, checked_key(reference)?));
     };
     store
         .into_iter()
         .chain(allowed)
         .find_map(|root| root.key_of(&uri))
-        .ok_or_else(|| SourceError::from(StorageError::Forbidden("outside the configured store and allowed sources".into())))
+        .ok_or_else(|| {
+            SourceError::from(StorageError::Forbidden("outside the configured store and allowed sources".into()))
+        })
         .and_then(|(root, key)| Ok((root, checked_key(key)?)))
 }
 
@@ -106,7 +114,11 @@ fn checked_key(key: &str) -> Result<&str, SourceError> {
         || key.contains('\\')
         || key.chars().any(char::is_control)
         || key.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..");
-    if escape { Err(SourceError::from(StorageError::Forbidden(format!("'{key}' is not a key inside the store")))) } else { Ok(key) }
+    if escape {
+        Err(SourceError::from(StorageError::Forbidden(format!("'{key}' is not a key inside the store"))))
+    } else {
+        Ok(key)
+    }
 }
 
 fn object_path(prefix: &str, key: &str) -> Result<ObjectPath, SourceError> {
@@ -118,7 +130,9 @@ fn object_path(prefix: &str, key: &str) -> Result<ObjectPath, SourceError> {
 async fn contained_path(dir: &Path, key: &str) -> Result<ObjectPath, SourceError> {
     let real = match tokio::fs::canonicalize(dir.join(key)).await {
         Ok(real) => real,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(SourceError::from(StorageError::NotFound(key.to_string()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SourceError::from(StorageError::NotFound(key.to_string())));
+        }
         Err(e) => return Err(SourceError::from(StorageError::Fetch(e.to_string()))),
     };
     if !real.starts_with(dir) {
@@ -134,7 +148,10 @@ mod tests {
     #[test]
     fn keys_cannot_escape() {
         for bad in ["", "/etc/passwd", "../x.jpg", "a/../../x", "a//b", "./a", "a\\..\\b", "a/\0"] {
-            assert!(matches!(checked_key(bad), Err(SourceError::Read(StorageError::Forbidden(_)))), "{bad:?} was accepted");
+            assert!(
+                matches!(checked_key(bad), Err(SourceError::Read(StorageError::Forbidden(_)))),
+                "{bad:?} was accepted"
+            );
         }
         for good in ["IMG_0001.jpg", "user/7/IMG 0001.jpg", "a/..b/c..d"] {
             assert_eq!(checked_key(good).unwrap(), good);

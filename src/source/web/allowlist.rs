@@ -60,7 +60,8 @@ impl Allowlist {
         let prefixes = prefixes
             .into_iter()
             .map(|text| {
-                Prefix::parse(text).map_err(|why| SourceError::from(StorageError::Config(format!("CLIPFN_ALLOWED_SOURCES: {why}"))))
+                Prefix::parse(text)
+                    .map_err(|why| SourceError::from(StorageError::Config(format!("CLIPFN_ALLOWED_SOURCES: {why}"))))
             })
             .collect::<Result<_, _>>()?;
         Ok(Allowlist { prefixes })
@@ -72,7 +73,9 @@ impl Allowlist {
         let mut url = plain_url(reference).map_err(|e| SourceError::from(StorageError::Forbidden(e)))?;
         url.set_fragment(None);
         if !self.prefixes.iter().any(|p| p.covers(&url)) {
-            return Err(SourceError::from(StorageError::Forbidden("outside the configured store and allowed sources".into())));
+            return Err(SourceError::from(StorageError::Forbidden(
+                "outside the configured store and allowed sources".into(),
+            )));
         }
         Ok(url)
     }

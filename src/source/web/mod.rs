@@ -144,7 +144,10 @@ fn send_failure(e: &reqwest::Error, url: &Url) -> Failure {
             return Failure::Final(SourceError::from(StorageError::Forbidden(refused.to_string())));
         }
         if cause.is::<RedirectRefused>() {
-            return Failure::Final(SourceError::from(StorageError::Forbidden(format!("{} was {RedirectRefused}", shown(url)))));
+            return Failure::Final(SourceError::from(StorageError::Forbidden(format!(
+                "{} was {RedirectRefused}",
+                shown(url)
+            ))));
         }
         source = cause.source();
     }
