@@ -1,6 +1,6 @@
 //! Request and response bodies of the HTTP API.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, time::Duration};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -13,7 +13,7 @@ use crate::pipeline::Timings;
 pub struct EmbedRequest {
     #[serde(default)]
     pub images: Option<Vec<String>>,
-    /// Checked item by item (`api::text`), for errors that name the bad item.
+    /// Checked item by item (`request::string_list`), for errors that name the bad item.
     #[serde(default)]
     pub texts: Option<Value>,
 }
@@ -38,6 +38,11 @@ pub struct Item<'a> {
     pub error: Option<ErrorBody>,
 }
 
+/// A duration in milliseconds to 0.1 ms, as every body and log line gives times.
+pub(super) fn millis(elapsed: Duration) -> f64 {
+    (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
 /// Per-stage wall-clock spans of one request, in milliseconds.
 #[derive(Serialize)]
 pub struct TimingsMs {
@@ -49,14 +54,13 @@ pub struct TimingsMs {
 }
 
 impl TimingsMs {
-    pub fn new(t: &Timings, total: std::time::Duration) -> Self {
-        let ms = |d: std::time::Duration| (d.as_secs_f64() * 10_000.0).round() / 10.0;
+    pub fn new(t: &Timings, total: Duration) -> Self {
         TimingsMs {
-            fetch: ms(t.fetch.duration()),
-            decode: ms(t.decode.duration()),
-            queue: ms(t.queue.duration()),
-            inference: ms(t.inference.duration()),
-            total: ms(total),
+            fetch: millis(t.fetch.duration()),
+            decode: millis(t.decode.duration()),
+            queue: millis(t.queue.duration()),
+            inference: millis(t.inference.duration()),
+            total: millis(total),
         }
     }
 

@@ -1,4 +1,5 @@
-//! Model stage: the ONNX Runtime environment and the one session per process.
+//! Model stage: the ONNX Runtime environment, the session builder every session shares, and the
+//! image tower. The towers all show the worker one trait (`tower`); the text tower is in `text`.
 //!
 //! ONNX Runtime is loaded from `ORT_DYLIB_PATH` (the PyPI wheel's library here, the CUDA build in
 //! the image), so a missing library is a clear start-up error instead of a panic. The execution
@@ -8,15 +9,18 @@
 
 mod files;
 mod folder;
+mod layout;
 mod normalizer;
 mod preprocessor;
 mod text;
+mod tower;
 
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
+use image::RgbImage;
 use ort::{
     environment::Environment,
     ep,
@@ -31,7 +35,9 @@ use self::normalizer::Normalizer;
 pub use self::{
     files::{TextFiles, locate_text_model, read_image_model, read_weights},
     folder::weights_of_file,
-    text::{TextModel, TextModelInfo},
+    layout::PixelBatch,
+    text::{IdType, TextModel, TextModelInfo},
+    tower::{Info, Input, Modality, Photos, Texts, Tower, TowerInfo, TowerKind},
 };
 use crate::{
     preprocess::{Layout, Pixels, Transform},
@@ -80,6 +86,12 @@ pub struct ModelInfo {
     /// The batch sizes run at start-up (1 and `batch_size`), so that no request pays for a first
     /// run at a new shape (on CUDA, kernel selection and memory planning take seconds).
     pub warm_up_batches: Vec<usize>,
+}
+
+impl TowerInfo for ModelInfo {
+    fn batch_size(&self) -> usize {
+        self.batch_size
+    }
 }
 
 impl ModelInfo {
@@ -155,6 +167,8 @@ pub struct Model {
     session: Session,
     /// Present when the model normalises (`input_layout` is raw).
     normalizer: Option<Normalizer>,
+    /// Where the worker's batches are laid out (see [`Tower::run`]).
+    batch: PixelBatch,
     pub info: ModelInfo,
     pub timings: LoadTimings,
     // The session borrows the process-wide environment; keep it alive as long as the session.
@@ -221,7 +235,8 @@ impl Model {
             Layout::NormalizedNchw => None,
         };
         let started = Instant::now();
-        let mut model = Model { session, normalizer, info, timings, _environment: environment };
+        let batch = PixelBatch::new(info.input_layout, info.batch_size, info.slot_len());
+        let mut model = Model { session, normalizer, batch, info, timings, _environment: environment };
         let mut sizes = vec![1, model.info.batch_size];
         sizes.dedup();
         for n in sizes {
@@ -255,22 +270,52 @@ impl Model {
     /// Runs one batch of `n` preprocessed photos laid end to end in `pixels`; returns one raw
     /// (not yet L2-normalised) embedding per photo.
     pub fn run(&mut self, pixels: &Pixels, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
-        let side = i64::from(self.info.image_size);
-        let name = self.info.input_name.as_str();
-        let outputs = match (pixels, &mut self.normalizer) {
-            (Pixels::NormalizedNchw(floats), None) => {
-                let input = TensorRef::from_array_view(([n as i64, 3, side, side], &floats[..])).map_err(inference)?;
-                self.session.run(ort::inputs![name => input])
-            }
-            (Pixels::RawNhwc(bytes), Some(normalizer)) => {
-                let input = normalizer.run(bytes, n)?;
-                self.session.run(ort::inputs![name => input])
-            }
-            _ => return Err(ModelError::Inference("photos were preprocessed for another layout".into())),
-        }
-        .map_err(inference)?;
-        embeddings(&outputs, &self.info.output_name, n)
+        run_image(&mut self.session, self.normalizer.as_mut(), &self.info, pixels, n)
     }
+}
+
+/// The image tower takes the resized squares the pipeline queues, and lays each batch out itself.
+impl Tower for Model {
+    type Embeds = Photos;
+
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn run(&mut self, squares: &[&RgbImage]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let pixels = self.batch.lay_out(squares, &self.info.preprocessing);
+        run_image(&mut self.session, self.normalizer.as_mut(), &self.info, pixels, squares.len())
+    }
+
+    fn check(&mut self) -> Result<(), ModelError> {
+        Model::check(self)
+    }
+}
+
+/// [`Model::run`], on the parts of the model it needs, so that the batch buffer can be read
+/// beside them.
+fn run_image(
+    session: &mut Session,
+    normalizer: Option<&mut Normalizer>,
+    info: &ModelInfo,
+    pixels: &Pixels,
+    n: usize,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let side = i64::from(info.image_size);
+    let name = info.input_name.as_str();
+    let outputs = match (pixels, normalizer) {
+        (Pixels::NormalizedNchw(floats), None) => {
+            let input = TensorRef::from_array_view(([n as i64, 3, side, side], &floats[..])).map_err(inference)?;
+            session.run(ort::inputs![name => input])
+        }
+        (Pixels::RawNhwc(bytes), Some(normalizer)) => {
+            let input = normalizer.run(bytes, n)?;
+            session.run(ort::inputs![name => input])
+        }
+        _ => return Err(ModelError::Inference("photos were preprocessed for another layout".into())),
+    }
+    .map_err(inference)?;
+    embeddings(&outputs, &info.output_name, n)
 }
 
 /// The `[n, dim]` output named `name`, one embedding per row.
@@ -343,9 +388,7 @@ fn session_builder(
     let mut builder = Session::builder(environment)
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::Level3)?))
         .map_err(load)?;
-    if settings.intra_threads > 0 {
-        builder = builder.with_intra_threads(settings.intra_threads).map_err(load)?;
-    }
+    builder = builder.with_intra_threads(settings.intra_threads()).map_err(load)?;
     if device.is_cuda() {
         builder = builder.with_execution_providers([ep::CUDA::default().build().error_on_failure()]).map_err(load)?;
     } else {

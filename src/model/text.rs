@@ -13,10 +13,10 @@ use ort::{
     value::{DynTensor, Tensor, TensorElementType},
 };
 
-use super::{Model, ModelData, ModelError, commit, embeddings, inference, session_builder};
+use super::{Model, ModelData, ModelError, Texts, Tower, TowerInfo, commit, embeddings, inference, session_builder};
 use crate::{
     settings::{Device, ModelSettings},
-    tokenize::Tokenizer,
+    tokenize::{Tokenizer, Tokens},
 };
 
 /// The element type the graph declares for its token ids (any real vocabulary fits either).
@@ -47,9 +47,17 @@ pub struct TextModelInfo {
     pub batch_size: usize,
 }
 
+impl TowerInfo for TextModelInfo {
+    fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+}
+
 pub struct TextModel {
     session: Session,
     pad_id: i64,
+    /// The ids of the empty text: the known-good warm-up input.
+    empty: Vec<i64>,
     pub info: TextModelInfo,
 }
 
@@ -102,15 +110,15 @@ impl TextModel {
             dim: 0,
             batch_size: image.info.batch_size,
         };
-        let mut model = TextModel { session, pad_id: tokenizer.pad_id(), info };
         let empty = tokenizer.tokenize("").map_err(|e| ModelError::Load(e.to_string()))?.ids;
         let mut largest = empty.clone();
         largest.insert(largest.len().min(1), tokenizer.max_id());
         let mut full = vec![&empty[..]; image.info.batch_size - 1];
         full.push(&largest);
+        let mut model = TextModel { session, pad_id: tokenizer.pad_id(), empty: empty.clone(), info };
         // At 1 (a search query) and the full batch, as the image tower, so that no request pays
         // for a first run at a new shape.
-        model.run(&[&empty])?;
+        model.check()?;
         let embeddings = model.run(&full).map_err(|e| {
             ModelError::Load(format!(
                 "the tokenizer's vocabulary ({} tokens) does not fit the text model's embedding table, or the \
@@ -130,6 +138,13 @@ impl TextModel {
             )));
         }
         Ok(model)
+    }
+
+    /// Runs the empty text again: after a failed batch, this tells a broken model or device from
+    /// texts that trip the model.
+    pub fn check(&mut self) -> Result<(), ModelError> {
+        let empty = self.empty.clone();
+        self.run(&[&empty]).map(drop)
     }
 
     /// Runs one batch of texts' ids; returns one raw (not yet L2-normalised) embedding per text.
@@ -162,5 +177,23 @@ impl TextModel {
             IdType::Int64 => Tensor::from_array((shape, values)).map(Tensor::upcast),
         }
         .map_err(inference)
+    }
+}
+
+/// The text tower takes the tokenized texts the text side queues; the model pads each batch.
+impl Tower for TextModel {
+    type Embeds = Texts;
+
+    fn info(&self) -> &TextModelInfo {
+        &self.info
+    }
+
+    fn run(&mut self, texts: &[&Tokens]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let rows: Vec<&[i64]> = texts.iter().map(|tokens| &tokens.ids[..]).collect();
+        TextModel::run(self, &rows)
+    }
+
+    fn check(&mut self) -> Result<(), ModelError> {
+        TextModel::check(self)
     }
 }

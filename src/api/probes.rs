@@ -1,0 +1,59 @@
+//! The probes and the scrape: `GET /healthz` (can this process serve), `GET /readyz` (may it be
+//! sent work now) and `GET /metrics` (Prometheus text). Untraced and not logged per request.
+
+use axum::{
+    Json,
+    extract::State,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+use super::AppState;
+use crate::observe::gpu;
+
+/// 200 while the process can serve: also while the model loads, but not once the model worker
+/// has died or its model fails the warm-up input (the platform should then restart the instance).
+pub(super) async fn healthz(State(state): State<AppState>) -> Response {
+    match state.service.get().map(|service| service.health()) {
+        Some(Err(why)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unhealthy", "reason": why.to_string()})))
+                .into_response()
+        }
+        _ => Json(json!({"status": "ok"})).into_response(),
+    }
+}
+
+/// 200 with what runs once the model is loaded and warmed up; 503 `{"status": code, "reason"}`
+/// while loading, while draining and when unhealthy.
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    match state.ready_service() {
+        Ok(service) => {
+            let model = service.pipeline.model();
+            let text = service.text.as_ref();
+            let mut body = json!({
+                "status": "ready", "model": model, "in_flight_images": service.pipeline.in_flight(),
+                "text_model": text.map(|t| t.model()),
+                "label_sets": text.map(|t| t.label_set_names()).unwrap_or_default(),
+            });
+            if model.provider.is_cuda() {
+                // CUDA device 0 is the one the session uses (ort's default device id).
+                body["gpu"] = match gpu::status(0) {
+                    Ok(status) => json!(status),
+                    Err(reason) => json!({ "error": reason }),
+                };
+            }
+            Json(body).into_response()
+        }
+        Err(e) => {
+            let (status, code) = e.status_and_code();
+            (status, Json(json!({"status": code, "reason": e.to_string()}))).into_response()
+        }
+    }
+}
+
+/// Prometheus text exposition of every `clipfn_*` metric.
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+    ([(header::CONTENT_TYPE, content_type)], state.scrape.render()).into_response()
+}

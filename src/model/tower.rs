@@ -1,0 +1,108 @@
+//! The one face every tower shows the model worker: what it embeds, how large its batches get, how
+//! it runs one, and how it tells a broken tower from inputs that trip it. The worker serves a tower
+//! through this trait alone, so a new tower is an impl of it here and a lane in the worker.
+//!
+//! What a tower embeds ([`Photos`] or [`Texts`], a [`Modality`]) fixes its input, its description
+//! and its [`TowerKind`], which says once what the worker does differently per tower (its span
+//! name, its metrics stage, whether a batch waits to fill) rather than asking each tower.
+
+use image::RgbImage;
+
+use super::{ModelError, ModelInfo, TextModelInfo};
+use crate::{observe::metrics::Stage, tokenize::Tokens};
+
+/// Which tower a batch runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TowerKind {
+    Image,
+    Text,
+}
+
+impl TowerKind {
+    /// As the `clipfn.batch.tower` attribute of a batch's `inference` span.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TowerKind::Image => "image",
+            TowerKind::Text => "text",
+        }
+    }
+
+    /// The stage a batch's run is timed as, in `clipfn_stage_duration_seconds`.
+    pub fn stage(self) -> Stage {
+        match self {
+            TowerKind::Image => Stage::Inference,
+            TowerKind::Text => Stage::TextInference,
+        }
+    }
+
+    /// Whether a batch waits up to `batch_wait` to fill. A request's photos reach the queue one by
+    /// one as their fetches and decodes end, so a short wait fills the batch; a request's texts are
+    /// queued together and someone waits on them, so their batch takes what is queued.
+    pub fn waits_to_fill(self) -> bool {
+        match self {
+            TowerKind::Image => true,
+            TowerKind::Text => false,
+        }
+    }
+
+    /// Whether its inputs count in the queue-depth gauge and the batch-size histogram, which are
+    /// about photos: what the admission limit and CLIPFN_BATCH_SIZE are set for.
+    pub fn counts_as_photos(self) -> bool {
+        match self {
+            TowerKind::Image => true,
+            TowerKind::Text => false,
+        }
+    }
+}
+
+/// What the worker reads in a tower's description.
+pub trait TowerInfo {
+    /// The most inputs one batch takes.
+    fn batch_size(&self) -> usize;
+}
+
+/// What a kind of tower embeds, as a type: every image tower (the model, a test's stand-in) embeds
+/// [`Photos`], every text tower [`Texts`].
+pub trait Modality: 'static {
+    /// One input, as it waits in the worker's queue.
+    type Input: Send + 'static;
+    /// What the rest of the service is told about a tower.
+    type Info: TowerInfo + Clone + Send + Sync + 'static;
+    const KIND: TowerKind;
+}
+
+/// Resized squares (see `preprocess`), laid out into a batch by the tower.
+pub enum Photos {}
+
+impl Modality for Photos {
+    type Input = RgbImage;
+    type Info = ModelInfo;
+    const KIND: TowerKind = TowerKind::Image;
+}
+
+/// Tokenized texts, padded into a batch by the tower.
+pub enum Texts {}
+
+impl Modality for Texts {
+    type Input = Tokens;
+    type Info = TextModelInfo;
+    const KIND: TowerKind = TowerKind::Text;
+}
+
+/// What tower `T` takes, and what describes it.
+pub type Input<T> = <<T as Tower>::Embeds as Modality>::Input;
+pub type Info<T> = <<T as Tower>::Embeds as Modality>::Info;
+
+/// A model session the worker runs batches on: the image model and the text model in production,
+/// stand-ins in unit tests.
+pub trait Tower: Sized + Send + 'static {
+    type Embeds: Modality;
+    const KIND: TowerKind = <Self::Embeds as Modality>::KIND;
+
+    fn info(&self) -> &Info<Self>;
+    /// Runs one batch; returns one raw (not yet L2-normalised) embedding per input, in order.
+    fn run(&mut self, inputs: &[&Input<Self>]) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Runs the tower's known-good warm-up input again: after a failed batch, this tells a broken
+    /// tower or device (this fails too) from inputs that trip the model (only they fail).
+    fn check(&mut self) -> Result<(), ModelError>;
+}

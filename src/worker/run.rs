@@ -1,0 +1,144 @@
+//! The worker thread: the loop that serves the lanes, and what happens to one batch. A batch that
+//! fails is not failed whole, since its inputs may belong to other users' requests: the tower's
+//! known-good warm-up input runs again; if that fails too the tower or its device is broken and
+//! the health turns bad, otherwise bisection isolates the inputs that trip the model. A panic in
+//! a model run counts as a failure.
+
+use std::{
+    panic::{AssertUnwindSafe, catch_unwind},
+    time::{Duration, Instant},
+};
+
+use super::{
+    BatchError, Embedded,
+    health::{Health, Unhealthy},
+    lane::{Job, Lane, next_batch},
+    span::batch_span,
+};
+use crate::{
+    model::{Input, ModelError, Tower},
+    observe::metrics::{BatchFailure, Metrics},
+    sys::{memory::Trimmer, panics},
+};
+
+/// What every lane's batches share on the worker thread.
+pub(super) struct Worker<'a> {
+    metrics: &'a Metrics,
+    health: &'a Health,
+    batch_id: u64,
+    trimmer: Trimmer,
+}
+
+/// Serves `lanes`, in their order, until every queue is closed (the Batcher was dropped at
+/// shutdown) and what was queued is served.
+pub(super) fn run_worker(mut lanes: Vec<Box<dyn Lane>>, batch_wait: Duration, metrics: &Metrics, health: &Health) {
+    let mut worker = Worker { metrics, health, batch_id: 0, trimmer: Trimmer::default() };
+    while let Some((lane, _size)) = next_batch(&mut lanes, batch_wait) {
+        lanes[lane].serve(&mut worker);
+    }
+    tracing::debug!("model worker stopped");
+}
+
+type JobResult = Result<Vec<f32>, BatchError>;
+
+impl Worker<'_> {
+    /// Runs `batch` on `tower` and answers each job; jobs nobody waits for any more are dropped
+    /// first.
+    pub(super) fn serve<T: Tower>(&mut self, tower: &mut T, mut batch: Vec<Job<Input<T>>>) {
+        let kind = T::KIND;
+        if kind.counts_as_photos() {
+            self.metrics.queued(-(batch.len() as i64));
+        }
+        batch.retain(|job| !job.reply.is_closed());
+        if batch.is_empty() {
+            return;
+        }
+        self.batch_id += 1;
+        let span = batch_span(&mut batch, self.batch_id, kind);
+        let started = Instant::now();
+        // The span ends with the run, before any reply, so it never outlives the requests it serves.
+        let results = span.in_scope(|| self.run_batch(tower, &batch));
+        let finished = Instant::now();
+        if kind.counts_as_photos() {
+            self.metrics.batch(batch.len());
+        }
+        self.metrics.stage(kind.stage(), finished - started);
+        tracing::debug!(
+            size = batch.len(),
+            tower = kind.as_str(),
+            ms = (finished - started).as_millis() as u64,
+            "batch"
+        );
+        if results.iter().any(Result::is_err) {
+            span.record("otel.status_code", "ERROR");
+        }
+        for (job, result) in batch.into_iter().zip(results) {
+            let _ = job.reply.send(result.map(|embedding| Embedded { embedding, started, finished }));
+        }
+        // The batch's tensors and inputs are gone now: let their memory go before the next one.
+        self.trimmer.after_batch();
+    }
+
+    /// One result per job. A failed batch is told apart: a broken tower fails every job and the
+    /// worker's health; otherwise the inputs that trip the model are isolated by bisection.
+    fn run_batch<T: Tower>(&self, tower: &mut T, batch: &[Job<Input<T>>]) -> Vec<JobResult> {
+        let failure = match attempt(tower, batch) {
+            Ok(embeddings) => return embeddings.into_iter().map(Ok).collect(),
+            Err(failure) => failure,
+        };
+        self.metrics.batch_failed(failure.cause);
+        let (size, tower_name) = (batch.len(), T::KIND.as_str());
+        tracing::error!(error = %failure.error, size, tower = tower_name, "batch failed; running the warm-up input");
+        // A panic here is not caught: the worker then stops, and its health says so.
+        if let Err(e) = tower.check() {
+            tracing::error!(error = %e, tower = tower_name, "the warm-up input fails too: the model is broken");
+            self.health.fail(Unhealthy::ModelBroken);
+            let message = e.to_string();
+            return batch.iter().map(|_| Err(BatchError::Model(ModelError::Inference(message.clone())))).collect();
+        }
+        let results = isolate(tower, batch, failure.error);
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        tracing::warn!(
+            failed,
+            size,
+            tower = tower_name,
+            "inputs that trip the model isolated; the rest of the batch ran"
+        );
+        results
+    }
+}
+
+/// `jobs` failed together with `error`: runs each half on its own and splits again the halves
+/// that fail, down to single inputs.
+fn isolate<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>], error: ModelError) -> Vec<JobResult> {
+    if jobs.len() == 1 {
+        return vec![Err(BatchError::Model(error))];
+    }
+    let (left, right) = jobs.split_at(jobs.len() / 2);
+    let mut results = Vec::with_capacity(jobs.len());
+    for half in [left, right] {
+        match attempt(tower, half) {
+            Ok(embeddings) => results.extend(embeddings.into_iter().map(Ok)),
+            Err(failure) => results.extend(isolate(tower, half, failure.error)),
+        }
+    }
+    results
+}
+
+/// A model run that failed, by error or by panic.
+struct Failure {
+    error: ModelError,
+    cause: BatchFailure,
+}
+
+fn attempt<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>]) -> Result<Vec<Vec<f32>>, Failure> {
+    let inputs: Vec<&Input<T>> = jobs.iter().map(|job| &job.input).collect();
+    match catch_unwind(AssertUnwindSafe(|| tower.run(&inputs))) {
+        Ok(Ok(embeddings)) => Ok(embeddings),
+        Ok(Err(error)) => Err(Failure { error, cause: BatchFailure::Error }),
+        Err(panic) => {
+            let error = ModelError::Inference(format!("the model panicked: {}", panics::message(panic.as_ref())));
+            Err(Failure { error, cause: BatchFailure::Panic })
+        }
+    }
+}
