@@ -126,19 +126,19 @@ fn isolate<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>], error: ModelError) -
 }
 
 /// A model run that failed, by error or by panic.
-struct Failure {
+struct RunFailure {
     error: ModelError,
     cause: BatchFailure,
 }
 
-fn attempt<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>]) -> Result<Vec<Vec<f32>>, Failure> {
+fn attempt<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>]) -> Result<Vec<Vec<f32>>, RunFailure> {
     let inputs: Vec<&Input<T>> = jobs.iter().map(|job| &job.input).collect();
     match catch_unwind(AssertUnwindSafe(|| tower.run(&inputs))) {
         Ok(Ok(embeddings)) => Ok(embeddings),
-        Ok(Err(error)) => Err(Failure { error, cause: BatchFailure::Error }),
+        Ok(Err(error)) => Err(RunFailure { error, cause: BatchFailure::Error }),
         Err(panic) => {
             let error = ModelError::Inference(format!("the model panicked: {}", panics::message(panic.as_ref())));
-            Err(Failure { error, cause: BatchFailure::Panic })
+            Err(RunFailure { error, cause: BatchFailure::Panic })
         }
     }
 }

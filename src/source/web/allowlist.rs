@@ -12,7 +12,7 @@ use crate::{source::SourceError, storage::StorageError};
 
 /// One allowed prefix: scheme, host and port must be equal, and the path must start with `path`.
 #[derive(Debug)]
-struct Prefix {
+struct AllowedPrefix {
     scheme: String,
     host: String,
     port: u16,
@@ -20,7 +20,7 @@ struct Prefix {
     path: String,
 }
 
-impl Prefix {
+impl AllowedPrefix {
     fn parse(text: &str) -> Result<Self, String> {
         let url = plain_url(text)?;
         if url.query().is_some() || url.fragment().is_some() {
@@ -30,7 +30,7 @@ impl Prefix {
         if !path.ends_with('/') {
             path.push('/');
         }
-        Ok(Prefix {
+        Ok(AllowedPrefix {
             scheme: url.scheme().to_string(),
             host: url.host_str().unwrap_or_default().to_string(),
             port: url.port_or_known_default().unwrap_or_default(),
@@ -52,7 +52,7 @@ impl Prefix {
 /// The allowed `http(s)://` prefixes.
 #[derive(Debug)]
 pub struct Allowlist {
-    prefixes: Vec<Prefix>,
+    prefixes: Vec<AllowedPrefix>,
 }
 
 impl Allowlist {
@@ -60,7 +60,7 @@ impl Allowlist {
         let prefixes = prefixes
             .into_iter()
             .map(|text| {
-                Prefix::parse(text)
+                AllowedPrefix::parse(text)
                     .map_err(|why| SourceError::from(StorageError::Config(format!("CLIPFN_ALLOWED_SOURCES: {why}"))))
             })
             .collect::<Result<_, _>>()?;
@@ -97,7 +97,7 @@ pub fn host_key(url: &Url) -> String {
 }
 
 /// A URL for logs and error messages: without its query (signatures) and fragment.
-pub fn shown(url: &Url) -> String {
+pub fn without_query(url: &Url) -> String {
     let mut shown = url.clone();
     shown.set_query(None);
     shown.set_fragment(None);
@@ -147,7 +147,7 @@ mod tests {
         let url =
             list.admit("https://storage.googleapis.com/photos-bucket/a/b.jpg?X-Goog-Signature=ab%2Fc#frag").unwrap();
         assert_eq!(url.query(), Some("X-Goog-Signature=ab%2Fc"));
-        assert_eq!(shown(&url), "https://storage.googleapis.com/photos-bucket/a/b.jpg");
+        assert_eq!(without_query(&url), "https://storage.googleapis.com/photos-bucket/a/b.jpg");
         assert!(admitted(&list, "HTTPS://Storage.GoogleAPIs.com:443/photos-bucket/x.jpg"), "case and default port");
         assert!(admitted(&list, "http://localhost:8080/p/x.jpg"));
     }

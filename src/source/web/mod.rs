@@ -15,7 +15,7 @@ mod allowlist;
 
 use self::{
     address::{GuardedResolver, RefusedAddress},
-    allowlist::{Allowlist, host_key, shown},
+    allowlist::{Allowlist, host_key, without_query},
 };
 use super::{Fetched, SourceError};
 use crate::{settings::SourceSettings, storage::StorageError, sys::budget::Budget};
@@ -37,7 +37,7 @@ pub fn is_web(reference: &str) -> bool {
 struct RedirectRefused;
 
 /// One attempt's failure, and whether another attempt may help.
-enum Failure {
+enum FetchFailure {
     Transient(SourceError),
     Final(SourceError),
 }
@@ -96,57 +96,63 @@ impl WebSource {
         loop {
             match self.fetch_once(&url, budget).await {
                 Ok(bytes) => return Ok(bytes),
-                Err(Failure::Transient(e)) if attempt < self.retries => {
-                    tracing::debug!(url = %shown(&url), error = %e, attempt, "retrying fetch");
+                Err(FetchFailure::Transient(e)) if attempt < self.retries => {
+                    tracing::debug!(url = %without_query(&url), error = %e, attempt, "retrying fetch");
                     tokio::time::sleep(Duration::from_millis(100 << attempt.min(4))).await;
                     attempt += 1;
                 }
-                Err(Failure::Transient(e) | Failure::Final(e)) => return Err(e),
+                Err(FetchFailure::Transient(e) | FetchFailure::Final(e)) => return Err(e),
             }
         }
     }
 
-    async fn fetch_once(&self, url: &Url, budget: &Budget) -> Result<Fetched, Failure> {
+    async fn fetch_once(&self, url: &Url, budget: &Budget) -> Result<Fetched, FetchFailure> {
         let mut response = self.client.get(url.clone()).send().await.map_err(|e| send_failure(&e, url))?;
         let status = response.status();
         if status.is_success() {
             return read_capped(response, self.max_bytes, url, budget).await;
         }
-        let what = shown(url);
+        let what = without_query(url);
         Err(match status {
-            StatusCode::NOT_FOUND | StatusCode::GONE => Failure::Final(SourceError::from(StorageError::NotFound(what))),
+            StatusCode::NOT_FOUND | StatusCode::GONE => {
+                FetchFailure::Final(SourceError::from(StorageError::NotFound(what)))
+            }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST => {
                 // GCS answers an expired V4 signature with 400 ExpiredToken, S3 with 403
                 // "Request has expired"; other refusals get the status.
                 let body = error_body(&mut response).await;
                 if body.to_ascii_lowercase().contains("expired") {
-                    Failure::Final(SourceError::Expired(what))
+                    FetchFailure::Final(SourceError::Expired(what))
                 } else if status == StatusCode::BAD_REQUEST {
-                    Failure::Final(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}"))))
+                    FetchFailure::Final(SourceError::from(StorageError::Fetch(format!(
+                        "{what} answered HTTP {status}"
+                    ))))
                 } else {
-                    Failure::Final(SourceError::from(StorageError::Forbidden(format!("{what} answered HTTP {status}"))))
+                    FetchFailure::Final(SourceError::from(StorageError::Forbidden(format!(
+                        "{what} answered HTTP {status}"
+                    ))))
                 }
             }
-            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
-                Failure::Transient(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}"))))
-            }
-            _ => Failure::Final(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}")))),
+            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => FetchFailure::Transient(
+                SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}"))),
+            ),
+            _ => FetchFailure::Final(SourceError::from(StorageError::Fetch(format!("{what} answered HTTP {status}")))),
         })
     }
 }
 
 /// Why a request got no response. reqwest's own message names the URL with its query, so the
 /// message is built here.
-fn send_failure(e: &reqwest::Error, url: &Url) -> Failure {
+fn send_failure(e: &reqwest::Error, url: &Url) -> FetchFailure {
     let mut source = e.source();
     while let Some(cause) = source {
         if let Some(refused) = cause.downcast_ref::<RefusedAddress>() {
-            return Failure::Final(SourceError::from(StorageError::Forbidden(refused.to_string())));
+            return FetchFailure::Final(SourceError::from(StorageError::Forbidden(refused.to_string())));
         }
         if cause.is::<RedirectRefused>() {
-            return Failure::Final(SourceError::from(StorageError::Forbidden(format!(
+            return FetchFailure::Final(SourceError::from(StorageError::Forbidden(format!(
                 "{} was {RedirectRefused}",
-                shown(url)
+                without_query(url)
             ))));
         }
         source = cause.source();
@@ -158,7 +164,7 @@ fn send_failure(e: &reqwest::Error, url: &Url) -> Failure {
     } else {
         "request failed"
     };
-    Failure::Transient(SourceError::from(StorageError::Fetch(format!("{}: {what}", shown(url)))))
+    FetchFailure::Transient(SourceError::from(StorageError::Fetch(format!("{}: {what}", without_query(url)))))
 }
 
 /// Streams the body into memory, refusing it as soon as it is known to exceed `limit`: first from
@@ -169,8 +175,8 @@ async fn read_capped(
     limit: u64,
     url: &Url,
     budget: &Budget,
-) -> Result<Fetched, Failure> {
-    let too_large = |size| Failure::Final(SourceError::from(StorageError::TooLarge { size, limit }));
+) -> Result<Fetched, FetchFailure> {
+    let too_large = |size| FetchFailure::Final(SourceError::from(StorageError::TooLarge { size, limit }));
     let expected = response.content_length().unwrap_or(0);
     if expected > limit {
         return Err(too_large(expected));
