@@ -22,7 +22,6 @@ use super::{
     with_server_timing,
 };
 use crate::{
-    embedding::top_labels,
     settings::Settings,
     text::{Labels, Text, TextError},
 };
@@ -135,6 +134,7 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
     };
     let service = state.ready_service()?;
     let text = service.text.as_ref().ok_or(TextError::NotConfigured)?;
+    let scoring = text.scoring()?;
     let deadline = deadline(&state.settings);
     // Labels before photos: a bad set answers before any fetch.
     let embedded;
@@ -159,7 +159,7 @@ async fn classify_request(state: &AppState, body: Result<Bytes, BytesRejection>,
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
         Ok(embedding) => {
-            let best = top_labels(&embedding, label_embeddings, top_k);
+            let best = scoring.top_labels(&embedding, label_embeddings, top_k);
             let labels = best.into_iter().map(|(i, score)| LabelScore { label: &names[i], score }).collect();
             ClassifyItem { index, image, labels: Some(labels), error: None }
         }
