@@ -36,8 +36,8 @@ impl Service {
     pub async fn load(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         let source = Source::new(&settings.sources, &settings.limits)?;
         let storage = Storage::new(Client::new(&settings.sources));
-        let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
         let model = load_image_model(&storage, settings, &metrics).await?;
+        let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
         let (model, text) = load_text_model(&storage, settings, model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);

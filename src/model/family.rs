@@ -4,8 +4,9 @@
 //! A folder's `config.json` names the family (`model_type`, or `clipfn.family` where an export
 //! writes one); a SigLIP family's two numbers come from `config.json` (as
 //! `infra/export_clip_onnx.py --family` writes them), else from the initialisers of a full
-//! `onnx/model.onnx`. A SigLIP folder that has neither still embeds, but cannot classify: scoring
-//! it by CLIP's rule would give confident, meaningless numbers.
+//! `onnx/model.onnx` (a local file is read by seeking past the weights; one in an object store is
+//! fetched whole, once, at start-up). A SigLIP folder that has neither still embeds, but cannot
+//! classify: scoring it by CLIP's rule would give confident, meaningless numbers.
 
 use std::io::Cursor;
 
