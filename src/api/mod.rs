@@ -174,8 +174,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
             let model = service.pipeline.model();
             let text = service.text.as_ref();
             let mut body = json!({
-                "status": "ready", "model": model, "family": service.family, "in_flight_images": service.pipeline.in_flight(),
-                "text_model": text.map(|t| t.model()),
+                "status": "ready", "model": model, "in_flight_images": service.pipeline.in_flight(),
+                "family": service.family, "text_model": text.map(|t| t.model()),
                 "label_sets": text.map(|t| t.label_set_names()).unwrap_or_default(),
             });
             if model.provider.is_cuda() {

@@ -113,3 +113,55 @@ fn padding(inner: &tokenizers::Tokenizer, config: &TokenizerConfig) -> Result<Pa
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A word-level tokenizer.json with `padding`.
+    fn file(padding: Value) -> Vec<u8> {
+        let vocab = json!({"<pad>": 0, "</s>": 1, "a": 2, "photo": 3});
+        json!({
+            "version": "1.0", "truncation": null, "padding": padding, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<pad>"}
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn padding(direction: &str, strategy: Value) -> Value {
+        json!({"strategy": strategy, "direction": direction, "pad_to_multiple_of": null, "pad_id": 1,
+               "pad_type_id": 0, "pad_token": "</s>"})
+    }
+
+    #[test]
+    fn padding_comes_from_the_file_then_from_tokenizer_config() {
+        let fixed = JsonTokenizer::from_bytes(&file(padding("Right", json!({"Fixed": 3}))), None, 128).unwrap();
+        assert_eq!((fixed.padding().length, fixed.padding().pad_id), (Some(3), 1));
+        // Truncated to the fixed length, never padded here.
+        assert_eq!(fixed.tokenize("a photo a photo").unwrap().ids, [2, 3, 2]);
+        assert_eq!(fixed.tokenize("a").unwrap().ids, [2]);
+        let longest = JsonTokenizer::from_bytes(&file(padding("Right", json!("BatchLongest"))), None, 128).unwrap();
+        assert_eq!(longest.padding().length, None);
+
+        let config = br#"{"pad_token": "</s>", "model_max_length": 2, "do_lower_case": true}"#;
+        let siglip = JsonTokenizer::from_bytes(&file(Value::Null), Some(config), 128).unwrap();
+        assert_eq!((siglip.padding().length, siglip.padding().pad_id), (Some(2), 1));
+        assert!(siglip.padding().from.contains("tokenizer_config.json"), "{:?}", siglip.padding());
+        assert_eq!(siglip.tokenize("A PHOTO a").unwrap().ids, [2, 3], "lower-cased, then cut to 2");
+        let plain = JsonTokenizer::from_bytes(&file(Value::Null), None, 128).unwrap();
+        assert_eq!((plain.padding().length, plain.tokenize("A").unwrap().ids), (None, vec![0]));
+    }
+
+    #[test]
+    fn padding_clipfn_cannot_honour_is_refused() {
+        let left = JsonTokenizer::from_bytes(&file(padding("Left", json!({"Fixed": 3}))), None, 128);
+        assert!(left.err().unwrap().to_string().contains("tokenizer.json: padding direction Left"));
+        let config = br#"{"pad_token": "</s>", "model_max_length": 2, "padding_side": "left"}"#;
+        let left = JsonTokenizer::from_bytes(&file(Value::Null), Some(config), 128);
+        assert!(left.err().unwrap().to_string().contains("tokenizer_config.json: padding_side left"));
+    }
+}
