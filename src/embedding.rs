@@ -13,19 +13,43 @@ pub fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
 /// CLIP's learned logit scale, at its clamp (exp(4.6052)).
 pub const LOGIT_SCALE: f32 = 100.0;
 
-/// The `top_k` best labels for one photo's (unit) embedding against the labels' (unit)
-/// embeddings, best first: (label index, score). The score is CLIP's: the softmax over the labels
-/// of [`LOGIT_SCALE`] times their cosine.
-pub fn top_labels(image: &[f32], labels: &[Vec<f32>], top_k: usize) -> Vec<(usize, f32)> {
-    let logits: Vec<f32> =
-        labels.iter().map(|label| LOGIT_SCALE * label.iter().zip(image).map(|(a, b)| a * b).sum::<f32>()).collect();
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
-    let total: f32 = exps.iter().sum();
-    let mut scored: Vec<(usize, f32)> = exps.iter().map(|e| e / total).enumerate().collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored.truncate(top_k);
-    scored
+/// How a photo's cosine to each label becomes the label's score: the model family's own rule.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum Scoring {
+    /// CLIP's: the softmax over the labels of `scale` times their cosine; the scores sum to 1.
+    Softmax { scale: f32 },
+    /// SigLIP's: each label on its own, `sigmoid(scale * cos + bias)`; the scores do not sum to 1.
+    Sigmoid { scale: f32, bias: f32 },
+}
+
+impl Scoring {
+    pub const CLIP: Scoring = Scoring::Softmax { scale: LOGIT_SCALE };
+
+    /// SigLIP's rule from its raw learned parameters: `scale` is `exp(logit_scale)`.
+    pub fn siglip(logit_scale: f32, logit_bias: f32) -> Self {
+        Scoring::Sigmoid { scale: logit_scale.exp(), bias: logit_bias }
+    }
+
+    /// The `top_k` best labels for one photo's (unit) embedding against the labels' (unit)
+    /// embeddings, best first: (label index, score).
+    pub fn top_labels(&self, image: &[f32], labels: &[Vec<f32>], top_k: usize) -> Vec<(usize, f32)> {
+        let cosines = labels.iter().map(|label| label.iter().zip(image).map(|(a, b)| a * b).sum::<f32>());
+        let scores: Vec<f32> = match *self {
+            Scoring::Softmax { scale } => {
+                let logits: Vec<f32> = cosines.map(|c| scale * c).collect();
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let exps: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+                let total: f32 = exps.iter().sum();
+                exps.iter().map(|e| e / total).collect()
+            }
+            Scoring::Sigmoid { scale, bias } => cosines.map(|c| 1.0 / (1.0 + (-(scale * c + bias)).exp())).collect(),
+        };
+        let mut scored: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(top_k);
+        scored
+    }
 }
 
 #[cfg(test)]
@@ -42,11 +66,30 @@ mod tests {
     #[test]
     fn scores_are_a_sorted_softmax() {
         let labels = [vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]];
-        let top = top_labels(&[0.0, 1.0], &labels, 2);
+        let top = Scoring::CLIP.top_labels(&[0.0, 1.0], &labels, 2);
         assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2]);
-        let all: f32 = top_labels(&[0.0, 1.0], &labels, 3).iter().map(|t| t.1).sum();
+        let all: f32 = Scoring::CLIP.top_labels(&[0.0, 1.0], &labels, 3).iter().map(|t| t.1).sum();
         assert!((all - 1.0).abs() < 1e-6);
         let expected = 1.0 / (1.0 + (-20.0f32).exp() + (-100.0f32).exp());
         assert!((top[0].1 - expected).abs() < 1e-6, "{top:?}");
+    }
+
+    #[test]
+    fn sigmoid_scores_each_label_on_its_own() {
+        let labels = [vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]];
+        let scoring = Scoring::siglip(2.0, -1.25);
+        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let top = scoring.top_labels(&[0.0, 1.0], &labels, 3);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2, 0]);
+        let scale = 2.0f32.exp();
+        for (i, score) in top {
+            let cos = labels[i][1];
+            assert!((score - sigmoid(scale * cos - 1.25)).abs() < 1e-6, "label {i}: {score}");
+        }
+        // Alone or among others, a label scores the same.
+        assert_eq!(
+            scoring.top_labels(&[0.0, 1.0], &labels[2..], 1)[0].1,
+            scoring.top_labels(&[0.0, 1.0], &labels, 2)[1].1
+        );
     }
 }

@@ -9,7 +9,9 @@ use anyhow::Context;
 use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
-    model::{Model, Runtime, TextFiles, TextModel, locate_text_model, read_image_model, read_weights},
+    model::{
+        Family, Model, Runtime, TextFiles, TextModel, locate_text_model, read_family, read_image_model, read_weights,
+    },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
     settings::Settings,
@@ -24,6 +26,8 @@ pub struct Service {
     pub pipeline: Pipeline,
     /// Present when there is a text tower (CLIPFN_TEXT_MODEL, or the model folder's own).
     pub text: Option<Text>,
+    /// The model's family and its scoring rule.
+    pub family: Family,
     batcher: Arc<Batcher>,
 }
 
@@ -33,6 +37,7 @@ impl Service {
         let source = Source::new(&settings.sources, &settings.limits)?;
         let storage = Storage::new(Client::new(&settings.sources));
         let model = load_image_model(&storage, settings, &metrics).await?;
+        let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
         let (model, text) = load_text_model(&storage, settings, model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
@@ -41,20 +46,22 @@ impl Service {
         let text = match (batcher.text_info(), tokenizer) {
             (Some(info), Some(tokenizer)) => {
                 let encoder = TextEncoder::new(Arc::new(tokenizer), info.id.clone(), settings.text.text_cache, metrics);
-                let mut text = Text::new(encoder, Arc::clone(&batcher));
+                let mut text = Text::new(encoder, Arc::clone(&batcher), family.scoring());
                 if let Some(location) = &settings.text.labels {
+                    // Label sets are for classifying: a model that cannot must not start with them.
+                    text.scoring().context("CLIPFN_LABELS")?;
                     embed_label_sets(&storage, &mut text, location).await?;
                 }
                 Some(text)
             }
             _ => None,
         };
-        Ok(Service::assemble(pipeline, text, batcher))
+        Ok(Service { family, ..Service::assemble(pipeline, text, batcher) })
     }
 
-    /// The parts, already built (tests build them around a stand-in model).
+    /// The parts, already built (tests build them around a stand-in model, a CLIP).
     pub(crate) fn assemble(pipeline: Pipeline, text: Option<Text>, batcher: Arc<Batcher>) -> Self {
-        Service { pipeline, text, batcher }
+        Service { pipeline, text, family: Family::clip("clip".into()), batcher }
     }
 
     /// Whether the model worker can still serve (see `worker`).
@@ -110,7 +117,7 @@ async fn load_text_model(
     settings: &Settings,
     model: Model,
 ) -> anyhow::Result<(Model, Option<(TextModel, Tokenizer)>)> {
-    let Some(TextFiles { model: location, id, tokenizer }) =
+    let Some(TextFiles { model: location, id, tokenizer, tokenizer_config }) =
         locate_text_model(storage, &settings.model, &settings.text, model.info.provider)
             .await
             .context("the text model")?
@@ -121,7 +128,11 @@ async fn load_text_model(
     let tokenizer = match &tokenizer {
         Some(file) => {
             let bytes = storage.read(file).await.with_context(|| format!("reading the tokenizer.json {file}"))?;
-            let json = JsonTokenizer::from_bytes(&bytes, settings.text.text_max_tokens)
+            let config = match &tokenizer_config {
+                Some(config) => Some(storage.read(config).await.with_context(|| format!("reading {config}"))?),
+                None => None,
+            };
+            let json = JsonTokenizer::from_bytes(&bytes, config.as_deref(), settings.text.text_max_tokens)
                 .with_context(|| format!("the tokenizer.json {file}"))?;
             Tokenizer::Json(Box::new(json))
         }

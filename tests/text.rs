@@ -446,13 +446,13 @@ fn multilingual_corpus() -> Vec<String> {
 fn tokenizer_json_ids_match_python_tokenizers() {
     let corpus = multilingual_corpus();
     let file = setup_var("CLIPFN_TEST_MULTILINGUAL_TOKENIZER");
-    let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 128).unwrap();
+    let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), None, 128).unwrap();
     assert!(corpus.len() >= 1000);
     let tokenizer = Tokenizer::Json(Box::new(tokenizer));
     assert_ids_match(&tokenizer, &corpus, &["--tokenizer", &file]);
     // The file's truncation (64) is kept under the larger cap; a smaller cap wins.
     assert_eq!(tokenizer.tokenize(&"바다 ".repeat(200)).unwrap().ids.len(), 64);
-    let capped = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 16).unwrap();
+    let capped = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), None, 16).unwrap();
     assert_eq!(capped.tokenize(&"바다 ".repeat(200)).unwrap().ids.len(), 16);
 }
 
@@ -498,7 +498,7 @@ fn multilingual_tower_embeds_searches_and_classifies_in_korean() {
     assert_eq!(status, 200, "{body}");
     let search = embeddings(&body);
     assert!(cosine(&search[0], &pair[0]) > 0.9999, "the same text, the same embedding on both endpoints");
-    let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), 128).unwrap();
+    let tokenizer = JsonTokenizer::from_bytes(&std::fs::read(&file).unwrap(), None, 128).unwrap();
     let tokens: usize = ["바다 일몰", "눈 속의 강아지"].iter().map(|t| tokenizer.tokenize(t).unwrap().ids.len()).sum();
     assert_eq!(body["usage"]["prompt_tokens"], tokens, "the tokenizer.json's count, [CLS] and [SEP] included");
 

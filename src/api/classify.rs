@@ -13,10 +13,7 @@ use super::{
     respond::{Answered, Counts, respond},
     types::{ClassifyItem, ClassifyRequest, ClassifyResponse, LabelScore, TimingsMs},
 };
-use crate::{
-    embedding::top_labels,
-    text::{Labels, TextError},
-};
+use crate::text::{Labels, TextError};
 
 /// Where a classify request's labels come from.
 enum Asked {
@@ -54,6 +51,7 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
     };
     let service = state.ready_service()?;
     let text = service.text.as_ref().ok_or(TextError::NotConfigured)?;
+    let scoring = text.scoring()?;
     let deadline = deadline(&state.settings);
     // Labels before photos: a bad set answers before any fetch.
     let embedded;
@@ -78,7 +76,7 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
         Ok(embedding) => {
-            let best = top_labels(&embedding, label_embeddings, top_k);
+            let best = scoring.top_labels(&embedding, label_embeddings, top_k);
             let labels = best.into_iter().map(|(i, score)| LabelScore { label: &names[i], score }).collect();
             ClassifyItem { index, image, labels: Some(labels), error: None }
         }

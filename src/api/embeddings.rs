@@ -1,5 +1,5 @@
 //! `POST /v1/embeddings`, in OpenAI's shape, so OpenAI clients and vector-database tooling can
-//! embed search queries here.
+//! embed search queries here, and photos with `"modality": "image"`.
 
 use axum::{
     Json,
@@ -12,7 +12,8 @@ use serde_json::Value;
 use super::{
     AppState,
     error::ApiError,
-    request::{RequestBody, check_body_size, deadline, json_body, string_list},
+    photos::photo_results,
+    request::{RequestBody, check_body_size, check_images, deadline, json_body, json_kind, string_list},
     respond::{Answered, Counts, respond},
     types::{EmbeddingObject, EmbeddingsRequest, EmbeddingsResponse, Usage},
 };
@@ -22,9 +23,11 @@ pub(super) async fn embeddings(State(state): State<AppState>, body: RequestBody)
 }
 
 async fn embeddings_request(state: &AppState, body: RequestBody) -> Answered {
-    let (request, size): (EmbeddingsRequest, _) =
-        json_body(body, &state.settings, r#"{"input": "text" | ["text", ...], "model": "..."}"#)?;
-    check_body_size(size, &[], &state.settings)?;
+    let (request, size): (EmbeddingsRequest, _) = json_body(
+        body,
+        &state.settings,
+        r#"{"input": "text" | ["text", ...], "model": "..."} or {"input": ["key", ...], "modality": "image"}"#,
+    )?;
     let base64 = match request.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -32,32 +35,87 @@ async fn embeddings_request(state: &AppState, body: RequestBody) -> Answered {
             return Err(ApiError::BadRequest(format!("encoding_format must be float or base64, not '{other}'")));
         }
     };
+    match request.modality.as_deref() {
+        None | Some("text") => {}
+        Some("image") => return image_embeddings(state, request, size, base64).await,
+        Some(other) => return Err(ApiError::BadRequest(format!("modality must be text or image, not '{other}'"))),
+    }
+    check_body_size(size, &[], &state.settings)?;
     let texts = match request.input {
         Value::String(text) => string_list(Value::Array(vec![Value::String(text)]), "input", &state.settings)?,
         list => string_list(list, "input", &state.settings)?,
     };
     let text = state.ready_text()?;
     let model = text.model();
-    if let Some(dimensions) = request.dimensions.filter(|d| *d != model.dim) {
-        return Err(ApiError::BadRequest(format!("dimensions: this model answers {}, not {dimensions}", model.dim)));
-    }
+    check_dimensions(request.dimensions, model.dim)?;
     let embedded = text.embed_texts(&texts, Some(deadline(&state.settings))).await?;
     let tokens = embedded.iter().map(|e| e.tokens).sum();
-    let data = embedded
-        .iter()
-        .enumerate()
-        .map(|(index, e)| EmbeddingObject {
-            object: "embedding",
-            index,
-            embedding: if base64 {
-                let bytes: Vec<u8> = e.embedding.iter().flat_map(|x| x.to_le_bytes()).collect();
-                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
-            } else {
-                serde_json::json!(&e.embedding[..])
-            },
-        })
-        .collect();
+    let data = embedded.iter().enumerate().map(|(index, e)| embedding_object(index, &e.embedding, base64)).collect();
     let usage = Usage { prompt_tokens: tokens, total_tokens: tokens };
     let response = Json(EmbeddingsResponse { object: "list", data, model: &model.id, usage }).into_response();
     Ok((response, Counts { texts: texts.len(), ..Counts::default() }))
+}
+
+/// `/v1/embeddings` with `"modality": "image"`, as Infinity takes it: photo references (keys, URLs,
+/// data URIs) through the same pipeline, limits and source rules as `/v1/embed`. OpenAI's shape
+/// has no per-item errors, so a photo that fails answers 400 naming its index.
+async fn image_embeddings(state: &AppState, request: EmbeddingsRequest, size: usize, base64: bool) -> Answered {
+    let images = match request.input {
+        Value::String(image) => vec![image],
+        Value::Array(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(image) => Ok(image),
+                other => Err(ApiError::BadRequest(format!(
+                    "input[{i}] must be a photo reference, not {}",
+                    json_kind(&other)
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "input must be a list of photo references, not {}",
+                json_kind(&other)
+            )));
+        }
+    };
+    check_body_size(size, &images, &state.settings)?;
+    let images = check_images(images, &state.settings)?;
+    let service = state.ready_service()?;
+    let model = service.pipeline.model();
+    check_dimensions(request.dimensions, model.dim)?;
+    let (results, _) = photo_results(state, service, &images, deadline(&state.settings)).await?;
+    let data = results
+        .into_iter()
+        .enumerate()
+        .map(|(index, result)| match result {
+            Ok(embedding) => Ok(embedding_object(index, &embedding, base64)),
+            Err(e) => Err(ApiError::BadRequest(format!("input[{index}]: {} ({})", e.message, e.code))),
+        })
+        .collect::<Result<_, _>>()?;
+    let usage = Usage { prompt_tokens: 0, total_tokens: 0 };
+    let response = Json(EmbeddingsResponse { object: "list", data, model: &model.id, usage }).into_response();
+    Ok((response, Counts { images: images.len(), ..Counts::default() }))
+}
+
+/// OpenAI's `dimensions`, which only the model's own size satisfies.
+fn check_dimensions(dimensions: Option<usize>, dim: usize) -> Result<(), ApiError> {
+    match dimensions {
+        Some(dimensions) if dimensions != dim => {
+            Err(ApiError::BadRequest(format!("dimensions: this model answers {dim}, not {dimensions}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// One embedding in OpenAI's shape: floats, or base64 of their little-endian float32 bytes.
+fn embedding_object(index: usize, embedding: &[f32], base64: bool) -> EmbeddingObject {
+    let embedding = if base64 {
+        let bytes: Vec<u8> = embedding.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+    } else {
+        serde_json::json!(embedding)
+    };
+    EmbeddingObject { object: "embedding", index, embedding }
 }

@@ -56,6 +56,7 @@ impl ApiError {
             ApiError::Text(TextError::NotConfigured) => (StatusCode::NOT_FOUND, "text_model_not_configured"),
             ApiError::Text(TextError::DeadlineExceeded) => (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
             ApiError::Text(TextError::Tokenize(_)) => (StatusCode::BAD_REQUEST, "bad_text"),
+            ApiError::Text(TextError::NoScoring(_)) => (StatusCode::NOT_IMPLEMENTED, "cannot_classify"),
             ApiError::Text(TextError::Batch(_) | TextError::TokenizerPanic) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed")
             }

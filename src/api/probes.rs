@@ -33,7 +33,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
             let text = service.text.as_ref();
             let mut body = json!({
                 "status": "ready", "model": model, "in_flight_images": service.pipeline.in_flight(),
-                "text_model": text.map(|t| t.model()),
+                "family": service.family, "text_model": text.map(|t| t.model()),
                 "label_sets": text.map(|t| t.label_set_names()).unwrap_or_default(),
             });
             if model.provider.is_cuda() {

@@ -79,7 +79,7 @@ pub(super) fn string_list(value: Value, field: &str, settings: &Settings) -> Res
         .collect()
 }
 
-fn json_kind(value: &Value) -> &'static str {
+pub(super) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -87,8 +87,8 @@ pub struct TextItem<'a> {
     pub embedding: &'a [f32],
 }
 
-/// OpenAI's embeddings request (`POST /v1/embeddings`). Its `model` and `user` are accepted and
-/// not used: the answer names the model that ran.
+/// OpenAI's embeddings request (`POST /v1/embeddings`), texts or photos. Its `model` and `user`
+/// are accepted and not used: the answer names the model that ran.
 #[derive(Debug, Deserialize)]
 pub struct EmbeddingsRequest {
     /// A string or a list of strings (token arrays are refused).
@@ -97,6 +97,9 @@ pub struct EmbeddingsRequest {
     pub encoding_format: Option<String>,
     #[serde(default)]
     pub dimensions: Option<usize>,
+    /// `text` (the default) or `image`: `input` then holds photo references, as Infinity takes them.
+    #[serde(default)]
+    pub modality: Option<String>,
 }
 
 #[derive(Serialize)]

@@ -6,7 +6,7 @@ use anyhow::Context;
 
 use super::{
     ModelData, ModelFile,
-    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, VISION, weights_of_file},
+    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, TOKENIZER_CONFIG, VISION, weights_of_file},
     preprocessor::parse as parse_preprocessor_config,
 };
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Lists the model folder at `location` (a path, or a URI prefix).
-async fn open_folder(storage: &Storage, location: &str) -> anyhow::Result<ModelFolder> {
+pub(super) async fn open_folder(storage: &Storage, location: &str) -> anyhow::Result<ModelFolder> {
     let files = storage.list(location).await.with_context(|| format!("listing {location}"))?;
     Ok(ModelFolder::new(location, files))
 }
@@ -82,11 +82,14 @@ pub struct TextFiles {
     pub id: String,
     /// A tokenizer.json; `None`: CLIP's BPE.
     pub tokenizer: Option<String>,
+    /// The folder's tokenizer_config.json, beside the folder's own tokenizer.json.
+    pub tokenizer_config: Option<String>,
 }
 
 /// `CLIPFN_TEXT_MODEL` (with `CLIPFN_TEXT_TOKENIZER`) when set; else, when `CLIPFN_MODEL` is a
 /// folder with `onnx/text_model*.onnx`, the variant the image tower's precision rule picks, with
-/// the folder's `tokenizer.json` unless `CLIPFN_TEXT_TOKENIZER` names another. `None`: no text tower.
+/// the folder's `tokenizer.json` (and `tokenizer_config.json`) unless `CLIPFN_TEXT_TOKENIZER` names
+/// another. `None`: no text tower.
 pub async fn locate_text_model(
     storage: &Storage,
     model: &ModelSettings,
@@ -96,7 +99,8 @@ pub async fn locate_text_model(
     if let Some(location) = &text.text_model {
         let name = location.rsplit('/').next().unwrap_or(location);
         let id = name.strip_suffix(".onnx").unwrap_or(name).to_string();
-        return Ok(Some(TextFiles { model: location.clone(), id, tokenizer: text.text_tokenizer.clone() }));
+        let tokenizer = text.text_tokenizer.clone();
+        return Ok(Some(TextFiles { model: location.clone(), id, tokenizer, tokenizer_config: None }));
     }
     if !is_folder(&model.model) {
         return Ok(None);
@@ -106,6 +110,9 @@ pub async fn locate_text_model(
         return Ok(None);
     }
     let variant = folder.pick(TEXT, model.precision, device)?;
-    let tokenizer = text.text_tokenizer.clone().or_else(|| folder.has(TOKENIZER).then(|| folder.locate(TOKENIZER)));
-    Ok(Some(TextFiles { model: folder.locate(&variant.file), id: folder.name().to_string(), tokenizer }))
+    let own = |file: &str| (text.text_tokenizer.is_none() && folder.has(file)).then(|| folder.locate(file));
+    let tokenizer = text.text_tokenizer.clone().or_else(|| own(TOKENIZER));
+    let (model, id, tokenizer_config) =
+        (folder.locate(&variant.file), folder.name().to_string(), own(TOKENIZER_CONFIG));
+    Ok(Some(TextFiles { model, id, tokenizer, tokenizer_config }))
 }

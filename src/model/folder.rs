@@ -15,6 +15,11 @@ pub const TEXT: &str = "text_model";
 /// Files beside the towers.
 pub const PREPROCESSOR_CONFIG: &str = "preprocessor_config.json";
 pub const TOKENIZER: &str = "tokenizer.json";
+pub const TOKENIZER_CONFIG: &str = "tokenizer_config.json";
+/// transformers' `config.json`: the model's family, and SigLIP's logit scale and bias.
+pub const CONFIG: &str = "config.json";
+/// The whole model (both towers and the scoring), read only for SigLIP's logit scale and bias.
+pub const FULL_MODEL: &str = "onnx/model.onnx";
 
 /// The precision a file's name says by the folders' convention; fp32 when it says none.
 pub fn weights_of_file(name: &str) -> Weights {

@@ -7,10 +7,13 @@
 //! folder to read): with `auto`, a CUDA registration failure falls back to CPU and the reason is
 //! kept for the log and /readyz.
 
+mod family;
 mod files;
 mod folder;
+mod initializers;
 mod layout;
 mod normalizer;
+mod outputs;
 mod preprocessor;
 mod text;
 mod tower;
@@ -33,6 +36,7 @@ use ort::{
 
 use self::normalizer::Normalizer;
 pub use self::{
+    family::{Family, read_family},
     files::{TextFiles, locate_text_model, read_image_model, read_weights},
     folder::weights_of_file,
     layout::PixelBatch,
@@ -188,7 +192,10 @@ impl Model {
         drop(model.data);
         let timings = LoadTimings { session: started.elapsed(), ..LoadTimings::default() };
         let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
-        let output = session.outputs().first().ok_or_else(|| ModelError::Load("the graph has no output".into()))?;
+        let output_name = match &settings.output_name {
+            Some(name) => name.clone(),
+            None => outputs::embedding_output(session.outputs(), "image_embeds")?,
+        };
         let shape = input.dtype().tensor_shape().map(|s| &s[..]);
         require_dynamic_batch(input.name(), shape)?;
         let side = settings.image_size.or(square_side(shape));
@@ -217,7 +224,7 @@ impl Model {
             provider: device,
             fallback_reason,
             input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
-            output_name: settings.output_name.clone().unwrap_or_else(|| output.name().to_string()),
+            output_name,
             image_size,
             preprocessing,
             input_layout: match (settings.normalize, device) {

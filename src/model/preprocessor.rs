@@ -20,9 +20,10 @@ const INFORMATIONAL: &[&str] =
 #[derive(Deserialize)]
 struct Config {
     do_resize: Option<bool>,
-    size: Option<Size>,
+    // Read as values first, so that a malformed one is refused by its name (see [`size`]).
+    size: Option<Value>,
     do_center_crop: Option<bool>,
-    crop_size: Option<Size>,
+    crop_size: Option<Value>,
     resample: Option<u32>,
     do_rescale: Option<bool>,
     rescale_factor: Option<f32>,
@@ -76,16 +77,22 @@ pub fn parse(bytes: &[u8]) -> Result<Transform, ModelError> {
     if config.do_convert_rgb == Some(false) {
         return Err(refuse("do_convert_rgb=false: clipfn always feeds RGB".into()));
     }
-    let resize = match config.size.ok_or_else(|| refuse("'size' is missing".into()))? {
+    let crop_size = config.crop_size.as_ref().map(|v| size("crop_size", v)).transpose()?;
+    let resize = match size("size", config.size.as_ref().ok_or_else(|| refuse("'size' is missing".into()))?)? {
         Size::Side(side) | Size::Edges { shortest_edge: Some(side), height: None, width: None, longest_edge: None } => {
             Resize::ShortestEdge(side)
         }
         Size::Edges { shortest_edge: None, height: Some(h), width: Some(w), longest_edge: None } if h == w => {
             Resize::Square(h)
         }
-        _ => return Err(refuse("'size' must be a number, {shortest_edge} or a square {height, width}".into())),
+        _ => {
+            return Err(refuse(
+                "'size' must be a number, {shortest_edge} or a square {height, width}: the model's input is square"
+                    .into(),
+            ));
+        }
     };
-    let crop = match (config.do_center_crop.unwrap_or(config.crop_size.is_some()), config.crop_size) {
+    let crop = match (config.do_center_crop.unwrap_or(crop_size.is_some()), crop_size) {
         (false, _) => None,
         (true, Some(Size::Side(side))) => Some(side),
         (true, Some(Size::Edges { height: Some(h), width: Some(w), shortest_edge: None, longest_edge: None }))
@@ -128,6 +135,15 @@ pub fn parse(bytes: &[u8]) -> Result<Transform, ModelError> {
         (mean, std)
     };
     Ok(Transform { resize, crop, filter, rescale, mean, std })
+}
+
+/// A `size` or `crop_size` value: a number, or an object of numbers.
+fn size(key: &str, value: &Value) -> Result<Size, ModelError> {
+    Size::deserialize(value).map_err(|_| {
+        refuse(format!(
+            "'{key}': {value} is not a number of pixels, nor {{shortest_edge}} or {{height, width}} in numbers"
+        ))
+    })
 }
 
 fn refuse(reason: String) -> ModelError {
@@ -194,6 +210,9 @@ mod tests {
             ("crop_pct", json!(0.9), "'crop_pct'"),
             ("size", json!({"height": 224, "width": 320}), "'size'"),
             ("size", json!({"longest_edge": 224}), "'size'"),
+            ("size", json!({"height": "224", "width": 224}), "'size': {\"height\":\"224\""),
+            ("size", json!("224"), "is not a number"),
+            ("crop_size", json!(224.5), "'crop_size': 224.5"),
             ("crop_size", json!({"height": 200, "width": 224}), "'crop_size'"),
             ("crop_size", json!(256), "larger"),
             ("do_center_crop", json!(false), "non-square"),

@@ -3,8 +3,10 @@
 //!
 //! Input names and id type come from the graph: `input_ids` (int64 or int32), and `attention_mask`
 //! when the export has one (1 for each text's tokens, 0 for padding). A batch is padded to the
-//! graph's fixed length (CLIP's 77), or, when the length is dynamic, to the batch's longest text.
-//! The graph gives the final [N, dim] embedding: any pooling and projection are baked into it.
+//! graph's fixed length, else to the tokenizer's fixed length (CLIP's 77, SigLIP's 64), else to the
+//! batch's longest text, which only a graph with a mask may take: one without (SigLIP pools the
+//! last position) would give a text another vector beside a longer one.
+//! The graph gives the final [N, dim] embedding (`text_embeds`, or SigLIP's `pooler_output`).
 
 use std::borrow::Cow;
 
@@ -16,7 +18,7 @@ use ort::{
 use super::{Model, ModelData, ModelError, Texts, Tower, TowerInfo, commit, embeddings, inference, session_builder};
 use crate::{
     settings::{Device, ModelSettings},
-    tokenize::{Tokenizer, Tokens},
+    tokenize::{Padding, Tokenizer, Tokens},
 };
 
 /// The element type the graph declares for its token ids (any real vocabulary fits either).
@@ -39,8 +41,11 @@ pub struct TextModelInfo {
     pub mask_name: Option<String>,
     pub ids_type: IdType,
     pub output_name: String,
-    /// The token count the graph fixes; `None` when it is dynamic (padded per batch).
+    /// The token count every row is padded to: the graph's, else the tokenizer's fixed length;
+    /// `None`: padded per batch (masked).
     pub context: Option<usize>,
+    /// The tokenizer's padding.
+    pub padding: Padding,
     /// `clip-bpe` or `tokenizer.json`.
     pub tokenizer: &'static str,
     pub dim: usize,
@@ -92,20 +97,29 @@ impl TextModel {
             Some(TensorElementType::Int32) => IdType::Int32,
             other => return Err(ModelError::Load(format!("text input ids must be int64 or int32, not {other:?}"))),
         };
+        let padding = tokenizer.padding();
         let context = match ids.dtype().tensor_shape().map(|s| &s[..]) {
             Some(&[_, fixed]) if fixed > 0 => Some(fixed as usize),
-            _ => None,
+            _ => padding.length,
         };
-        let output =
-            session.outputs().first().ok_or_else(|| ModelError::Load("the text graph has no output".into()))?;
+        if context.is_none() && mask_name.is_none() {
+            return Err(ModelError::Load(format!(
+                "the text graph takes no attention_mask, so every text must be padded to one fixed length (or its \
+                 vector would depend on the texts batched with it), but the tokenizer's padding is {}: give \
+                 tokenizer.json a Fixed padding strategy, or tokenizer_config.json a pad_token and model_max_length",
+                padding.from
+            )));
+        }
+        let output_name = super::outputs::embedding_output(session.outputs(), "text_embeds")?;
         let info = TextModelInfo {
             id,
             provider,
             input_name: ids.name().to_string(),
             mask_name,
             ids_type,
-            output_name: output.name().to_string(),
+            output_name,
             context,
+            padding,
             tokenizer: tokenizer.kind(),
             dim: 0,
             batch_size: image.info.batch_size,
@@ -115,7 +129,7 @@ impl TextModel {
         largest.insert(largest.len().min(1), tokenizer.max_id());
         let mut full = vec![&empty[..]; image.info.batch_size - 1];
         full.push(&largest);
-        let mut model = TextModel { session, pad_id: tokenizer.pad_id(), empty: empty.clone(), info };
+        let mut model = TextModel { session, pad_id: info.padding.pad_id, empty: empty.clone(), info };
         // At 1 (a search query) and the full batch, as the image tower, so that no request pays
         // for a first run at a new shape.
         model.check()?;

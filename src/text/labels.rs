@@ -1,6 +1,6 @@
 //! Zero-shot categories, as in CLIP's recipe: each label becomes one prompt per template, its
 //! embedding is the L2-normalised mean of its prompts' embeddings; a photo is scored against them
-//! by [`embedding::top_labels`](crate::embedding::top_labels).
+//! by the model's [`Scoring`](crate::embedding::Scoring).
 //!
 //! Label sets come from the CLIPFN_LABELS file and are embedded once during warm-up; labels given
 //! in a request are checked by the same rules.

@@ -12,6 +12,7 @@ pub use self::{
     labels::{EmbeddedLabels, Labels, parse_sets},
 };
 use crate::{
+    embedding::Scoring,
     model::TextModelInfo,
     tokenize::TokenizerError,
     worker::{BatchError, Batcher},
@@ -29,6 +30,8 @@ pub enum TextError {
     Tokenize(#[from] TokenizerError),
     #[error("texts not embedded within the request deadline")]
     DeadlineExceeded,
+    #[error("{0}")]
+    NoScoring(String),
 }
 
 /// The text tower's side of the service.
@@ -37,11 +40,18 @@ pub struct Text {
     batcher: Arc<Batcher>,
     /// CLIPFN_LABELS, embedded during warm-up.
     label_sets: BTreeMap<String, EmbeddedLabels>,
+    /// How photos are scored against labels, or why this model cannot classify.
+    scoring: Result<Scoring, String>,
 }
 
 impl Text {
-    pub fn new(encoder: TextEncoder, batcher: Arc<Batcher>) -> Self {
-        Text { encoder, batcher, label_sets: BTreeMap::new() }
+    pub fn new(encoder: TextEncoder, batcher: Arc<Batcher>, scoring: Result<Scoring, String>) -> Self {
+        Text { encoder, batcher, label_sets: BTreeMap::new(), scoring }
+    }
+
+    /// The model family's scoring rule for classifying.
+    pub fn scoring(&self) -> Result<Scoring, TextError> {
+        self.scoring.clone().map_err(TextError::NoScoring)
     }
 
     /// The text tower.

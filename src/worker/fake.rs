@@ -17,7 +17,7 @@ use crate::{
     model::{IdType, ModelError, ModelInfo, Photos, PixelBatch, TextModelInfo, Texts, Tower},
     preprocess::{Layout, Pixels, Transform},
     settings::{Device, Weights},
-    tokenize::Tokens,
+    tokenize::{Padding, Tokens},
 };
 
 pub const DEVICE_OK: u8 = 0;
@@ -122,6 +122,7 @@ impl FakeText {
             ids_type: IdType::Int64,
             output_name: "text_embeds".into(),
             context: None,
+            padding: Padding { pad_id: 0, length: None, from: "the fake's batches, padded to their longest".into() },
             tokenizer: "clip-bpe",
             dim: 2,
             batch_size,
