@@ -70,6 +70,7 @@ work=$(mktemp -d /tmp/clipfn-image-check.XXXXXX)
 dockerd_pid=
 cleanup() {
   local rc=$?
+  set +e  # every step of the clean-up runs, whatever fails
   if [[ -n $dockerd_pid ]]; then
     # Containers the checks left (they remove their own), then images and cache unless kept.
     mapfile -t left < <($DOCKER ps -aq --filter label=clipfn-image-check 2>/dev/null)
@@ -175,7 +176,7 @@ images=()
 [[ ,$ONLY, == *,cpu,* ]] && { build clipfn-check:cpu -f Dockerfile; images+=(cpu); }
 [[ ,$ONLY, == *,cuda12,* ]] && { build clipfn-check:cuda12 -f Dockerfile.cuda --build-arg CUDA=12; images+=(cuda12); }
 [[ ,$ONLY, == *,cuda13,* ]] && { build clipfn-check:cuda13 -f Dockerfile.cuda --build-arg CUDA=13; images+=(cuda13); }
-log "images built in $(took "$t") s"
+log "images built in $(took "$t") s; dockerd's data root holds $(du -sh "$DATA_ROOT" 2>/dev/null | cut -f1)"
 
 # 5. The checks.
 PY=${CLIPFN_PYTHON:-python3}
