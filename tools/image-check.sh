@@ -15,6 +15,7 @@
 #
 #   tools/image-check.sh                  everything (tools/test.sh runs it)
 #   CLIPFN_IMAGES_KEEP=1 tools/image-check.sh   keep dockerd's data (images, cache) for a rerun
+#   CLIPFN_IMAGES_ONLY=cpu tools/image-check.sh  only some of the images (none: the bases only)
 #
 # Settings: CLIPFN_BIN (the test build, default target/debug/clipfn), the .cache/clipfn.env
 # variables from tools/setup.sh (ORT_DYLIB_PATH, CLIPFN_FAKE_GCS_BIN, CLIPFN_TEST_MODEL,
@@ -83,7 +84,10 @@ cleanup() {
     kill "$dockerd_pid" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$dockerd_pid" 2>/dev/null && kill -9 "$dockerd_pid"
-    [[ $KEEP == 1 ]] || rm -rf "$DATA_ROOT"
+    if [[ $KEEP != 1 ]]; then
+      umount "$STATE/exec/netns/default" 2>/dev/null  # dockerd's own network namespace mount
+      rm -rf "$DATA_ROOT" "$STATE"
+    fi
   fi
   rm -rf "$work"
   log "finished in $(took "$T0") s (rc=$rc)"
@@ -119,7 +123,8 @@ if ! $DOCKER image inspect debian:bookworm-slim >/dev/null 2>&1; then
     bookworm "$work/bookworm.tar" \
     "deb http://deb.debian.org/debian bookworm main" \
     "deb http://deb.debian.org/debian bookworm-updates main" \
-    "deb http://deb.debian.org/debian-security bookworm-security main"
+    "deb http://deb.debian.org/debian-security bookworm-security main" >"$work/mmdebstrap.log" 2>&1 \
+    || { tail -n 40 "$work/mmdebstrap.log" >&2; echo "image-check: mmdebstrap failed" >&2; exit 1; }
   $DOCKER import \
     -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' -c 'CMD ["bash"]' \
     "$work/bookworm.tar" debian:bookworm-slim >/dev/null
@@ -177,6 +182,8 @@ images=()
 [[ ,$ONLY, == *,cuda12,* ]] && { build clipfn-check:cuda12 -f Dockerfile.cuda --build-arg CUDA=12; images+=(cuda12); }
 [[ ,$ONLY, == *,cuda13,* ]] && { build clipfn-check:cuda13 -f Dockerfile.cuda --build-arg CUDA=13; images+=(cuda13); }
 log "images built in $(took "$t") s; dockerd's data root holds $(du -sh "$DATA_ROOT" 2>/dev/null | cut -f1)"
+
+((${#images[@]})) || { log "no image selected (CLIPFN_IMAGES_ONLY=$ONLY): bases only"; exit 0; }
 
 # 5. The checks.
 PY=${CLIPFN_PYTHON:-python3}
