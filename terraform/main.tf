@@ -1,4 +1,5 @@
-# clipfn on Cloud Run with one NVIDIA L4 per instance. See docs/deploy.md.
+# clipfn on Cloud Run with one NVIDIA GPU per instance (var.gpu_type: an L4 by default, or an
+# RTX PRO 6000 Blackwell). See docs/deploy.md.
 #
 # Everything lives in var.region: the service, the photo bucket it reads, the
 # model bucket and the image repository, so that photos and the model never
@@ -18,6 +19,16 @@ locals {
     "resource.name.startsWith(\"${local.model_objects}\")",
     "(resource.name == \"projects/_/buckets/${google_storage_bucket.models.name}\" && api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${var.model_object}\"))",
   ]) : "resource.name == \"${local.model_objects}\""
+
+  # Cloud Run's minimum vCPU and memory for each GPU type (its GPU documentation); the service
+  # and the backfill job check var.cpu and var.memory against the one for var.gpu_type.
+  gpu_minimums = {
+    "nvidia-l4"           = { cpu = 4, memory_gi = 16 }
+    "nvidia-rtx-pro-6000" = { cpu = 20, memory_gi = 80 }
+  }
+  gpu_minimum      = local.gpu_minimums[var.gpu_type]
+  gpu_sizing_ok    = tonumber(var.cpu) >= local.gpu_minimum.cpu && tonumber(trimsuffix(var.memory, "Gi")) >= local.gpu_minimum.memory_gi
+  gpu_sizing_error = "With gpu_type ${var.gpu_type}, Cloud Run needs cpu >= ${local.gpu_minimum.cpu} and memory >= ${local.gpu_minimum.memory_gi}Gi (set var.cpu and var.memory)."
 
   # Cloud Run serves the container's port through $PORT; clipfn listens there.
   container_port = 8080
@@ -145,11 +156,18 @@ resource "google_cloud_run_v2_service" "clipfn" {
   deletion_protection  = var.deletion_protection
   labels               = var.labels
 
+  lifecycle {
+    precondition {
+      condition     = local.gpu_sizing_ok
+      error_message = local.gpu_sizing_error
+    }
+  }
+
   template {
     service_account = google_service_account.runtime.email
     timeout         = var.request_timeout
 
-    # One L4 per instance; two requests at a time keep the GPU busy while the
+    # One GPU per instance; two requests at a time keep the GPU busy while the
     # next batch is fetched and decoded, and leave the rest to autoscaling.
     max_instance_request_concurrency = 2
     gpu_zonal_redundancy_disabled    = var.gpu_zonal_redundancy_disabled
@@ -160,7 +178,7 @@ resource "google_cloud_run_v2_service" "clipfn" {
     }
 
     node_selector {
-      accelerator = "nvidia-l4"
+      accelerator = var.gpu_type
     }
 
     containers {
@@ -328,6 +346,13 @@ resource "google_cloud_run_v2_job" "backfill" {
   deletion_protection = var.deletion_protection
   labels              = var.labels
 
+  lifecycle {
+    precondition {
+      condition     = local.gpu_sizing_ok
+      error_message = local.gpu_sizing_error
+    }
+  }
+
   template {
     task_count  = var.backfill_task_count
     parallelism = var.backfill_parallelism
@@ -341,7 +366,7 @@ resource "google_cloud_run_v2_job" "backfill" {
       gpu_zonal_redundancy_disabled = var.gpu_zonal_redundancy_disabled
 
       node_selector {
-        accelerator = "nvidia-l4"
+        accelerator = var.gpu_type
       }
 
       containers {

@@ -26,7 +26,7 @@ variable "service_name" {
 }
 
 variable "image" {
-  description = "Container image built from Dockerfile.cuda, e.g. us-central1-docker.pkg.dev/PROJECT/clipfn/clipfn:TAG (see the artifact_registry_url output)."
+  description = "Container image built from Dockerfile.cuda for var.gpu_type (CUDA=12 for nvidia-l4, CUDA=13 for nvidia-rtx-pro-6000), e.g. us-central1-docker.pkg.dev/PROJECT/clipfn/clipfn:TAG (see the artifact_registry_url output)."
   type        = string
 
   validation {
@@ -95,25 +95,36 @@ variable "gpu_zonal_redundancy_disabled" {
   default     = true
 }
 
+variable "gpu_type" {
+  description = "The GPU on every instance and backfill task: nvidia-l4 (driver 535, CUDA 12: the Dockerfile.cuda image built with CUDA=12) or nvidia-rtx-pro-6000 (RTX PRO 6000 Blackwell, driver 580, CUDA 13: built with CUDA=13). Each has its own CPU and memory minimum (local.gpu_minimums), checked before anything is created."
+  type        = string
+  default     = "nvidia-l4"
+
+  validation {
+    condition     = contains(["nvidia-l4", "nvidia-rtx-pro-6000"], var.gpu_type)
+    error_message = "gpu_type must be nvidia-l4 or nvidia-rtx-pro-6000 (the two GPUs Cloud Run offers)."
+  }
+}
+
 variable "cpu" {
-  description = "vCPU limit per instance. Cloud Run GPU instances need at least 4; decoding and resizing photos is CPU work, so 8 helps large requests."
+  description = "vCPU limit per instance, a whole number. Cloud Run needs at least 4 with an L4 and 20 with an RTX PRO 6000; decoding and resizing photos is CPU work, so more helps large requests."
   type        = string
   default     = "4"
 
   validation {
-    condition     = contains(["4", "6", "8"], var.cpu)
-    error_message = "cpu must be \"4\", \"6\" or \"8\" (Cloud Run GPU instances need at least 4)."
+    condition     = can(regex("^([4-9]|[1-9][0-9])$", var.cpu))
+    error_message = "cpu must be a whole number of at least 4, written like \"4\" or \"20\" (Cloud Run GPU instances need at least 4; with an RTX PRO 6000, 20)."
   }
 }
 
 variable "memory" {
-  description = "Memory limit per instance, in Gi. Cloud Run GPU instances need at least 16Gi."
+  description = "Memory limit per instance, in Gi. Cloud Run needs at least 16Gi with an L4 and 80Gi with an RTX PRO 6000."
   type        = string
   default     = "16Gi"
 
   validation {
-    condition     = can(regex("^(1[6-9]|[2-9][0-9])Gi$", var.memory))
-    error_message = "memory must be between 16Gi and 99Gi, written like 16Gi or 32Gi."
+    condition     = can(regex("^(1[6-9]|[2-9][0-9]|[1-9][0-9][0-9])Gi$", var.memory))
+    error_message = "memory must be between 16Gi and 999Gi, written like 16Gi or 80Gi (Cloud Run GPU instances need at least 16Gi; with an RTX PRO 6000, 80Gi)."
   }
 }
 

@@ -4,7 +4,8 @@
 #   2. terraform fmt -check on terraform/ (hclwrite.Format via infra/hclfmt,
 #      installed with `npm ci` on first use)
 #   3. pytest tests/infra (Terraform pins and their mutations, Dockerfile pins,
-#      k6 script, local-stack emulator, shell scripts)
+#      k6 script, local-stack emulator, shell scripts; shellcheck is installed
+#      from Debian on first use when this runs as root)
 #   4. only with CLIPFN_INFRA_SMOKE=1: infra/k6/smoke.sh (needs a built clipfn)
 # Runs every step, then exits non-zero if any failed.
 set -uo pipefail
@@ -73,6 +74,11 @@ run_hclfmt() {
 }
 
 run_pytest() {
+  if ! command -v shellcheck >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing shellcheck (Debian) for the shell script checks"
+    { apt-get install -y -qq shellcheck || { apt-get update -qq && apt-get install -y -qq shellcheck; }; } >/dev/null 2>&1 \
+      || echo "could not install shellcheck: its checks will skip" >&2
+  fi
   "$PYTHON" -m pytest -p no:cacheprovider -q tests/infra
 }
 

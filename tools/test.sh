@@ -10,3 +10,6 @@ cargo test --locked --features heif,avif
 tools/check-infra.sh
 # The seed team's k6 script against the local stack (GCS emulator + the binary cargo test built).
 CLIPFN_BIN="${CARGO_TARGET_DIR:-target}/debug/clipfn" infra/k6/smoke.sh
+# The images users deploy, built from the real Dockerfiles and run as Cloud Run and Lambda run them
+# (dockerd, local Debian bases, the GCS emulator; about 26 minutes on 2 cores, cold).
+tools/image-check.sh

@@ -27,6 +27,11 @@ SERVICE_TYPE = "google_cloud_run_v2_service"
 JOB_TYPE = "google_cloud_run_v2_job"
 # Cloud Run GPU tasks run for at most an hour.
 GPU_TASK_TIMEOUT_S = 3600
+# The GPUs Cloud Run offers and each one's minimum vCPU and memory (GiB), from Cloud Run's GPU
+# documentation: "For L4 GPUs, you must use a minimum of 4 CPU and 16 GiB of memory"; "For NVIDIA
+# RTX PRO 6000 Blackwell GPU, you must use a minimum of 20 CPU and 80 GiB of memory".
+GPU_MINIMUMS = {"nvidia-l4": (4, 16), "nvidia-rtx-pro-6000": (20, 80)}
+DEFAULT_GPU = "nvidia-l4"
 
 
 # ---------------------------------------------------------------------------
@@ -251,11 +256,72 @@ def check_region_validation(cfg: TerraformConfig) -> None:
 
 def check_gpu_l4_one(cfg: TerraformConfig) -> None:
     selector = only_block(cfg.template(), "node_selector")
+    assert expression(selector.get("accelerator")) == "var.gpu_type", (
+        f"node_selector.accelerator is {selector.get('accelerator')!r}, must be var.gpu_type"
+    )
     accelerator = cfg.resolve(selector.get("accelerator"))
-    assert accelerator == "nvidia-l4", f"node_selector.accelerator is {accelerator!r}, must be nvidia-l4"
+    assert accelerator == DEFAULT_GPU, f"the default GPU is {accelerator!r}, must be {DEFAULT_GPU}"
     limits = only_block(cfg.container(), "resources").get("limits", {})
     gpus = cfg.resolve(limits.get("nvidia.com/gpu"))
     assert str(gpus) == "1", f'limits["nvidia.com/gpu"] is {gpus!r}, must be "1"'
+
+
+def _gpu_minimums(cfg: TerraformConfig) -> dict[str, tuple[float, float]]:
+    table = cfg.locals.get("gpu_minimums")
+    assert isinstance(table, dict), f"local.gpu_minimums must be a map of GPU type to {{cpu, memory_gi}}, is {table!r}"
+    out = {}
+    for gpu, mins in table.items():
+        assert isinstance(mins, dict), f"local.gpu_minimums[{gpu!r}] is {mins!r}"
+        out[unquote(gpu)] = (float(cfg.resolve(mins.get("cpu"))), float(cfg.resolve(mins.get("memory_gi"))))
+    return out
+
+
+def check_gpu_type_minimums(cfg: TerraformConfig) -> None:
+    """var.gpu_type picks one of Cloud Run's two GPUs, and var.cpu / var.memory are checked against
+    that GPU's minimum before the service or the job is created (a precondition on each)."""
+    listed: set[str] = set()
+    for cond in validation_conditions(cfg, "gpu_type"):
+        m = re.search(r"contains\(\s*\[([^\]]*)\]\s*,\s*var\.gpu_type\s*\)", cond)
+        if m:
+            listed |= set(re.findall(r'"([^"]+)"', m.group(1)))
+    assert listed == set(GPU_MINIMUMS), f"gpu_type validation allows {sorted(listed)}, must be {sorted(GPU_MINIMUMS)}"
+    assert cfg.variable_default("gpu_type") == DEFAULT_GPU, f"gpu_type must default to {DEFAULT_GPU}"
+    table = _gpu_minimums(cfg)
+    assert set(table) == set(GPU_MINIMUMS), f"local.gpu_minimums covers {sorted(table)}, must be {sorted(GPU_MINIMUMS)}"
+    for gpu, (cpu, memory) in GPU_MINIMUMS.items():
+        assert table[gpu][0] >= cpu, f"{gpu}: minimum cpu {table[gpu][0]} is below Cloud Run's {cpu}"
+        assert table[gpu][1] >= memory, f"{gpu}: minimum memory {table[gpu][1]}Gi is below Cloud Run's {memory}Gi"
+    assert expression(cfg.locals.get("gpu_minimum")) == "local.gpu_minimums[var.gpu_type]", (
+        f"local.gpu_minimum is {cfg.locals.get('gpu_minimum')!r}, must be local.gpu_minimums[var.gpu_type]"
+    )
+    ok = re.sub(r"\s+", " ", expression(cfg.locals.get("gpu_sizing_ok")) or "")
+    want = ('tonumber(var.cpu) >= local.gpu_minimum.cpu && '
+            'tonumber(trimsuffix(var.memory, "Gi")) >= local.gpu_minimum.memory_gi')
+    assert ok == want, f"local.gpu_sizing_ok is {ok!r}, must be {want!r}"
+    # Both consumers of var.cpu / var.memory refuse a size below the GPU's minimum.
+    task = cfg.task_template()
+    for what, resource, selector in (("service", cfg.service(), only_block(cfg.template(), "node_selector")),
+                                     ("backfill job", cfg.job(), only_block(task, "node_selector"))):
+        assert expression(selector.get("accelerator")) == "var.gpu_type", f"the {what}'s accelerator must be var.gpu_type"
+        lifecycle = only_block(resource, "lifecycle")
+        preconditions = lifecycle.get("precondition") or []
+        assert any(expression(p.get("condition")) == "local.gpu_sizing_ok" for p in preconditions), (
+            f"the {what} needs a precondition on local.gpu_sizing_ok"
+        )
+    # The validations let every GPU's minimum through (else that GPU could never be chosen).
+    cpu_patterns = validation_regexes(cfg, "cpu")
+    memory_patterns = validation_regexes(cfg, "memory")
+    assert cpu_patterns and memory_patterns, "var.cpu and var.memory need regex validations"
+    for gpu, (cpu, memory) in GPU_MINIMUMS.items():
+        assert all(p.search(str(int(cpu))) for p in cpu_patterns), f"var.cpu validation rejects {gpu}'s minimum {cpu:g}"
+        assert all(p.search(f"{int(memory)}Gi") for p in memory_patterns), (
+            f"var.memory validation rejects {gpu}'s minimum {memory:g}Gi"
+        )
+    # The defaults fit the default GPU.
+    cpu_default, memory_default = float(cfg.variable_default("cpu")), quantity_gi(cfg.variable_default("memory"))
+    assert cpu_default >= table[DEFAULT_GPU][0] and memory_default >= table[DEFAULT_GPU][1], (
+        f"the defaults ({cpu_default:g} CPU, {memory_default:g}Gi) are below the {DEFAULT_GPU} minimum"
+    )
 
 
 def check_min_instances_zero(cfg: TerraformConfig) -> None:
@@ -277,19 +343,18 @@ def check_cpu_memory(cfg: TerraformConfig) -> None:
     assert quantity_gi(memory) >= 16, f"memory limit {memory!r} is below 16Gi"
     # When they are variables, their validation must keep them there.
     if expression(limits.get("cpu")) == "var.cpu":
-        allowed = set()
-        for cond in validation_conditions(cfg, "cpu"):
-            m = re.search(r"contains\(\s*\[([^\]]*)\]\s*,\s*var\.cpu\s*\)", cond)
-            if m:
-                allowed |= set(re.findall(r'"([^"]+)"', m.group(1)))
-        assert allowed, "var.cpu needs a contains([...], var.cpu) validation"
-        assert all(float(c) >= 4 for c in allowed), f"var.cpu validation allows {sorted(allowed)}; all must be >= 4"
+        patterns = validation_regexes(cfg, "cpu")
+        assert patterns, "var.cpu needs a regex validation"
+        for bad in ("0", "1", "2", "3", "0.5", "4.5", "-4", "four", ""):
+            assert not all(p.search(bad) for p in patterns), f"var.cpu validation accepts {bad!r}"
+        for good in ("4", "8", "20", "32"):
+            assert all(p.search(good) for p in patterns), f"var.cpu validation rejects {good!r}"
     if expression(limits.get("memory")) == "var.memory":
         patterns = validation_regexes(cfg, "memory")
         assert patterns, "var.memory needs a regex validation"
         for bad in ("512Mi", "8Gi", "15Gi", "1Gi", "16", "16G"):
             assert not any(p.search(bad) for p in patterns), f"var.memory validation accepts {bad!r}"
-        for good in ("16Gi", "32Gi"):
+        for good in ("16Gi", "32Gi", "80Gi", "128Gi"):
             assert all(p.search(good) for p in patterns), f"var.memory validation rejects {good!r}"
     assert resources.get("cpu_idle") is False, "cpu_idle must be false: GPU services need CPU always allocated"
     assert resources.get("startup_cpu_boost") is True, "startup_cpu_boost must be true"
@@ -478,8 +543,8 @@ def check_backfill_job_gpu_task(cfg: TerraformConfig) -> None:
     assert expression(task.get("gpu_zonal_redundancy_disabled")) == "var.gpu_zonal_redundancy_disabled", (
         "the job's gpu_zonal_redundancy_disabled must come from the same variable as the service's"
     )
-    accelerator = cfg.resolve(only_block(task, "node_selector").get("accelerator"))
-    assert accelerator == "nvidia-l4", f"job node_selector.accelerator is {accelerator!r}, must be nvidia-l4"
+    accelerator = only_block(task, "node_selector").get("accelerator")
+    assert expression(accelerator) == "var.gpu_type", f"job node_selector.accelerator is {accelerator!r}, must be var.gpu_type"
     containers = task.get("containers")
     assert isinstance(containers, list) and len(containers) == 1, "the job needs exactly one container"
     container = containers[0]
@@ -548,6 +613,7 @@ ALL_CHECKS = [
     check_single_region_variable,
     check_region_validation,
     check_gpu_l4_one,
+    check_gpu_type_minimums,
     check_min_instances_zero,
     check_cpu_memory,
     check_startup_probe,

@@ -1,7 +1,7 @@
 """Dockerfile and Dockerfile.cuda: hadolint-clean, and the runtime pins agree.
 
-No image is built here (there is no Docker engine on the development machines
-or in CI); these tests lint the files and check what can be checked statically.
+These tests lint the files and check what can be checked statically; tools/image-check.sh
+(run by tools/test.sh) builds the three images and runs them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,21 @@ import pytest
 from conftest import REPO, find_tool
 
 DOCKERFILES = {
-    "Dockerfile.cuda": {"package": "onnxruntime-gpu", "version": "1.26.0", "provider": "cuda"},
+    "Dockerfile.cuda": {"package": "onnxruntime-gpu", "version": None, "provider": "cuda"},
     "Dockerfile": {"package": "onnxruntime", "version": "1.31.1", "provider": "cpu"},
 }
+# The flavours of Dockerfile.cuda (--build-arg CUDA=N, infra/cuda/cudaN.txt): the onnxruntime-gpu
+# release, and the CUDA user-space wheels it needs, by name and major version.
+CUDA_FLAVOURS = {
+    "12": {"onnxruntime-gpu": "1.26.0", "nvidia-cuda-runtime-cu12": "12.", "nvidia-cublas-cu12": "12.",
+           "nvidia-cufft-cu12": "11.", "nvidia-curand-cu12": "10.", "nvidia-cudnn-cu12": "9.",
+           "nvidia-cuda-nvrtc-cu12": "12.", "nvidia-nvjitlink-cu12": "12."},
+    # CUDA 13.0: the RTX PRO 6000's driver 580 is CUDA 13.0.
+    "13": {"onnxruntime-gpu": "1.31.1", "nvidia-cuda-runtime": "13.0.", "nvidia-cublas": "13.",
+           "nvidia-cufft": "12.0.", "nvidia-curand": "10.4.0.", "nvidia-cudnn-cu13": "9.",
+           "nvidia-cuda-nvrtc": "13.0.", "nvidia-nvjitlink": "13.0."},
+}
+BASES = {"rust:1.95.0-bookworm", "debian:bookworm-slim"}
 
 
 def _text(name: str) -> str:
@@ -81,28 +93,118 @@ def test_hadolint_catches_a_bad_dockerfile(hadolint, tmp_path):
 def test_onnxruntime_pins_agree(dockerfile):
     pin = DOCKERFILES[dockerfile]
     text = _text(dockerfile)
+    assert "--require-hashes" in text
+    dylib = re.search(r"ORT_DYLIB_PATH=(\S+)", text)
+    assert f"CLIPFN_PROVIDER={pin['provider']}" in text
+    if pin["version"] is None:
+        # The flavour's requirements file decides the version; the stage links libonnxruntime.so.1 to it.
+        assert dylib and dylib.group(1) == "/opt/onnxruntime/lib/libonnxruntime.so.1", (
+            f"{dockerfile}: ORT_DYLIB_PATH must be the stage's libonnxruntime.so.1, got {dylib and dylib.group(1)}"
+        )
+        assert 'ln -s libonnxruntime.so."${ort_version}" /opt/onnxruntime/lib/libonnxruntime.so.1' in text
+        assert '-r requirements/cuda"${CUDA}".txt' in text
+        return
     args = dict(re.findall(r"^ARG (ORT_VERSION|ORT_WHEEL_SHA256)=(\S+)$", text, re.M))
     assert args.get("ORT_VERSION") == pin["version"], f"{dockerfile}: ORT_VERSION {args.get('ORT_VERSION')}"
     assert re.fullmatch(r"[0-9a-f]{64}", args.get("ORT_WHEEL_SHA256", "")), f"{dockerfile}: ORT_WHEEL_SHA256"
     assert f"'{pin['package']}==%s --hash=sha256:%s" in text, f"{dockerfile}: wheel must be fetched with --require-hashes"
-    assert "--require-hashes" in text
-    dylib = re.search(r"ORT_DYLIB_PATH=(\S+)", text)
     assert dylib and dylib.group(1) == f"/opt/onnxruntime/lib/libonnxruntime.so.{pin['version']}", (
         f"{dockerfile}: ORT_DYLIB_PATH must name the pinned library, got {dylib and dylib.group(1)}"
     )
-    assert f"CLIPFN_PROVIDER={pin['provider']}" in text
 
 
-def test_cuda_image_matches_cuda12():
-    runtime = _stages("Dockerfile.cuda")[-1]
-    base = runtime[0][1].split()[0]
-    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-ubuntu(22\.04|24\.04)", base)
-    assert m, f"runtime base {base} must be an nvidia/cuda CUDA 12 cuDNN runtime image"
-    assert m.group(1) == "12", "Cloud Run's L4 driver (535, CUDA 12.2) runs CUDA 12.x user space only"
-    # onnxruntime-gpu 1.26.0 was built with CUDA 12.8: the runtime must provide at least that minor.
-    assert int(m.group(2)) >= 8, f"CUDA 12.{m.group(2)} is older than the 12.8 onnxruntime-gpu 1.26.0 was built with"
+def _requirements(flavour: str) -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "infra" / "cuda" / f"cuda{flavour}.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-z0-9-]+)==([0-9.]+) --hash=sha256:([0-9a-f]{64})", line.strip())
+        assert m, f"cuda{flavour}.txt: {line!r} is not NAME==VERSION --hash=sha256:HASH"
+        pins[m.group(1)] = m.group(2)
+    return pins
+
+
+@pytest.mark.parametrize("flavour", sorted(CUDA_FLAVOURS))
+def test_cuda_flavour_pins(flavour):
+    pins = _requirements(flavour)
+    want = CUDA_FLAVOURS[flavour]
+    assert set(pins) == set(want), f"cuda{flavour}.txt pins {sorted(pins)}, must pin exactly {sorted(want)}"
+    assert pins["onnxruntime-gpu"] == want["onnxruntime-gpu"]
+    for name, prefix in want.items():
+        if name != "onnxruntime-gpu":
+            assert pins[name].startswith(prefix), f"cuda{flavour}.txt: {name}=={pins[name]} is not {prefix}x"
+    if flavour == "12":
+        # onnxruntime-gpu 1.26.0 was built with CUDA 12.8: the runtime must provide at least that minor.
+        minor = int(pins["nvidia-cuda-runtime-cu12"].split(".")[1])
+        assert minor >= 8, f"CUDA 12.{minor} is older than the 12.8 onnxruntime-gpu 1.26.0 was built with"
+
+
+def test_cuda_image_is_debian_with_the_driver_mount_settings():
     text = _text("Dockerfile.cuda")
+    runtime = _stages("Dockerfile.cuda")[-1]
+    assert runtime[0][1].split()[0] == "debian:bookworm-slim", f"runtime base is {runtime[0][1]}"
+    assert re.search(r"^ARG CUDA=12$", text, re.M), "CUDA 12 (the L4's) must be the default flavour"
+    env = " ".join(rest for instr, rest in runtime if instr == "ENV")
+    ld = re.search(r"LD_LIBRARY_PATH=(\S+)", env)
+    assert ld and "/usr/local/nvidia/lib64" in ld.group(1).split(":"), "LD_LIBRARY_PATH must name Cloud Run's driver mount"
+    assert "NVIDIA_VISIBLE_DEVICES=all" in env and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in env
+    assert "echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/cuda.conf" in text and "ldconfig" in text
     assert "libonnxruntime_providers_cuda.so" in text and "libonnxruntime_providers_shared.so" in text
+    # Only shared libraries come out of NVIDIA's wheels: no headers, static libraries or tools.
+    assert "find unpacked/nvidia -name 'lib*.so.*'" in text
+
+
+def _stage_named(name: str, dockerfile: str) -> list[tuple[str, str]]:
+    for stage in _stages(dockerfile):
+        if re.search(rf"\bAS {name}$", stage[0][1], re.I):
+            return stage
+    raise AssertionError(f"{dockerfile} has no stage {name}")
+
+
+@pytest.mark.parametrize("stage", ["build", "wheels"])
+def test_shared_stages_are_identical(stage):
+    """BuildKit builds an identical stage once: the release binary is compiled once for all images."""
+    assert _stage_named(stage, "Dockerfile") == _stage_named(stage, "Dockerfile.cuda"), (
+        f"the {stage} stage differs between Dockerfile and Dockerfile.cuda"
+    )
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES))
+def test_bases_are_debian_bookworm(dockerfile):
+    """Every base is one tools/image-check.sh can make without Docker Hub, or an earlier stage."""
+    names: set[str] = set()
+    for stage in _stages(dockerfile):
+        words = stage[0][1].split()
+        assert words[0] in BASES | names, f"{dockerfile}: FROM {words[0]} is neither a Debian bookworm base nor a stage"
+        if len(words) == 3 and words[1].upper() == "AS":
+            names.add(words[2])
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES))
+def test_extra_ca_only_as_a_build_secret(dockerfile):
+    """The build machine's extra CAs reach the downloading RUN steps as a secret, are deleted in the
+    same step, and the runtime's CA bundle is Debian's package, never the build stage's."""
+    text = _text(dockerfile)
+    downloading = [rest for instr, rest in _instructions(dockerfile)
+                   if instr == "RUN" and ("cargo fetch" in rest or "pip3 download" in rest)]
+    assert downloading, f"{dockerfile}: no downloading RUN found"
+    for rest in downloading:
+        assert rest.startswith("--mount=type=secret,id=extra_ca "), f"{dockerfile}: {rest[:80]}... must mount the extra_ca secret"
+        assert "rm -f /tmp/ca-bundle.pem" in rest, f"{dockerfile}: the bundle with the extra CAs must be deleted in its RUN"
+    runtime = _stages(dockerfile)[-1]
+    copies = [rest for instr, rest in runtime if instr == "COPY" and "ca-certificates" in rest]
+    assert copies == ["--from=wheels /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt"], copies
+    assert "extra_ca" not in " ".join(rest for instr, rest in runtime)
+    assert not re.search(r"^(ARG|COPY)\b.*\.(crt|pem)\b", re.sub(r"^COPY --from=wheels .*$", "", text, flags=re.M), re.M), (
+        f"{dockerfile}: certificates come in as a secret, never as an ARG or a copied file"
+    )
+
+
+def test_cloudbuild_builds_the_chosen_flavour():
+    text = (REPO / "infra" / "cloudbuild.yaml").read_text()
+    assert '"--build-arg", "CUDA=${_CUDA}"' in text and '"-f", "Dockerfile.cuda"' in text
+    assert re.search(r'^\s+_CUDA: "12"$', text, re.M), "the L4's CUDA 12 must be the default substitution"
+    assert "DOCKER_BUILDKIT=1" in text, "the Dockerfiles mount build secrets: BuildKit is needed"
 
 
 @pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES))

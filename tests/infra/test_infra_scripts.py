@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, find_tool
 
-SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "infra/soak.sh", "tools/check-infra.sh"]
+SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "infra/soak.sh", "tools/check-infra.sh", "tools/image-check.sh", "tools/test.sh"]
 LOAD_JS = REPO / "infra" / "k6" / "load.js"
 
 
