@@ -27,7 +27,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         cmake=3.25.1-1 nasm=2.16.01-1 pkg-config=1.8.1-1 \
-        libde265-dev=1.0.11-1+deb12u3 libdav1d-dev=1.0.0-2+deb12u1 \
+        libde265-dev=1.0.11-1+deb12u4 libdav1d-dev=1.0.0-2+deb12u1 \
     && rm -rf /var/lib/apt/lists/*
 
 # HEIC and AVIF are cargo features, on in the images.
