@@ -75,6 +75,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -135,6 +136,18 @@ class Graph:
         b = self.const(f"{prefix}.bias", np.zeros(d, np.float32))
         return self.op("LayerNormalization", [x, g, b], axis=-1, epsilon=1e-5)
 
+
+
+def replace_folder(tmp, folder):
+    """Moves the finished folder `tmp` to `folder` (readers never see half a folder) and returns
+    its onnx/ files."""
+    if os.path.exists(folder):
+        os.rename(folder, folder + ".old")
+        os.rename(tmp, folder)
+        shutil.rmtree(folder + ".old")
+    else:
+        os.rename(tmp, folder)
+    return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))]
 
 def build_test(g, size=224, poison=False):
     """Patch conv 3->8 (16x16, stride 16) + tanh, flatten 8*G*G (G = size/16), linear -> 512."""
@@ -415,8 +428,6 @@ def write_folder(model, folder, kind, size, preprocess):
     """The transformers.js layout; written beside and renamed into place, so never half there."""
     tmp = folder + ".tmp"
     if os.path.exists(tmp):
-        import shutil
-
         shutil.rmtree(tmp)
     os.makedirs(os.path.join(tmp, "onnx"))
     fp32 = os.path.join(tmp, "onnx/vision_model.onnx")
@@ -428,15 +439,7 @@ def write_folder(model, folder, kind, size, preprocess):
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump({"model_type": "clip", "clipfn.kind": kind, "clipfn.model_id": MODEL_ID[kind],
                    "vision_config": {"image_size": size}, "projection_dim": 512}, f, indent=2)
-    if os.path.exists(folder):
-        os.rename(folder, folder + ".old")
-        os.rename(tmp, folder)
-        import shutil
-
-        shutil.rmtree(folder + ".old")
-    else:
-        os.rename(tmp, folder)
-    return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))]
+    return replace_folder(tmp, folder)
 
 
 def text_feeds(sess):
@@ -921,8 +924,6 @@ def write_json(path, value):
 
 def write_siglip_folder(kind, folder, seed, logits_in_config=True, variants=True):
     """The whole folder, written beside and renamed into place. Returns (files, params)."""
-    import shutil
-
     spec = SIGLIP_KINDS[kind]
     tokenizer, tok_config, special = siglip_tokenizer_files(spec["family"])
     vision, text, full, params = build_siglip_towers(kind, seed, tokenizer.get_vocab_size())
@@ -943,13 +944,7 @@ def write_siglip_folder(kind, folder, seed, logits_in_config=True, variants=True
     write_json(os.path.join(tmp, "special_tokens_map.json"), special)
     write_json(os.path.join(tmp, "preprocessor_config.json"), siglip_preprocessor_config(spec["size"]))
     write_json(os.path.join(tmp, "config.json"), siglip_config(kind, tokenizer.get_vocab_size(), logits_in_config))
-    if os.path.exists(folder):
-        os.rename(folder, folder + ".old")
-        os.rename(tmp, folder)
-        shutil.rmtree(folder + ".old")
-    else:
-        os.rename(tmp, folder)
-    return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))], params
+    return replace_folder(tmp, folder), params
 
 
 def check_siglip_folder(folder, kind):
