@@ -16,6 +16,8 @@
 //! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default).
 //! Writes `per_core.md` to CLIPFN_BENCH_OUT (default target/bench-report).
 
+#[path = "support/coarse_scale.rs"]
+mod coarse_scale;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -27,7 +29,7 @@ use std::{
 
 use clipfn::{
     decode::{DecodeOptions, decode},
-    preprocess::{Transform, preprocess},
+    preprocess::{Layout, Pixels, Transform, preprocess},
 };
 use common::{ServerConfig, camera_photos, gcs_env, setup_var};
 use serde_json::json;
@@ -36,13 +38,22 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// CPU seconds a process (or, for `thread-self`, this thread) has used: utime + stime.
-fn cpu_seconds(stat: &str) -> f64 {
+/// Fields of /proc/PID/stat (or, for `thread-self`, this thread's) after the command name, which
+/// may hold spaces and is closed by the last ')': field 3 of proc(5) is index 0 here.
+fn stat_fields(stat: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
-    // Fields after the command name (which may hold spaces) closed by the last ')'.
-    let fields: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / 100.0 // USER_HZ, 100 on Linux
+    text[text.rfind(')').unwrap() + 2..].split(' ').map(|f| f.parse().unwrap_or(f64::NAN)).collect()
+}
+
+/// CPU seconds used: utime + stime, in USER_HZ (100 on Linux).
+fn cpu_seconds(stat: &str) -> f64 {
+    let fields = stat_fields(stat);
+    (fields[11] + fields[12]) / 100.0
+}
+
+/// Minor page faults so far: each is a page the kernel mapped and zeroed on first touch.
+fn minor_faults(stat: &str) -> f64 {
+    stat_fields(stat)[7]
 }
 
 /// Copies of `photos` scaled to 1280 px on the long side and saved as baseline JPEGs.
@@ -63,17 +74,21 @@ fn seed_size(photos: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Photos per CPU-second of one thread decoding and preprocessing for about `seconds`.
+/// Photos per CPU-second of one thread decoding and preprocessing (resize, then normalise into a
+/// batch as the worker lays it out) for about `seconds`.
 fn decode_alone(photos: &[Vec<u8>], seconds: f64) -> f64 {
     let transform = Transform::clip(224);
     let options = DecodeOptions::for_input(transform.resize_side(), 100_000_000);
+    let mut batch = Pixels::empty(Layout::NormalizedNchw, 3 * 224 * 224);
     std::thread::scope(|s| {
-        s.spawn(|| {
+        s.spawn(move || {
             let (start, wall) = (cpu_seconds("/proc/thread-self/stat"), Instant::now());
             let mut done = 0usize;
             while wall.elapsed().as_secs_f64() < seconds || done < photos.len() {
                 let decoded = decode(&photos[done % photos.len()], &options).unwrap();
-                std::hint::black_box(preprocess(&decoded, &transform).unwrap());
+                batch.clear();
+                batch.push(&preprocess(&decoded, &transform).unwrap(), &transform);
+                std::hint::black_box(&batch);
                 done += 1;
             }
             done as f64 / (cpu_seconds("/proc/thread-self/stat") - start)
@@ -91,7 +106,7 @@ fn server_per_cpu(
     clients: usize,
     per_request: usize,
     seconds: f64,
-) -> (f64, f64) {
+) -> ServerRun {
     let server = config.env("CLIPFN_MAX_IMAGES", &per_request.to_string()).start();
     let request = |offset: usize| {
         let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
@@ -102,7 +117,7 @@ fn server_per_cpu(
     };
     request(0); // the first request of each kind of photo pays for lazy set-up; keep it out
     let stat = format!("/proc/{}/stat", server.pid());
-    let (cpu_before, started) = (cpu_seconds(&stat), Instant::now());
+    let (cpu_before, faults_before, started) = (cpu_seconds(&stat), minor_faults(&stat), Instant::now());
     let embedded: usize = std::thread::scope(|s| {
         let workers: Vec<_> = (0..clients)
             .map(|c| {
@@ -118,7 +133,21 @@ fn server_per_cpu(
         workers.into_iter().map(|w| w.join().unwrap()).sum()
     });
     let (cpu, wall) = (cpu_seconds(&stat) - cpu_before, started.elapsed().as_secs_f64());
-    (embedded as f64 / cpu, embedded as f64 / wall)
+    let faults = minor_faults(&stat) - faults_before;
+    ServerRun {
+        per_cpu_second: embedded as f64 / cpu,
+        per_second: embedded as f64 / wall,
+        faults_per_photo: faults / embedded as f64,
+    }
+}
+
+struct ServerRun {
+    /// Photos embedded per CPU-second the server used.
+    per_cpu_second: f64,
+    /// Photos embedded per second of wall time.
+    per_second: f64,
+    /// Minor page faults of the server per photo embedded.
+    faults_per_photo: f64,
 }
 
 fn main() {
@@ -148,8 +177,8 @@ fn main() {
         batch,
     )
     .unwrap();
-    writeln!(md, "| photos | store | server photos/CPU-s | decode+preprocess alone photos/CPU-s | server / alone | server images/s |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    writeln!(md, "| photos | store | server photos/CPU-s | decode+preprocess alone photos/CPU-s | server / alone | server images/s | server page faults per photo |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|").unwrap();
     for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let mean_mp = photos
@@ -172,19 +201,21 @@ fn main() {
         let stores =
             [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];
         for (store, config) in stores {
-            let (per_cpu, rate) = server_per_cpu(config, &keys, clients, per_request, seconds);
+            let run = server_per_cpu(config, &keys, clients, per_request, seconds);
+            let (per_cpu, rate, faults) = (run.per_cpu_second, run.per_second, run.faults_per_photo);
             eprintln!(
-                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {alone:.0}, {rate:.0} images/s"
+                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {alone:.0}, {rate:.0} images/s, {faults:.0} page faults/photo"
             );
             writeln!(
                 md,
-                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {alone:.0} | {:.2} | {rate:.0} |",
+                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {alone:.0} | {:.2} | {rate:.0} | {faults:.0} |",
                 photos.len(),
                 per_cpu / alone
             )
             .unwrap();
         }
     }
+    coarse_scale::write(&mut md, &coarse_scale::measure(&camera)).unwrap();
     std::fs::write(out.join("per_core.md"), &md).unwrap();
     println!("{md}");
 }

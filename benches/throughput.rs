@@ -16,7 +16,12 @@
 //! 6. backfill: `clipfn backfill` (release) over copies of the photos, photos/s from its summary;
 //! 7. cold start: the release server started, until /readyz and its first answer, 5 times, each
 //!    beside Python ONNX Runtime's session creation + warm-up runs (tools/coldstart_reference.py);
-//! 8. memory: the server's peak RSS after the seed shape (section 3) against Immich's 0.72 GB.
+//! 8. memory: the server's peak RSS after the seed shape (section 3) against Immich's 0.72 GB;
+//! 9. image towers: the SigLIP base-shaped vision tower against ViT-B/32, raw at batch 1 and 8,
+//!    with the memory each session holds (when `tools/setup.sh --bench` made it).
+//!
+//! Section 4 also gives each precision's CPU ceiling, `1 / (1/raw + decode_per_photo/cores)`, and
+//! end to end against it.
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
 //! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60),
@@ -28,6 +33,8 @@
 mod cold_start;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/towers.rs"]
+mod towers;
 
 use std::{
     fmt::Write as _,
@@ -80,7 +87,7 @@ fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> 
 
 /// The image session the bench runs raw; it also hosts the text session (one ONNX Runtime
 /// environment per process).
-fn load_image_model(settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
+fn load_image_model(runtime: Runtime, settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
     let file = ModelFile {
         data: ModelData::File(model_path.into()),
         id: "bench".into(),
@@ -88,31 +95,31 @@ fn load_image_model(settings: &Settings, model_path: &str) -> anyhow::Result<Mod
         precision: weights_of_file(model_path),
         preprocessing: None,
     };
-    Ok(Model::load(Runtime::start(&settings.model)?, &settings.model, file)?)
+    Ok(Model::load(runtime, &settings.model, file)?)
 }
 
 fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
+    BATCHES.iter().map(|&batch| raw_point(model, batch, runs)).collect()
+}
+
+/// The session alone at `batch`, median of `runs` after one run that allocates for the shape.
+fn raw_point(model: &mut Model, batch: usize, runs: usize) -> anyhow::Result<RawPoint> {
     let slot = model.info.slot_len();
-    BATCHES
-        .iter()
-        .map(|&batch| {
-            // The layout the server feeds this provider (on CUDA: uint8, normalised in the model).
-            let pixels = match model.info.input_layout {
-                Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.1f32; slot * batch]),
-                Layout::RawNhwc => Pixels::RawNhwc(vec![128u8; slot * batch]),
-            };
-            model.run(&pixels, batch)?; // first run at a new shape allocates; keep it out
-            let times: Vec<f64> = (0..runs)
-                .map(|_| {
-                    let t = Instant::now();
-                    model.run(&pixels, batch).map(|_| t.elapsed().as_secs_f64())
-                })
-                .collect::<Result<_, _>>()?;
-            let secs = median(times);
-            eprintln!("raw inference: batch {batch}: {:.1} img/s", batch as f64 / secs);
-            Ok(RawPoint { batch, images_per_s: batch as f64 / secs, ms_per_batch: secs * 1e3 })
+    // The layout the server feeds this provider (on CUDA: uint8, normalised in the model).
+    let pixels = match model.info.input_layout {
+        Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.1f32; slot * batch]),
+        Layout::RawNhwc => Pixels::RawNhwc(vec![128u8; slot * batch]),
+    };
+    model.run(&pixels, batch)?;
+    let times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            model.run(&pixels, batch).map(|_| t.elapsed().as_secs_f64())
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let secs = median(times);
+    eprintln!("raw inference: {} batch {batch}: {:.1} img/s", model.info.file, batch as f64 / secs);
+    Ok(RawPoint { batch, images_per_s: batch as f64 / secs, ms_per_batch: secs * 1e3 })
 }
 
 /// Photos/s of decode + resize + normalise on one thread, median of `runs` passes.
@@ -393,8 +400,13 @@ fn main() -> anyhow::Result<()> {
 
     // One ONNX Runtime environment per process: the image session also hosts the text session.
     let settings = bench_settings(&model, &provider)?;
-    let mut session = load_image_model(&settings, &model)?;
+    let ort_runtime = Runtime::start(&settings.model)?;
+    let mut session = load_image_model(ort_runtime.clone(), &settings, &model)?;
     let raw = raw_inference(&mut session, runs)?;
+    let towers = match setup_env_path("CLIPFN_BENCH_SIGLIP_MODEL") {
+        Some(siglip) => towers::compare(&ort_runtime, &settings, &model, &siglip, runs)?,
+        None => Vec::new(),
+    };
     let ours = preprocessing(&photos, runs)?;
     eprintln!("preprocessing: {ours:.1} photos/s on one core");
     let (pillow, pillow_draft) = pillow_baseline(&photos)?;
@@ -440,6 +452,14 @@ fn main() -> anyhow::Result<()> {
         .split(',')
         .map(|precision| precision_run(precision_server(), precision.to_string(), &keys, secs, &runtime))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Each precision's session alone at the server's batch, just after its server stopped.
+    let raw_by_precision = by_precision
+        .iter()
+        .map(|r| {
+            let mut model = load_image_model(ort_runtime.clone(), &settings, &format!("{folder}/{}", r.file))?;
+            Ok(raw_point(&mut model, server_batch, runs)?.images_per_s)
+        })
+        .collect::<anyhow::Result<Vec<f64>>>()?;
     let text = match setup_env_path("CLIPFN_BENCH_TEXT_MODEL") {
         Some(text_model) => {
             let batch_ms = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.ms_per_batch);
@@ -566,6 +586,23 @@ fn main() -> anyhow::Result<()> {
         cosines.iter().sum::<f64>() / cosines.len() as f64,
         goal(">= 0.99")
     )?;
+    let cores = std::thread::available_parallelism()?.get() as f64;
+    writeln!(
+        md,
+        "\nThe CPU ceiling at a precision is `1 / (1/raw + decode_per_photo/cores)`: raw is that file's session \
+         alone at batch {server_batch} (measured just after its server stopped), decode_per_photo is section 2's \
+         1/{ours:.1} s, and there are {cores} cores.\n"
+    )?;
+    for (r, raw) in by_precision.iter().zip(&raw_by_precision) {
+        let ceiling = 1.0 / (1.0 / raw + 1.0 / (ours * cores));
+        writeln!(
+            md,
+            "- {}: raw {raw:.1} images/s, ceiling {ceiling:.1}; end to end / ceiling = {:.1} / {ceiling:.1} = **{:.2}** (goal >= 0.9)",
+            r.precision,
+            rate(r),
+            rate(r) / ceiling
+        )?;
+    }
     match &text {
         Some(text) => text.write(&mut md)?,
         None => writeln!(md, "\n## 5. Text tower\n\nSkipped: no CLIPFN_BENCH_TEXT_MODEL (tools/setup.sh --bench).")?,
@@ -580,6 +617,10 @@ fn main() -> anyhow::Result<()> {
         backfill_rate / raw64
     )?;
     cold_start_sections(&mut md, &starts, &references, warm_up_batches, (peak_rss, peak_rss_64))?;
+    match towers.as_slice() {
+        [] => writeln!(md, "\n## 9. Image towers\n\nSkipped: no CLIPFN_BENCH_SIGLIP_MODEL (tools/setup.sh --bench).")?,
+        towers => towers::write(&mut md, towers)?,
+    }
     writeln!(md, "\nChart: throughput.svg (images/s and ms per batch by batch size, raw inference).")?;
     std::fs::write(out.join("report.md"), &md)?;
     chart(&raw, &out.join("throughput.svg"))?;

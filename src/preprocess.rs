@@ -145,12 +145,14 @@ fn normalize_into(square: &RgbImage, transform: &Transform, slot: &mut [f32]) {
     let plane = (square.width() * square.height()) as usize;
     let (r, rest) = slot.split_at_mut(plane);
     let (g, b) = rest.split_at_mut(plane);
-    // Folding rescale, -mean and /std into one multiply-add per value.
+    // Folding rescale, -mean and /std into one multiply and one add per value. Not `mul_add`:
+    // without the `fma` target feature that is a call to a software fmaf per value, which took
+    // 3% of the server's CPU time with inference free (docs/design.md, "Where a photo's CPU time goes").
     let (scale, offset) = transform.scale_and_offset();
     for (i, px) in square.as_raw().chunks_exact(3).enumerate() {
-        r[i] = f32::from(px[0]).mul_add(scale[0], offset[0]);
-        g[i] = f32::from(px[1]).mul_add(scale[1], offset[1]);
-        b[i] = f32::from(px[2]).mul_add(scale[2], offset[2]);
+        r[i] = f32::from(px[0]) * scale[0] + offset[0];
+        g[i] = f32::from(px[1]) * scale[1] + offset[1];
+        b[i] = f32::from(px[2]) * scale[2] + offset[2];
     }
 }
 

@@ -39,6 +39,40 @@ fn embeddings_match_the_pillow_reference() {
     }
 }
 
+/// Photos just under a DCT step (a short side of 860: 215 at 1/4; 430: 215 at 1/2) decode at the
+/// coarser step and are enlarged a little; they must still match the reference (full decode) as
+/// the decode gate asks: mean cosine >= 0.995, each >= 0.985.
+#[test]
+#[cfg(feature = "jpeg-turbo")]
+fn photos_just_under_a_scale_step_match_the_reference() {
+    use clipfn::decode::{DecodeOptions, decode};
+    let dir = tempfile::tempdir().unwrap();
+    let mut photos = Vec::new();
+    for (short, step) in [(860, 4), (430, 2)] {
+        for photo in camera_photos(4) {
+            let image = image::open(&photo).unwrap().to_rgb8();
+            let (w, h) = image.dimensions();
+            let (w, h) = ((w * short).div_ceil(w.min(h)), (h * short).div_ceil(w.min(h)));
+            let path = dir.path().join(format!("{short}-{}", file_name(&photo)));
+            image::imageops::resize(&image, w, h, image::imageops::FilterType::Lanczos3).save(&path).unwrap();
+            let decoded = decode(&std::fs::read(&path).unwrap(), &DecodeOptions::for_input(224, u64::MAX)).unwrap();
+            assert_eq!(decoded.scale_denom, step, "{}: {w}x{h} decodes at the coarser step", path.display());
+            photos.push(path);
+        }
+    }
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).start();
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.embed(&keys);
+    assert_eq!(status, 200, "{body}");
+    let reference = reference_embeddings(&setup_var("CLIPFN_TEST_MODEL"), &photos);
+    let cosines: Vec<f32> =
+        photos.iter().enumerate().map(|(i, photo)| cosine(&item(&body, i).unwrap(), &reference[photo])).collect();
+    let mean = cosines.iter().sum::<f32>() / cosines.len() as f32;
+    assert!(mean >= 0.995, "mean cosine {mean} against the reference: {cosines:?}");
+    assert!(cosines.iter().all(|&c| c >= 0.985), "a photo under 0.985: {cosines:?}");
+}
+
 #[test]
 fn the_test_model_sees_layout() {
     // Without this, agreeing orientations could mean a model blind to rotation.

@@ -55,7 +55,8 @@ pub struct DecodeOptions {
     /// Most pixels (width x height, at full size) a photo may have; checked from the header.
     pub max_pixels: u64,
     /// The short side the caller will resize to. A JPEG then decodes at the smallest DCT scale
-    /// (1/8, 1/4, 1/2) whose short side is still at least this. `None` decodes at full size.
+    /// (1/8, 1/4, 1/2) whose short side is still at least 90% of this (`jpeg::scale_denom`).
+    /// `None` decodes at full size.
     pub target_short_side: Option<u32>,
 }
 

@@ -105,7 +105,9 @@ impl ModelInfo {
     }
 }
 
-/// The process's ONNX Runtime and the execution provider chosen for it.
+/// The process's ONNX Runtime and the execution provider chosen for it. ONNX Runtime allows one
+/// environment per process; a clone shares it, for a process that loads several models (the bench).
+#[derive(Clone)]
 pub struct Runtime {
     environment: Environment,
     device: Device,

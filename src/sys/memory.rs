@@ -1,4 +1,4 @@
-//! How freed memory goes back to the system: large blocks at once, the rest after batches.
+//! How freed memory goes back to the system: large blocks at once, the rest once the worker idles.
 //!
 //! ONNX Runtime allocates through glibc's malloc: the parsed weights while it builds the session,
 //! then a batch's activations on every run (about 200 MB for ViT-B/32 at batch 64). glibc gives a
@@ -9,45 +9,40 @@
 //! 1 MiB or more in its own mapping: on ViT-B/32 at batch 64 the peak RSS went from 0.82 to
 //! 0.64 GB and the resident set after warm-up from 0.60 to 0.38 GB (docs/design.md).
 //!
-//! Smaller blocks (compressed photos, queued squares, small batches' tensors) still come and go
-//! on the heaps of several threads, and glibc hands back only a heap's free top, so the holes
-//! freed between them stay resident: 50-75 MB after a burst on 2 cores. Trimming after a batch
-//! gives those holes back while the next batch is being assembled.
+//! Fixing the mmap threshold also fixes the trim threshold at glibc's default of 128 KiB: every
+//! free that leaves more than that at the top of a heap hands it back, and the next photo's
+//! buffers fault it in again, zeroed by the kernel. With inference free, that and a trim every
+//! 100 ms cost 220 page faults per seed-size photo and about 15% of the server's CPU time
+//! (docs/design.md, "Where a photo's CPU time goes"). So frees never trim; the heaps keep what a
+//! burst of photos needs, and [`return_free_memory`] gives it all back once the worker has had
+//! nothing to do for [`IDLE_BEFORE_TRIM`] (50-75 MB after a burst on 2 cores).
 
-/// Fixes glibc's mmap threshold at 1 MiB. Call first thing in `main`, before other threads exist.
+use std::time::Duration;
+
+/// How long the worker waits with nothing queued before it trims. Within a burst a batch follows
+/// the last within milliseconds; a second of nothing means the burst is over.
+pub const IDLE_BEFORE_TRIM: Duration = Duration::from_secs(1);
+
+/// The heaps' free tops stay resident below this (glibc's heaps are at most 64 MiB each): only
+/// [`return_free_memory`] trims them.
+const TRIM_THRESHOLD: i32 = 64 << 20;
+
+/// Fixes glibc's mmap threshold at 1 MiB, and its trim threshold above any heap's size. Call
+/// first thing in `main`, before other threads exist.
 pub fn return_large_blocks_to_the_system() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes the allocator's parameters, before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     }
 }
 
-/// Gives free heap memory back to the system (`malloc_trim`), at most every `MIN_TRIM_INTERVAL`:
-/// a trim walks every heap. After each CPU batch (over 100 ms) that left images/s unchanged;
-/// after each GPU batch (about 10 ms) it would be a cost worth avoiding.
-pub struct Trimmer {
-    last: std::time::Instant,
-}
-
-const MIN_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
-
-impl Default for Trimmer {
-    fn default() -> Self {
-        Trimmer { last: std::time::Instant::now() }
-    }
-}
-
-impl Trimmer {
-    pub fn after_batch(&mut self) {
-        if self.last.elapsed() < MIN_TRIM_INTERVAL {
-            return;
-        }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only returns free pages to the system; it is thread-safe.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-        self.last = std::time::Instant::now();
+/// Gives the heaps' free memory back to the system (`malloc_trim`, which walks every heap).
+pub fn return_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages to the system; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

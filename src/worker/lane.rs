@@ -87,8 +87,13 @@ impl<T: Tower> Lane for TowerLane<T> {
 /// Takes the next batch from the first lane, in `lanes`' order, that has a job queued, waiting
 /// for one when none has; returns that lane and the batch's size, or `None` once every queue is
 /// closed and served to its end. A job queued on an earlier lane waits at most for the batch being
-/// taken or run, never behind a backlog on a later lane.
-pub(super) fn next_batch(lanes: &mut [Box<dyn Lane>], batch_wait: Duration) -> Option<(usize, usize)> {
+/// taken or run, never behind a backlog on a later lane. A wait that lasts `idle.0` calls `idle.1`
+/// once, then goes on waiting.
+pub(super) fn next_batch(
+    lanes: &mut [Box<dyn Lane>],
+    batch_wait: Duration,
+    idle: (Duration, fn()),
+) -> Option<(usize, usize)> {
     loop {
         let mut open = Vec::with_capacity(lanes.len());
         for (index, lane) in lanes.iter_mut().enumerate() {
@@ -106,6 +111,9 @@ pub(super) fn next_batch(lanes: &mut [Box<dyn Lane>], batch_wait: Duration) -> O
         for &index in &open {
             lanes[index].watch(&mut select);
         }
-        select.ready();
+        if select.ready_timeout(idle.0).is_err() {
+            (idle.1)();
+            select.ready();
+        }
     }
 }
