@@ -6,8 +6,12 @@
 //! - **the server**: photos embedded per CPU-second the server process used (utime + stime from
 //!   /proc/PID/stat, not wall time x cores), under a closed loop of clients, with the photos in a
 //!   file store and in the GCS emulator;
-//! - **decode + preprocess alone**: photos per CPU-second of one thread doing only that, on the
-//!   same photos: the ceiling the server's figure is compared with.
+//! - **decode + preprocess alone**: photos per CPU-second of one thread doing only that (decode,
+//!   resize, normalise into a batch), on the same photos, and of one such thread per CPU at once:
+//!   the ceilings the server's figure is compared with, each measured just before and just after
+//!   the server run;
+//! - the server's minor page faults per photo;
+//! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs).
 //!
 //! Photo sets: the real camera photos (Debian wallpapers), and "seed-size" copies of them (the
 //! album app's uploads: 1280 px on the long side, baseline JPEG, about 1 MP).
@@ -58,44 +62,51 @@ fn minor_faults(stat: &str) -> f64 {
 
 /// Copies of `photos` scaled to 1280 px on the long side and saved as baseline JPEGs.
 fn seed_size(photos: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
-    photos
-        .iter()
-        .map(|photo| {
-            let image = image::open(photo).unwrap().to_rgb8();
-            let (w, h) = image.dimensions();
-            let scale = 1280.0 / w.max(h) as f32;
-            let (w, h) = ((w as f32 * scale).round() as u32, (h as f32 * scale).round() as u32);
-            let small = image::imageops::resize(&image, w, h, image::imageops::FilterType::Triangle);
-            let path = dir.join(photo.file_name().unwrap());
-            let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-            image::codecs::jpeg::JpegEncoder::new_with_quality(file, 88).encode_image(&small).unwrap();
-            path
-        })
-        .collect()
+    let long_side_1280 = |w: u32, h: u32| {
+        let scale = 1280.0 / w.max(h) as f32;
+        ((w as f32 * scale).round() as u32, (h as f32 * scale).round() as u32)
+    };
+    common::resized_jpegs(photos, dir, "", 88, long_side_1280)
 }
 
-/// Photos per CPU-second of one thread decoding and preprocessing (resize, then normalise into a
-/// batch as the worker lays it out) for about `seconds`.
-fn decode_alone(photos: &[Vec<u8>], seconds: f64) -> f64 {
+/// Photos per CPU-second of `threads` threads at once, each decoding and preprocessing (resize,
+/// then normalise into a batch as the worker lays it out) for about `seconds`: with one thread,
+/// the issue's "per core" ceiling; with one per core, the same work with the cores' shared caches,
+/// memory bandwidth and clock under full load, as the server has them.
+fn decode_alone(photos: &[Vec<u8>], seconds: f64, threads: usize) -> f64 {
     let transform = Transform::clip(224);
     let options = DecodeOptions::for_input(transform.resize_side(), 100_000_000);
-    let mut batch = Pixels::empty(Layout::NormalizedNchw, 3 * 224 * 224);
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            let (start, wall) = (cpu_seconds("/proc/thread-self/stat"), Instant::now());
-            let mut done = 0usize;
-            while wall.elapsed().as_secs_f64() < seconds || done < photos.len() {
-                let decoded = decode(&photos[done % photos.len()], &options).unwrap();
-                batch.clear();
-                batch.push(&preprocess(&decoded, &transform).unwrap(), &transform);
-                std::hint::black_box(&batch);
-                done += 1;
-            }
-            done as f64 / (cpu_seconds("/proc/thread-self/stat") - start)
-        })
-        .join()
-        .unwrap()
-    })
+    let per_thread: Vec<(usize, f64)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let transform = &transform;
+                s.spawn(move || {
+                    let mut batch = Pixels::empty(Layout::NormalizedNchw, 3 * 224 * 224);
+                    let (start, wall) = (cpu_seconds("/proc/thread-self/stat"), Instant::now());
+                    let mut done = 0usize;
+                    while wall.elapsed().as_secs_f64() < seconds || done < photos.len() {
+                        let decoded = decode(&photos[(t * 7 + done) % photos.len()], &options).unwrap();
+                        batch.clear();
+                        batch.push(&preprocess(&decoded, transform).unwrap(), transform);
+                        std::hint::black_box(&batch);
+                        done += 1;
+                    }
+                    (done, cpu_seconds("/proc/thread-self/stat") - start)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let (done, cpu) = per_thread.iter().fold((0, 0.0), |(n, c), (d, t)| (n + d, c + t));
+    done as f64 / cpu
+}
+
+/// [`decode_alone`] before and after `between` runs, averaged, so that drift in the machine's
+/// speed over the server runs falls on both sides of the ratio alike.
+fn decode_alone_around<T>(photos: &[Vec<u8>], seconds: f64, threads: usize, between: impl FnOnce() -> T) -> (f64, T) {
+    let before = decode_alone(photos, seconds, threads);
+    let result = between();
+    ((before + decode_alone(photos, seconds, threads)) / 2.0, result)
 }
 
 /// Photos per CPU-second of the server under a closed loop of `clients` for `seconds`, and its
@@ -171,14 +182,21 @@ fn main() {
         md,
         "# Per-core capacity with inference free\n\nMachine: {} CPUs. Model: the test model (about 2 MFLOP per \
          photo). Closed loop: {clients} clients x {per_request} photos per request, {seconds} s per server run. \
-         Server batch: {}. Figures are photos per CPU-second (the server's utime + stime; one thread's for \
-         decode + preprocess alone).\n",
+         Server batch: {}. Figures are photos per CPU-second: the server's utime + stime; for decode + \
+         preprocess alone, one thread's, and that of one thread per CPU running at once (the cores' shared \
+         caches, memory bandwidth and clock under full load, as the server has them). Each alone figure is the \
+         mean of a run just before and one just after its server run.\n",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         batch,
     )
     .unwrap();
-    writeln!(md, "| photos | store | server photos/CPU-s | decode+preprocess alone photos/CPU-s | server / alone | server images/s | server page faults per photo |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|---|").unwrap();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    writeln!(
+        md,
+        "| photos | store | server photos/CPU-s | alone, 1 thread | server / alone | alone, {cpus} threads at once | server / that | server images/s | server page faults per photo |"
+    )
+    .unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|").unwrap();
     for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let mean_mp = photos
@@ -186,7 +204,6 @@ fn main() {
             .map(|p| image::image_dimensions(p).map(|(w, h)| f64::from(w * h) / 1e6).unwrap())
             .sum::<f64>()
             / photos.len() as f64;
-        let alone = decode_alone(&bytes, seconds / 2.0);
         let data = tempfile::tempdir().unwrap();
         let bucket = data.path().join("photos");
         std::fs::create_dir_all(&bucket).unwrap();
@@ -201,16 +218,21 @@ fn main() {
         let stores =
             [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];
         for (store, config) in stores {
-            let run = server_per_cpu(config, &keys, clients, per_request, seconds);
+            let (one, (all, run)) = decode_alone_around(&bytes, seconds / 4.0, 1, || {
+                decode_alone_around(&bytes, seconds / 4.0, cpus, || {
+                    server_per_cpu(config, &keys, clients, per_request, seconds)
+                })
+            });
             let (per_cpu, rate, faults) = (run.per_cpu_second, run.per_second, run.faults_per_photo);
             eprintln!(
-                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {alone:.0}, {rate:.0} images/s, {faults:.0} page faults/photo"
+                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {one:.0} (1 thread), {all:.0} ({cpus} threads), {rate:.0} images/s, {faults:.0} page faults/photo"
             );
             writeln!(
                 md,
-                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {alone:.0} | {:.2} | {rate:.0} | {faults:.0} |",
+                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {one:.0} | {:.2} | {all:.0} | {:.2} | {rate:.0} | {faults:.0} |",
                 photos.len(),
-                per_cpu / alone
+                per_cpu / one,
+                per_cpu / all
             )
             .unwrap();
         }

@@ -5,7 +5,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{ServerConfig, camera_photos, cosine, file_name, item, reference_embeddings, setup_var, store_named};
+use common::{
+    ServerConfig, camera_photos, cosine, file_name, item, reference_embeddings, resized_jpegs, setup_var, store_named,
+};
 use serde_json::json;
 
 #[test]
@@ -49,14 +51,10 @@ fn photos_just_under_a_scale_step_match_the_reference() {
     let dir = tempfile::tempdir().unwrap();
     let mut photos = Vec::new();
     for (short, step) in [(860, 4), (430, 2)] {
-        for photo in camera_photos(4) {
-            let image = image::open(&photo).unwrap().to_rgb8();
-            let (w, h) = image.dimensions();
-            let (w, h) = ((w * short).div_ceil(w.min(h)), (h * short).div_ceil(w.min(h)));
-            let path = dir.path().join(format!("{short}-{}", file_name(&photo)));
-            image::imageops::resize(&image, w, h, image::imageops::FilterType::Lanczos3).save(&path).unwrap();
+        let to_short = |w: u32, h: u32| ((w * short).div_ceil(w.min(h)), (h * short).div_ceil(w.min(h)));
+        for path in resized_jpegs(&camera_photos(4), dir.path(), &format!("{short}-"), 90, to_short) {
             let decoded = decode(&std::fs::read(&path).unwrap(), &DecodeOptions::for_input(224, u64::MAX)).unwrap();
-            assert_eq!(decoded.scale_denom, step, "{}: {w}x{h} decodes at the coarser step", path.display());
+            assert_eq!(decoded.scale_denom, step, "{} decodes at the coarser step", path.display());
             photos.push(path);
         }
     }

@@ -5,11 +5,7 @@
 //! photos, and the decode + preprocess time the coarser step saves on one thread. The decoder takes
 //! the coarser step down to 90% of 224 (`decode::jpeg::scale_denom`); this is the evidence.
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{fmt::Write as _, path::PathBuf, time::Instant};
 
 use clipfn::{
     decode::{DecodeOptions, decode},
@@ -18,7 +14,7 @@ use clipfn::{
     settings::Settings,
 };
 
-use crate::common::{cosine, reference_embeddings, setup_var};
+use crate::common::{cosine, reference_embeddings, resized_jpegs, setup_var};
 
 const SIDE: u32 = 224;
 
@@ -40,24 +36,6 @@ pub struct Band {
     ms: (f64, f64),
     /// Cosine to the reference embedding: (finer mean, finer min, coarser mean, coarser min).
     cosines: (f64, f64, f64, f64),
-}
-
-/// Copies of `photos` scaled so that their short side is `short`, as baseline JPEGs (quality 90).
-fn scaled_copies(photos: &[PathBuf], short: u32, dir: &Path) -> Vec<PathBuf> {
-    photos
-        .iter()
-        .map(|photo| {
-            let image = image::open(photo).unwrap().to_rgb8();
-            let (w, h) = image.dimensions();
-            let scale = f64::from(short) / f64::from(w.min(h));
-            let (w, h) = ((f64::from(w) * scale).round() as u32, (f64::from(h) * scale).round() as u32);
-            let small = image::imageops::resize(&image, w, h, image::imageops::FilterType::Lanczos3);
-            let path = dir.join(format!("{short}-{}", photo.file_name().unwrap().to_string_lossy()));
-            let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-            image::codecs::jpeg::JpegEncoder::new_with_quality(file, 90).encode_image(&small).unwrap();
-            path
-        })
-        .collect()
 }
 
 /// Embeddings of `photos` through clipfn's decode at `target` and its preprocessing, one by one.
@@ -118,7 +96,8 @@ pub fn measure(camera: &[PathBuf]) -> Vec<Band> {
     BANDS
         .iter()
         .map(|&short| {
-            let paths = scaled_copies(camera, short, dir.path());
+            let to_short = |w: u32, h: u32| ((w * short).div_ceil(w.min(h)), (h * short).div_ceil(w.min(h)));
+            let paths = resized_jpegs(camera, dir.path(), &format!("{short}-"), 90, to_short);
             let reference = reference_embeddings(&model_path, &paths);
             let bytes: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
             let to_reference = |embeddings: Vec<Vec<f32>>| -> Vec<f64> {

@@ -323,6 +323,29 @@ pub fn camera_photos(n: usize) -> Vec<PathBuf> {
     photos
 }
 
+/// Copies of `photos` resized to `size(width, height)` (Lanczos) and saved in `dir` as baseline
+/// JPEGs at `quality`, named `{prefix}{file name}`.
+pub fn resized_jpegs(
+    photos: &[PathBuf],
+    dir: &Path,
+    prefix: &str,
+    quality: u8,
+    size: impl Fn(u32, u32) -> (u32, u32),
+) -> Vec<PathBuf> {
+    photos
+        .iter()
+        .map(|photo| {
+            let image = image::open(photo).unwrap_or_else(|e| panic!("{}: {e}", photo.display())).to_rgb8();
+            let (w, h) = size(image.width(), image.height());
+            let resized = image::imageops::resize(&image, w, h, image::imageops::FilterType::Lanczos3);
+            let path = dir.join(format!("{prefix}{}", photo.file_name().unwrap().to_string_lossy()));
+            let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+            image::codecs::jpeg::JpegEncoder::new_with_quality(file, quality).encode_image(&resized).unwrap();
+            path
+        })
+        .collect()
+}
+
 /// Reference embeddings from Pillow preprocessing + Python onnxruntime (tools/reference.py).
 pub fn reference_embeddings(model: &str, photos: &[PathBuf]) -> HashMap<PathBuf, Vec<f32>> {
     reference_embeddings_with(model, &[], photos)
