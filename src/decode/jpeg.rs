@@ -116,7 +116,7 @@ fn open(bytes: &[u8], options: &DecodeOptions) -> Result<(Handle, u32, u32), Dec
 /// otherwise decode at twice the size (1/2, not 1/4) for a 5% upscale's worth of detail. Against
 /// CLIP's reference (full decode) on copies of the camera photos at 806-860 and 430 px, the coarser
 /// step kept the cosine at 0.998 mean, 0.993 worst (0.9999 before), inside the decode gate of 0.995
-/// and 0.985, and took 17-39% off decode + preprocess (`cargo bench --bench per_core`). At 80% the
+/// and 0.985, and took 17-30% off decode + preprocess (`cargo bench --bench per_core`). At 80% the
 /// worst photo fell to 0.989.
 pub fn scale_denom(width: u32, height: u32, target: Option<u32>) -> u32 {
     let Some(target) = target else { return 1 };
