@@ -13,22 +13,30 @@
 //! free that leaves more than that at the top of a heap hands it back, and the next photo's
 //! buffers fault it in again, zeroed by the kernel. With inference free, that and a trim every
 //! 100 ms cost 220 page faults per seed-size photo and about 15% of the server's CPU time
-//! (docs/design.md, "Where a photo's CPU time goes"). So frees never trim; the heaps keep what a
-//! burst of photos needs, and [`return_free_memory`] gives it all back once the worker has had
-//! nothing to do for [`IDLE_BEFORE_TRIM`] (50-75 MB after a burst on 2 cores).
+//! (docs/design.md, "Where a photo's CPU time goes"). So a heap keeps up to [`TRIM_THRESHOLD`] free
+//! at its top, a few photos' buffers (a block over 1 MiB has its own mapping anyway), and the
+//! [`Trimmer`] gives the rest back (50-75 MB after a burst on 2 cores) at most once a second
+//! while batches run, and once the worker has had nothing to do for [`IDLE_BEFORE_TRIM`]. The
+//! threshold must stay small:
+//! `malloc_trim` never shrinks the top of a thread's heap (only the main heap's), so what a free
+//! leaves there stays resident; at 64 MiB that held 35-45 MiB more after a batch-64 burst.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the worker waits with nothing queued before it trims. Within a burst a batch follows
 /// the last within milliseconds; a second of nothing means the burst is over.
 pub const IDLE_BEFORE_TRIM: Duration = Duration::from_secs(1);
 
-/// The heaps' free tops stay resident below this (glibc's heaps are at most 64 MiB each): only
-/// [`return_free_memory`] trims them.
-const TRIM_THRESHOLD: i32 = 64 << 20;
+/// The least time between trims while batches run. Every 100 ms (a CPU batch) that cost about 95
+/// page faults per seed-size photo with inference free; not trimming during a burst at all left
+/// the closed loop's batch-64 peak RSS 35 MiB higher.
+const MIN_TRIM_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Fixes glibc's mmap threshold at 1 MiB, and its trim threshold above any heap's size. Call
-/// first thing in `main`, before other threads exist.
+/// Free memory a heap keeps at its top before a free hands it back.
+const TRIM_THRESHOLD: i32 = 2 << 20;
+
+/// Fixes glibc's mmap threshold at 1 MiB and its trim threshold at [`TRIM_THRESHOLD`]. Call first
+/// thing in `main`, before other threads exist.
 pub fn return_large_blocks_to_the_system() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes the allocator's parameters, before any other thread exists.
@@ -38,11 +46,37 @@ pub fn return_large_blocks_to_the_system() {
     }
 }
 
-/// Gives the heaps' free memory back to the system (`malloc_trim`, which walks every heap).
-pub fn return_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages to the system; it is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
+/// When the model worker gives the heaps' free memory back to the system (`malloc_trim`, which
+/// walks every heap: free chunks anywhere, and the main heap's top).
+pub struct Trimmer {
+    last: Instant,
+}
+
+impl Default for Trimmer {
+    fn default() -> Self {
+        Trimmer { last: Instant::now() }
+    }
+}
+
+impl Trimmer {
+    /// After a batch: trims if the last trim is [`MIN_TRIM_INTERVAL`] old.
+    pub fn after_batch(&mut self) {
+        if self.last.elapsed() >= MIN_TRIM_INTERVAL {
+            self.trim();
+        }
+    }
+
+    /// The worker has idled for [`IDLE_BEFORE_TRIM`]: the burst is over.
+    pub fn idle(&mut self) {
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free pages to the system; it is thread-safe.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        self.last = Instant::now();
     }
 }

@@ -92,7 +92,7 @@ impl<T: Tower> Lane for TowerLane<T> {
 pub(super) fn next_batch(
     lanes: &mut [Box<dyn Lane>],
     batch_wait: Duration,
-    idle: (Duration, fn()),
+    idle: (Duration, &mut dyn FnMut()),
 ) -> Option<(usize, usize)> {
     loop {
         let mut open = Vec::with_capacity(lanes.len());

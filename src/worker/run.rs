@@ -18,7 +18,10 @@ use super::{
 use crate::{
     model::{Input, ModelError, Tower},
     observe::metrics::{BatchFailure, Metrics},
-    sys::{memory, panics},
+    sys::{
+        memory::{IDLE_BEFORE_TRIM, Trimmer},
+        panics,
+    },
 };
 
 /// What every lane's batches share on the worker thread.
@@ -26,15 +29,17 @@ pub(super) struct Worker<'a> {
     metrics: &'a Metrics,
     health: &'a Health,
     batch_id: u64,
+    trimmer: Trimmer,
 }
 
 /// Serves `lanes`, in their order, until every queue is closed (the Batcher was dropped at
 /// shutdown) and what was queued is served.
 pub(super) fn run_worker(mut lanes: Vec<Box<dyn Lane>>, batch_wait: Duration, metrics: &Metrics, health: &Health) {
-    let mut worker = Worker { metrics, health, batch_id: 0 };
+    let mut worker = Worker { metrics, health, batch_id: 0, trimmer: Trimmer::default() };
     // Once a burst is over, the memory its photos and batches took goes back to the system.
-    let idle = (memory::IDLE_BEFORE_TRIM, memory::return_free_memory as fn());
-    while let Some((lane, _size)) = next_batch(&mut lanes, batch_wait, idle) {
+    loop {
+        let idle: (_, &mut dyn FnMut()) = (IDLE_BEFORE_TRIM, &mut || worker.trimmer.idle());
+        let Some((lane, _size)) = next_batch(&mut lanes, batch_wait, idle) else { break };
         lanes[lane].serve(&mut worker);
     }
     tracing::debug!("model worker stopped");
@@ -76,6 +81,8 @@ impl Worker<'_> {
         for (job, result) in batch.into_iter().zip(results) {
             let _ = job.reply.send(result.map(|embedding| Embedded { embedding, started, finished }));
         }
+        // The batch's tensors and inputs are gone now: within a long burst, let their memory go.
+        self.trimmer.after_batch();
     }
 
     /// One result per job. A failed batch is told apart: a broken tower fails every job and the

@@ -85,12 +85,11 @@ fn job<I>(input: I) -> (Job<I>, oneshot::Receiver<Result<Embedded, BatchError>>)
     (Job { input, reply, queue_span: Span::none(), request_span: Span::none() }, waiting)
 }
 
-/// An idle wait that never comes within a test.
-const NEVER_IDLE: (Duration, fn()) = (Duration::from_secs(3600), || {});
+/// An idle spell longer than any test.
+const HOUR: Duration = Duration::from_secs(3600);
 
 #[test]
 fn an_idle_wait_returns_memory_once_then_serves_the_next_job() {
-    static IDLE_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let (images, image_lane) = lane::open(FakeModel::new(4, SIDE).0);
     let mut lanes = vec![image_lane];
     let sender = thread::spawn(move || {
@@ -99,13 +98,14 @@ fn an_idle_wait_returns_memory_once_then_serves_the_next_job() {
         images.send(job).unwrap();
         rx
     });
-    let idle = (Duration::from_millis(50), (|| _ = IDLE_CALLS.fetch_add(1, Ordering::SeqCst)) as fn());
-    let (_, size) = next_batch(&mut lanes, Duration::ZERO, idle).unwrap();
+    let mut idle_calls = 0;
+    let idle = Duration::from_millis(50);
+    let (_, size) = next_batch(&mut lanes, Duration::ZERO, (idle, &mut || idle_calls += 1)).unwrap();
     assert_eq!(size, 1, "the job that came after the idle spell");
-    assert_eq!(IDLE_CALLS.load(Ordering::SeqCst), 1, "one trim per idle spell, however long");
+    assert_eq!(idle_calls, 1, "one trim per idle spell, however long");
     let _rx = sender.join().unwrap();
-    assert_eq!(next_batch(&mut lanes, Duration::ZERO, idle), None, "the sender is gone");
-    assert_eq!(IDLE_CALLS.load(Ordering::SeqCst), 1, "a queue with work, or closed, is no idle spell");
+    assert_eq!(next_batch(&mut lanes, Duration::ZERO, (idle, &mut || idle_calls += 1)), None, "the sender is gone");
+    assert_eq!(idle_calls, 1, "a queue with work, or closed, is no idle spell");
 }
 
 #[test]
@@ -124,14 +124,18 @@ fn a_text_goes_before_queued_photos() {
     let (query, _rx) = job(Tokens { ids: vec![49406, 49407] });
     texts.send(query).unwrap();
 
-    let (lane, size) = next_batch(&mut lanes, Duration::ZERO, NEVER_IDLE).unwrap();
+    let (lane, size) = next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).unwrap();
     assert!(size == 1 && lane == text, "the query runs first, alone");
-    let (lane, size) = next_batch(&mut lanes, Duration::ZERO, NEVER_IDLE).unwrap();
+    let (lane, size) = next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).unwrap();
     assert_eq!(size, 4, "then photos, in batches of the batch size");
     assert_eq!(lane, image);
     drop((images, texts));
-    assert_eq!(next_batch(&mut lanes, Duration::ZERO, NEVER_IDLE).map(|(_, size)| size), Some(1), "the last photo");
-    assert!(next_batch(&mut lanes, Duration::ZERO, NEVER_IDLE).is_none(), "then the worker stops");
+    assert_eq!(
+        next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).map(|(_, size)| size),
+        Some(1),
+        "the last photo"
+    );
+    assert!(next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).is_none(), "then the worker stops");
 }
 
 #[test]
