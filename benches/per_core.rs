@@ -8,16 +8,22 @@
 //!   file store and in the GCS emulator;
 //! - **decode + preprocess alone**: photos per CPU-second of one thread doing only that (decode,
 //!   resize, normalise into a batch), on the same photos, and of one such thread per CPU at once:
-//!   the ceilings the server's figure is compared with, each measured just before and just after
-//!   the server run;
+//!   the ceilings the server's figure is compared with;
+//! - **inference alone**: photos per CPU-second of the test model at the server's batch, on a
+//!   session set up as the server's, since "nearly free" is not free: the ceiling with it is
+//!   `1 / (1/decode + 1/inference)`;
 //! - the server's minor page faults per photo;
 //! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs).
+//!
+//! The alone runs take turns with the server's phases (`measure`), so that the machine's drift in
+//! speed falls on both sides of each ratio.
 //!
 //! Photo sets: the real camera photos (Debian wallpapers), and "seed-size" copies of them (the
 //! album app's uploads: 1280 px on the long side, baseline JPEG, about 1 MP).
 //!
-//! Knobs: CLIPFN_BENCH_SECONDS (20 per server run), CLIPFN_BENCH_CLIENTS (4),
-//! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default).
+//! Knobs: CLIPFN_BENCH_SECONDS (20 of server phases per row), CLIPFN_BENCH_CLIENTS (4),
+//! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default),
+//! CLIPFN_BENCH_SERVER_ENV (more server settings, `NAME=value,NAME=value`).
 //! Writes `per_core.md` to CLIPFN_BENCH_OUT (default target/bench-report).
 
 #[path = "support/coarse_scale.rs"]
@@ -33,9 +39,11 @@ use std::{
 
 use clipfn::{
     decode::{DecodeOptions, decode},
+    model::{Model, ModelData, ModelFile, Runtime},
     preprocess::{Layout, Pixels, Transform, preprocess},
+    settings::Settings,
 };
-use common::{ServerConfig, camera_photos, gcs_env, setup_var};
+use common::{Server, ServerConfig, camera_photos, gcs_env, setup_var};
 use serde_json::json;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -69,14 +77,32 @@ fn seed_size(photos: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
     common::resized_jpegs(photos, dir, "", 88, long_side_1280)
 }
 
-/// Photos per CPU-second of `threads` threads at once, each decoding and preprocessing (resize,
-/// then normalise into a batch as the worker lays it out) for about `seconds`: with one thread,
-/// the issue's "per core" ceiling; with one per core, the same work with the cores' shared caches,
-/// memory bandwidth and clock under full load, as the server has them.
-fn decode_alone(photos: &[Vec<u8>], seconds: f64, threads: usize) -> f64 {
+/// Photos done and the CPU-seconds they took, summed over a side's phases.
+#[derive(Clone, Copy, Default)]
+struct Work {
+    photos: f64,
+    cpu: f64,
+}
+
+impl Work {
+    fn add(&mut self, other: Work) {
+        (self.photos, self.cpu) = (self.photos + other.photos, self.cpu + other.cpu);
+    }
+
+    fn per_cpu_second(&self) -> f64 {
+        self.photos / self.cpu
+    }
+}
+
+/// `threads` threads at once, each decoding and preprocessing (resize, then normalise into a
+/// batch as the worker lays it out) for about `seconds`, every photo at least once: with one
+/// thread, the issue's "per core" ceiling; with one per core, the same work with the cores' shared
+/// caches, memory bandwidth and clock under full load, as the server has them.
+fn decode_alone(photos: &[Vec<u8>], seconds: f64, threads: usize) -> Work {
     let transform = Transform::clip(224);
     let options = DecodeOptions::for_input(transform.resize_side(), 100_000_000);
-    let per_thread: Vec<(usize, f64)> = std::thread::scope(|s| {
+    let mut work = Work::default();
+    std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let transform = &transform;
@@ -91,42 +117,32 @@ fn decode_alone(photos: &[Vec<u8>], seconds: f64, threads: usize) -> f64 {
                         std::hint::black_box(&batch);
                         done += 1;
                     }
-                    (done, cpu_seconds("/proc/thread-self/stat") - start)
+                    Work { photos: done as f64, cpu: cpu_seconds("/proc/thread-self/stat") - start }
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
+        workers.into_iter().for_each(|w| work.add(w.join().unwrap()));
     });
-    let (done, cpu) = per_thread.iter().fold((0, 0.0), |(n, c), (d, t)| (n + d, c + t));
-    done as f64 / cpu
+    work
 }
 
-/// [`decode_alone`] before and after `between` runs, averaged, so that drift in the machine's
-/// speed over the server runs falls on both sides of the ratio alike.
-fn decode_alone_around<T>(photos: &[Vec<u8>], seconds: f64, threads: usize, between: impl FnOnce() -> T) -> (f64, T) {
-    let before = decode_alone(photos, seconds, threads);
-    let result = between();
-    ((before + decode_alone(photos, seconds, threads)) / 2.0, result)
+/// The test model run at `batch` for about `seconds` on a session set up as the server's: the
+/// CPU inference takes per photo, this process's (ONNX Runtime's threads included) while nothing
+/// else in it runs.
+fn inference_alone(model: &mut Model, batch: usize, seconds: f64) -> Work {
+    let pixels = Pixels::NormalizedNchw(vec![0.1f32; model.info.slot_len() * batch]);
+    let (start, wall) = (cpu_seconds("/proc/self/stat"), Instant::now());
+    let mut runs = 0;
+    while wall.elapsed().as_secs_f64() < seconds {
+        std::hint::black_box(model.run(&pixels, batch).unwrap());
+        runs += 1;
+    }
+    Work { photos: (runs * batch) as f64, cpu: cpu_seconds("/proc/self/stat") - start }
 }
 
-/// Photos per CPU-second of the server under a closed loop of `clients` for `seconds`, and its
-/// images/s; `config` says where the photos are and `keys` name them.
-fn server_per_cpu(
-    config: ServerConfig,
-    keys: &[String],
-    clients: usize,
-    per_request: usize,
-    seconds: f64,
-) -> ServerRun {
-    let server = config.env("CLIPFN_MAX_IMAGES", &per_request.to_string()).start();
-    let request = |offset: usize| {
-        let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
-        let (status, body) = server.post_json("/v1/embed", &json!({ "images": images }));
-        assert_eq!(status, 200, "{body}");
-        assert!(body["data"].as_array().unwrap().iter().all(|item| item["embedding"].is_array()), "{body}");
-        per_request
-    };
-    request(0); // the first request of each kind of photo pays for lazy set-up; keep it out
+/// The server's photos and CPU-seconds (utime + stime) under a closed loop of `clients` for
+/// `seconds`, with its wall time and minor page faults.
+fn server_phase(server: &Server, keys: &[String], clients: usize, per_request: usize, seconds: f64) -> ServerRun {
     let stat = format!("/proc/{}/stat", server.pid());
     let (cpu_before, faults_before, started) = (cpu_seconds(&stat), minor_faults(&stat), Instant::now());
     let embedded: usize = std::thread::scope(|s| {
@@ -135,7 +151,7 @@ fn server_per_cpu(
                 s.spawn(move || {
                     let mut sent = 0;
                     while started.elapsed().as_secs_f64() < seconds {
-                        sent += request(c * 7 + sent);
+                        sent += embed(server, keys, c * 7 + sent, per_request);
                     }
                     sent
                 })
@@ -143,22 +159,89 @@ fn server_per_cpu(
             .collect();
         workers.into_iter().map(|w| w.join().unwrap()).sum()
     });
-    let (cpu, wall) = (cpu_seconds(&stat) - cpu_before, started.elapsed().as_secs_f64());
-    let faults = minor_faults(&stat) - faults_before;
     ServerRun {
-        per_cpu_second: embedded as f64 / cpu,
-        per_second: embedded as f64 / wall,
-        faults_per_photo: faults / embedded as f64,
+        work: Work { photos: embedded as f64, cpu: cpu_seconds(&stat) - cpu_before },
+        wall: started.elapsed().as_secs_f64(),
+        faults: minor_faults(&stat) - faults_before,
     }
 }
 
+/// One request of `per_request` photos from `keys`, starting at `offset`; all must embed.
+fn embed(server: &Server, keys: &[String], offset: usize, per_request: usize) -> usize {
+    let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
+    let (status, body) = server.post_json("/v1/embed", &json!({ "images": images }));
+    assert_eq!(status, 200, "{body}");
+    assert!(body["data"].as_array().unwrap().iter().all(|item| item["embedding"].is_array()), "{body}");
+    per_request
+}
+
+#[derive(Default)]
 struct ServerRun {
-    /// Photos embedded per CPU-second the server used.
-    per_cpu_second: f64,
-    /// Photos embedded per second of wall time.
-    per_second: f64,
-    /// Minor page faults of the server per photo embedded.
-    faults_per_photo: f64,
+    work: Work,
+    wall: f64,
+    faults: f64,
+}
+
+/// Both sides of the comparison for one photo set and store, summed over their phases.
+#[derive(Default)]
+struct Measured {
+    server: ServerRun,
+    alone_one: Work,
+    alone_all: Work,
+    inference: Work,
+}
+
+/// Server phases and the alone measurements, in turns, so that the machine's drift in speed
+/// (10-25% within minutes on the development machine) falls on both sides of each ratio alike.
+/// Each gap between server phases stays under the worker's idle trim (`IDLE_BEFORE_TRIM`, 1 s),
+/// as within a burst.
+const ROUNDS: usize = 4;
+const ALONE_SECONDS: f64 = 0.35;
+const INFERENCE_SECONDS: f64 = 0.2;
+
+fn measure(
+    server: &Server,
+    (photos, keys): (&[Vec<u8>], &[String]),
+    model: &mut Model,
+    (clients, per_request, batch): (usize, usize, usize),
+    seconds: f64,
+) -> Measured {
+    embed(server, keys, 0, per_request); // the first request of each kind of photo pays for lazy set-up
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let phase = seconds / (2 * ROUNDS) as f64;
+    let mut m = Measured::default();
+    for _ in 0..ROUNDS {
+        m.alone_one.add(decode_alone(photos, ALONE_SECONDS, 1));
+        m.inference.add(inference_alone(model, batch, INFERENCE_SECONDS));
+        for alone in [None, Some(&mut m.alone_all)] {
+            if let Some(all) = alone {
+                all.add(decode_alone(photos, ALONE_SECONDS, cpus));
+            }
+            let run = server_phase(server, keys, clients, per_request, phase);
+            m.server.work.add(run.work);
+            (m.server.wall, m.server.faults) = (m.server.wall + run.wall, m.server.faults + run.faults);
+        }
+    }
+    m
+}
+
+/// The test model on a session set up as the server's on this machine (the CPU provider).
+fn test_model() -> Model {
+    let path = setup_var("CLIPFN_TEST_MODEL");
+    let settings = Settings::from_vars([("CLIPFN_MODEL".to_string(), path.clone())]).unwrap();
+    let file = ModelFile::bare(ModelData::File(path.clone().into()), &path);
+    Model::load(Runtime::start(&settings.model).unwrap(), &settings.model, file).unwrap()
+}
+
+/// `config` with the settings in CLIPFN_BENCH_SERVER_ENV (`NAME=value,NAME=value`), to compare a
+/// server setting's effect in runs of this bench.
+fn server_env(mut config: ServerConfig) -> ServerConfig {
+    let extra = std::env::var("CLIPFN_BENCH_SERVER_ENV").unwrap_or_default();
+    for setting in extra.split(',').filter(|s| !s.is_empty()) {
+        let (name, value) = setting.split_once('=').expect("CLIPFN_BENCH_SERVER_ENV: NAME=value,...");
+        config = config.env(name, value);
+    }
+    config
 }
 
 fn main() {
@@ -177,26 +260,29 @@ fn main() {
     let camera = camera_photos(usize::MAX);
     let seed_dir = tempfile::tempdir().unwrap();
     let seed = seed_size(&camera, seed_dir.path());
+    let mut model = test_model();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut md = String::new();
     writeln!(
         md,
-        "# Per-core capacity with inference free\n\nMachine: {} CPUs. Model: the test model (about 2 MFLOP per \
-         photo). Closed loop: {clients} clients x {per_request} photos per request, {seconds} s per server run. \
-         Server batch: {}. Figures are photos per CPU-second: the server's utime + stime; for decode + \
-         preprocess alone, one thread's, and that of one thread per CPU running at once (the cores' shared \
-         caches, memory bandwidth and clock under full load, as the server has them). Each alone figure is the \
-         mean of a run just before and one just after its server run.\n",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        batch,
+        "# Per-core capacity with inference free\n\nMachine: {cpus} CPUs. Model: the test model (about 2 MFLOP per \
+         photo). Closed loop: {clients} clients x {per_request} photos per request, {seconds} s of server phases \
+         per row. Server batch: {batch}. Figures are photos per CPU-second: the server's utime + stime; for \
+         decode + preprocess alone, one thread's, and that of one thread per CPU running at once (the cores' \
+         shared caches, memory bandwidth and clock under full load, as the server has them); for inference \
+         alone, the test model at the server's batch on a session set up as the server's. The alone runs take \
+         turns with {} server phases, so that the machine's drift falls on both sides of each ratio. \
+         \"Its CPUs busy\" is images/s over photos/CPU-s: the cores' worth of CPU the server kept busy; \
+         with inference free, a server that cannot use them all leaves throughput unsold.\n",
+        2 * ROUNDS,
     )
     .unwrap();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     writeln!(
         md,
-        "| photos | store | server photos/CPU-s | alone, 1 thread | server / alone | alone, {cpus} threads at once | server / that | server images/s | server page faults per photo |"
+        "| photos | store | server photos/CPU-s | alone, 1 thread | server / alone | alone, {cpus} threads at once | server / that | inference alone | server / (alone + inference) | server images/s | its CPUs busy | server page faults per photo |"
     )
     .unwrap();
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
     for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let mean_mp = photos
@@ -214,30 +300,34 @@ fn main() {
             keys.push(name);
         }
         let (_gcs, gcs_port) = common::start_fake_gcs(data.path());
-        let local = || ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string());
+        let local = || server_env(ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()));
         let stores =
             [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];
         for (store, config) in stores {
-            let (one, (all, run)) = decode_alone_around(&bytes, seconds / 4.0, 1, || {
-                decode_alone_around(&bytes, seconds / 4.0, cpus, || {
-                    server_per_cpu(config, &keys, clients, per_request, seconds)
-                })
-            });
-            let (per_cpu, rate, faults) = (run.per_cpu_second, run.per_second, run.faults_per_photo);
+            let server = config.env("CLIPFN_MAX_IMAGES", &per_request.to_string()).start();
+            let m = measure(&server, (&bytes, &keys), &mut model, (clients, per_request, batch), seconds);
+            let per_cpu = m.server.work.per_cpu_second();
+            let (one, all, inference) =
+                (m.alone_one.per_cpu_second(), m.alone_all.per_cpu_second(), m.inference.per_cpu_second());
+            let with_inference = 1.0 / (1.0 / one + 1.0 / inference);
+            let rate = m.server.work.photos / m.server.wall;
+            let faults = m.server.faults / m.server.work.photos;
             eprintln!(
-                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {one:.0} (1 thread), {all:.0} ({cpus} threads), {rate:.0} images/s, {faults:.0} page faults/photo"
+                "{label} ({mean_mp:.1} MP), {store}: server {per_cpu:.0} photos/CPU-s, alone {one:.0} (1 thread), {all:.0} ({cpus} threads), inference {inference:.0}, {rate:.0} images/s, {faults:.0} page faults/photo"
             );
             writeln!(
                 md,
-                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {one:.0} | {:.2} | {all:.0} | {:.2} | {rate:.0} | {faults:.0} |",
+                "| {label} ({} photos, mean {mean_mp:.1} MP) | {store} | {per_cpu:.0} | {one:.0} | {:.2} | {all:.0} | {:.2} | {inference:.0} | {:.2} | {rate:.0} | {:.2} of {cpus} | {faults:.0} |",
                 photos.len(),
                 per_cpu / one,
-                per_cpu / all
+                per_cpu / all,
+                per_cpu / with_inference,
+                rate / per_cpu,
             )
             .unwrap();
         }
     }
-    coarse_scale::write(&mut md, &coarse_scale::measure(&camera)).unwrap();
+    coarse_scale::write(&mut md, &coarse_scale::measure(&camera, &mut model)).unwrap();
     std::fs::write(out.join("per_core.md"), &md).unwrap();
     println!("{md}");
 }

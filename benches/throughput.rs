@@ -45,7 +45,7 @@ use std::{
 
 use clipfn::{
     decode::{DecodeOptions, decode},
-    model::{Model, ModelData, ModelFile, Runtime, TextModel, weights_of_file},
+    model::{Model, ModelData, ModelFile, Runtime, TextModel},
     preprocess::{Layout, Pixels, Transform, preprocess},
     settings::{Device, Settings},
     tokenize::Tokenizer,
@@ -88,13 +88,7 @@ fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> 
 /// The image session the bench runs raw; it also hosts the text session (one ONNX Runtime
 /// environment per process).
 fn load_image_model(runtime: Runtime, settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
-    let file = ModelFile {
-        data: ModelData::File(model_path.into()),
-        id: "bench".into(),
-        file: model_path.into(),
-        precision: weights_of_file(model_path),
-        preprocessing: None,
-    };
+    let file = ModelFile::bare(ModelData::File(model_path.into()), model_path);
     Ok(Model::load(runtime, &settings.model, file)?)
 }
 
@@ -271,7 +265,7 @@ fn precision_run(
     }
     eprintln!("precision {precision} ({file}): closed loop at concurrency 2 for {secs} s");
     let load = runtime.block_on(load(&server.base, keys, 2, (30, 50), (0.0, 0.0), secs));
-    let peak_rss_mib = cold_start::peak_rss(server.proc.0.id())? / 1024.0 / 1024.0;
+    let peak_rss_mib = common::status_bytes(&server.pid().to_string(), "VmHWM") / 1024.0 / 1024.0;
     Ok(PrecisionRun { precision, file, load, peak_rss_mib, embeddings })
 }
 
@@ -428,12 +422,12 @@ fn main() -> anyhow::Result<()> {
         let server = server.clone().env("CLIPFN_BATCH_SIZE", "64").start();
         eprintln!("end to end at batch 64: seed load shape, {vus} VUs for {secs} s");
         runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
-        Some(cold_start::peak_rss(server.proc.0.id())?)
+        Some(common::status_bytes(&server.pid().to_string(), "VmHWM"))
     };
     let server = server.start();
     eprintln!("end to end: seed load shape, {vus} VUs for {secs} s");
     let seed = runtime.block_on(load(&server.base, &keys, vus, (30, 50), (3.0, 5.0), secs));
-    let peak_rss = cold_start::peak_rss(server.proc.0.id())?;
+    let peak_rss = common::status_bytes(&server.pid().to_string(), "VmHWM");
     eprintln!("end to end: closed loop at concurrency 2 for {secs} s");
     let closed = runtime.block_on(load(&server.base, &keys, 2, (30, 50), (0.0, 0.0), secs));
     let fill = batch_fill(&server.base);

@@ -167,12 +167,6 @@ fn padded_jpeg(size: usize) -> Vec<u8> {
     padded
 }
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_flood_of_the_largest_photos_stays_within_the_fetch_budget_plus_the_queue() {
     let store = tempfile::tempdir().unwrap();
@@ -187,7 +181,8 @@ fn a_flood_of_the_largest_photos_stays_within_the_fetch_budget_plus_the_queue() 
     let (status, body) = server.embed(&["large.jpg"]);
     assert_eq!(status, 200, "{body}");
     assert!(item(&body, 0).is_ok(), "{body}");
-    let idle = rss_kib(server.pid(), "VmRSS:");
+    let mib = |field| common::status_bytes(&server.pid().to_string(), field) / (1024.0 * 1024.0);
+    let idle = mib("VmRSS");
 
     // Five requests of 100 photos each: 500 of the 512 queue places.
     let keys = vec!["large.jpg"; 100];
@@ -199,16 +194,16 @@ fn a_flood_of_the_largest_photos_stays_within_the_fetch_budget_plus_the_queue() 
             assert!((0..100).all(|i| item(&body, i).is_ok()), "not every photo was embedded");
         }
     });
-    let peak = rss_kib(server.pid(), "VmHWM:");
-    let growth_mib = peak.saturating_sub(idle) / 1024;
-    println!("idle RSS {} MiB, peak RSS {} MiB, growth {growth_mib} MiB", idle / 1024, peak / 1024);
+    let peak = mib("VmHWM");
+    let growth_mib = (peak - idle).max(0.0);
+    println!("idle RSS {idle:.0} MiB, peak RSS {peak:.0} MiB, growth {growth_mib:.0} MiB");
     // The default fetched-bytes budget (16 MiB per decode thread, one core each, at least one
     // photo), plus room for 500 queued squares, the decoders' buffers and the allocator: the
     // 256 MiB budget and float queue of before grew 837 MiB here.
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-    let bound_mib = (16 * cores).max(25) + 256;
+    let bound_mib = ((16 * cores).max(25) + 256) as f64;
     assert!(
         growth_mib < bound_mib,
-        "peak RSS grew {growth_mib} MiB over idle under a flood of 25 MiB photos (bound {bound_mib} MiB)"
+        "peak RSS grew {growth_mib:.0} MiB over idle under a flood of 25 MiB photos (bound {bound_mib} MiB)"
     );
 }

@@ -12,14 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 # Tool paths from tools/setup.sh, for variables not already set.
-if [[ -f .cache/clipfn.env ]]; then
-  while IFS= read -r line || [[ -n $line ]]; do
-    line=${line#export }
-    [[ $line =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || continue
-    name=${line%%=*}
-    [[ -n ${!name+set} ]] || eval "export $line"
-  done <.cache/clipfn.env
-fi
+source tools/setup-env.sh
 
 if [[ -x .venv/bin/python ]]; then
   PYTHON=.venv/bin/python

@@ -29,14 +29,7 @@ cd "$(dirname "$0")/.."
 T0=$(date +%s)
 
 # Settings from tools/setup.sh, for variables not already set.
-if [[ -f .cache/clipfn.env ]]; then
-  while IFS= read -r line || [[ -n $line ]]; do
-    line=${line#export }
-    [[ $line =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || continue
-    name=${line%%=*}
-    [[ -n ${!name+set} ]] || eval "export $line"
-  done <.cache/clipfn.env
-fi
+source tools/setup-env.sh
 export CLIPFN_BIN=${CLIPFN_BIN:-${CARGO_TARGET_DIR:-target}/debug/clipfn}
 ONLY=${CLIPFN_IMAGES_ONLY:-cpu,cuda12,cuda13}
 KEEP=${CLIPFN_IMAGES_KEEP:-0}

@@ -9,9 +9,8 @@ use std::{fmt::Write as _, path::PathBuf, time::Instant};
 
 use clipfn::{
     decode::{DecodeOptions, decode},
-    model::{Model, ModelData, ModelFile, Runtime, weights_of_file},
+    model::Model,
     preprocess::{Layout, Pixels, Transform, preprocess},
-    settings::Settings,
 };
 
 use crate::common::{cosine, reference_embeddings, resized_jpegs, setup_var};
@@ -81,17 +80,9 @@ fn mean_and_min(xs: &[f64]) -> (f64, f64) {
 }
 
 /// Every band over copies of `camera`, with the test model (the decode quality gate's model).
-pub fn measure(camera: &[PathBuf]) -> Vec<Band> {
+/// `model` is the test model.
+pub fn measure(camera: &[PathBuf], model: &mut Model) -> Vec<Band> {
     let model_path = setup_var("CLIPFN_TEST_MODEL");
-    let settings = Settings::from_vars([("CLIPFN_MODEL".to_string(), model_path.clone())]).unwrap();
-    let file = ModelFile {
-        data: ModelData::File(model_path.clone().into()),
-        id: "test".into(),
-        file: model_path.clone(),
-        precision: weights_of_file(&model_path),
-        preprocessing: None,
-    };
-    let mut model = Model::load(Runtime::start(&settings.model).unwrap(), &settings.model, file).unwrap();
     let dir = tempfile::tempdir().unwrap();
     BANDS
         .iter()
@@ -103,8 +94,8 @@ pub fn measure(camera: &[PathBuf]) -> Vec<Band> {
             let to_reference = |embeddings: Vec<Vec<f32>>| -> Vec<f64> {
                 paths.iter().zip(&embeddings).map(|(p, e)| f64::from(cosine(e, &reference[p]))).collect()
             };
-            let (fine, fine_min) = mean_and_min(&to_reference(embed(&mut model, &bytes, FINE_TARGET)));
-            let (coarse, coarse_min) = mean_and_min(&to_reference(embed(&mut model, &bytes, COARSE_TARGET)));
+            let (fine, fine_min) = mean_and_min(&to_reference(embed(model, &bytes, FINE_TARGET)));
+            let (coarse, coarse_min) = mean_and_min(&to_reference(embed(model, &bytes, COARSE_TARGET)));
             let fine_step = [8, 4, 2, 1].into_iter().find(|d| short.div_ceil(*d) >= SIDE).unwrap();
             Band {
                 short_side: short,

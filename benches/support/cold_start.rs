@@ -88,14 +88,3 @@ pub fn reference(model: &str, provider: &str, batches: &[usize]) -> anyhow::Resu
         peak_rss: number("peak_rss_bytes"),
     })
 }
-
-/// The peak resident set of process `pid` so far (VmHWM), bytes.
-pub fn peak_rss(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmHWM in /proc/{pid}/status"))?;
-    Ok(kb * 1024.0)
-}

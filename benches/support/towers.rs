@@ -24,11 +24,9 @@ pub struct Tower {
     rates: Vec<(usize, f64)>,
 }
 
-/// The process's resident set, from /proc/self/status, MiB.
+/// The process's resident set, MiB.
 fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
-    kib.and_then(|k| k.parse::<f64>().ok()).map_or(f64::NAN, |k| k / 1024.0)
+    crate::common::status_bytes("self", "VmRSS") / (1024.0 * 1024.0)
 }
 
 /// Loads `path` on `runtime`, then times it raw at [`BATCHES`] (median of `runs`).

@@ -36,13 +36,7 @@ pub async fn read_image_model(
                 precision.as_str()
             );
         }
-        return Ok(ModelFile {
-            data: read_weights(storage, location).await?,
-            id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
-            file: name.to_string(),
-            precision,
-            preprocessing: None,
-        });
+        return Ok(ModelFile::bare(read_weights(storage, location).await?, name));
     }
     let folder = open_folder(storage, location).await?;
     let variant = folder.pick(VISION, settings.precision, device)?;

@@ -34,15 +34,14 @@ use ort::{
     value::TensorRef,
 };
 
-use self::normalizer::Normalizer;
 pub use self::{
     family::{Family, read_family},
     files::{TextFiles, locate_text_model, read_image_model, read_weights},
-    folder::weights_of_file,
     layout::PixelBatch,
     text::{IdType, TextModel, TextModelInfo},
     tower::{Info, Input, Modality, Photos, Texts, Tower, TowerInfo, TowerKind},
 };
+use self::{folder::weights_of_file, normalizer::Normalizer};
 use crate::{
     preprocess::{Layout, Pixels, Transform},
     settings::{Device, ModelSettings, Normalize, Provider, Weights},
@@ -167,6 +166,19 @@ pub struct ModelFile {
     pub precision: Weights,
     /// The folder's preprocessing, when it has a `preprocessor_config.json`.
     pub preprocessing: Option<Transform>,
+}
+
+impl ModelFile {
+    /// A bare `.onnx` file: its precision read from its name, CLIP's preprocessing.
+    pub fn bare(data: ModelData, name: &str) -> Self {
+        ModelFile {
+            data,
+            id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
+            file: name.to_string(),
+            precision: weights_of_file(name),
+            preprocessing: None,
+        }
+    }
 }
 
 pub struct Model {

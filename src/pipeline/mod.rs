@@ -2,13 +2,14 @@
 //!
 //! Every photo moves on its own, so one slow or broken photo never holds up or fails the others,
 //! and fetching/decoding of later photos overlaps inference of earlier ones. Decoding and resizing
-//! run on the blocking pool, at most `decode_threads` photos at a time; the resized square waits
+//! run on the decode threads (`decode_pool`), at most `decode_threads` photos at a time; the resized square waits
 //! for its batch as bytes and is normalised when the worker lays the batch out.
 //!
 //! Each photo's stages are `fetch`, `decode` and `queue` spans under the request's span (with
 //! `clipfn.photo.index`), and their durations go to `clipfn_stage_duration_seconds`.
 
 mod admission;
+mod decode_pool;
 mod item;
 mod timings;
 
@@ -22,6 +23,7 @@ use image::RgbImage;
 use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
+use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
     item::{ItemError, ItemResult},
@@ -35,7 +37,7 @@ use crate::{
     preprocess::preprocess,
     settings::Limits,
     source::Source,
-    sys::{budget::Budget, panics},
+    sys::budget::Budget,
     worker::Batcher,
 };
 
@@ -51,6 +53,7 @@ pub struct Pipeline {
     batcher: Arc<Batcher>,
     admission: Admission,
     cpu_slots: Arc<Semaphore>,
+    decoders: DecodePool,
     /// CLIPFN_MAX_DECODE_BYTES, when set.
     decode_memory: Option<Budget>,
     max_pixels: u64,
@@ -65,6 +68,7 @@ impl Pipeline {
             batcher,
             admission: Admission::new(limits.max_queued_images, &metrics),
             cpu_slots: Arc::new(Semaphore::new(limits.decode_threads())),
+            decoders: DecodePool::new(limits.decode_threads()),
             decode_memory: limits.max_decode_bytes.map(Budget::new),
             max_pixels: limits.max_image_pixels,
             metrics,
@@ -159,11 +163,11 @@ impl Pipeline {
         let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
         let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        // A panic in a decoder on a hostile file ends this blocking task only; the join error
-        // turns it into this photo's error and the process and the other photos carry on. The
-        // fetched bytes (and their share of the byte budget) are let go when the decode ends.
+        // A panic in a decoder on a hostile file ends this job only: it becomes this photo's
+        // error and the process and the other photos carry on. The fetched bytes (and their share
+        // of the byte budget) are let go when the decode ends.
         let in_task = span.clone();
-        let work = tokio::task::spawn_blocking(move || -> Result<RgbImage, ItemError> {
+        let work = self.decoders.run(move || -> Result<RgbImage, ItemError> {
             let _held = (slot, memory);
             let _entered = in_task.enter();
             let decoded = decode(&fetched.bytes, &options)?;
@@ -177,10 +181,7 @@ impl Pipeline {
         self.metrics.stage(Stage::Decode, queued - decode_start);
         let square = match square {
             Ok(Ok(result)) => result,
-            Ok(Err(join_error)) => {
-                let message = join_error.try_into_panic().map(|p| panics::message(p.as_ref())).unwrap_or_default();
-                Err(ItemError::Decode(DecodeError::Crashed(message)))
-            }
+            Ok(Err(panic)) => Err(ItemError::Decode(DecodeError::Crashed(panic))),
             Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
         };
         let square = square.inspect_err(|_| failed(&span))?;

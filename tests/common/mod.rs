@@ -303,6 +303,18 @@ pub fn item(body: &Value, i: usize) -> Result<Vec<f32>, String> {
     }
 }
 
+/// A memory field of `/proc/<pid>/status` (`pid` a number or "self"), such as "VmRSS" or "VmHWM",
+/// in bytes.
+pub fn status_bytes(pid: &str, field: &str) -> f64 {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
+    kib.unwrap_or_else(|| panic!("no {field} in {path}")) * 1024.0
+}
+
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
