@@ -2,8 +2,8 @@
 //!
 //! Every photo moves on its own, so one slow or broken photo never holds up or fails the others,
 //! and fetching/decoding of later photos overlaps inference of earlier ones. Decoding and resizing
-//! run on the decode threads (`decode_pool`), at most `decode_threads` photos at a time; the resized square waits
-//! for its batch as bytes and is normalised when the worker lays the batch out.
+//! run on the decode threads (`decode_pool`), at most `decode_threads` photos at a time; the
+//! resized square waits for its batch as bytes and is normalised when the worker lays it out.
 //!
 //! Each photo's stages are `fetch`, `decode` and `queue` spans under the request's span (with
 //! `clipfn.photo.index`), and their durations go to `clipfn_stage_duration_seconds`.
