@@ -12,6 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 # Tool paths from tools/setup.sh, for variables not already set.
+# shellcheck disable=SC1091 # linted on its own (tests/infra)
 source tools/setup-env.sh
 
 if [[ -x .venv/bin/python ]]; then

@@ -29,6 +29,7 @@ cd "$(dirname "$0")/.."
 T0=$(date +%s)
 
 # Settings from tools/setup.sh, for variables not already set.
+# shellcheck disable=SC1091 # linted on its own (tests/infra)
 source tools/setup-env.sh
 export CLIPFN_BIN=${CLIPFN_BIN:-${CARGO_TARGET_DIR:-target}/debug/clipfn}
 ONLY=${CLIPFN_IMAGES_ONLY:-cpu,cuda12,cuda13}

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced (from the repository root) by the check scripts: exports each variable of
 # .cache/clipfn.env, written by tools/setup.sh, that the environment does not set already, so that
 # a caller's own setting wins.

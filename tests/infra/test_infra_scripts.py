@@ -13,6 +13,8 @@ import pytest
 from conftest import REPO, find_tool
 
 SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "infra/soak.sh", "tools/check-infra.sh", "tools/image-check.sh", "tools/test.sh"]
+# Sourced by the scripts above, not run: linted, not executable.
+SOURCED_SCRIPTS = ["tools/setup-env.sh"]
 LOAD_JS = REPO / "infra" / "k6" / "load.js"
 
 
@@ -106,7 +108,7 @@ def test_shell_script_syntax(script):
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("script", SHELL_SCRIPTS)
+@pytest.mark.parametrize("script", SHELL_SCRIPTS + SOURCED_SCRIPTS)
 def test_shellcheck(script):
     shellcheck = find_tool("CLIPFN_SHELLCHECK_BIN", "shellcheck")
     if shellcheck is None:
