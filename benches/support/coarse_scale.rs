@@ -79,8 +79,7 @@ fn mean_and_min(xs: &[f64]) -> (f64, f64) {
     (xs.iter().sum::<f64>() / xs.len() as f64, xs.iter().copied().fold(1.0, f64::min))
 }
 
-/// Every band over copies of `camera`, with the test model (the decode quality gate's model).
-/// `model` is the test model.
+/// Every band over copies of `camera`, through `model`: the test model (the decode quality gate's).
 pub fn measure(camera: &[PathBuf], model: &mut Model) -> Vec<Band> {
     let model_path = setup_var("CLIPFN_TEST_MODEL");
     let dir = tempfile::tempdir().unwrap();
