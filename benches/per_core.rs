@@ -182,6 +182,13 @@ struct ServerRun {
     faults: f64,
 }
 
+impl ServerRun {
+    fn add(&mut self, other: ServerRun) {
+        self.work.add(other.work);
+        (self.wall, self.faults) = (self.wall + other.wall, self.faults + other.faults);
+    }
+}
+
 /// Both sides of the comparison for one photo set and store, summed over their phases.
 #[derive(Default)]
 struct Measured {
@@ -213,14 +220,9 @@ fn measure(
     for _ in 0..ROUNDS {
         m.alone_one.add(decode_alone(photos, ALONE_SECONDS, 1));
         m.inference.add(inference_alone(model, batch, INFERENCE_SECONDS));
-        for alone in [None, Some(&mut m.alone_all)] {
-            if let Some(all) = alone {
-                all.add(decode_alone(photos, ALONE_SECONDS, cpus));
-            }
-            let run = server_phase(server, keys, clients, per_request, phase);
-            m.server.work.add(run.work);
-            (m.server.wall, m.server.faults) = (m.server.wall + run.wall, m.server.faults + run.faults);
-        }
+        m.server.add(server_phase(server, keys, clients, per_request, phase));
+        m.alone_all.add(decode_alone(photos, ALONE_SECONDS, cpus));
+        m.server.add(server_phase(server, keys, clients, per_request, phase));
     }
     m
 }
