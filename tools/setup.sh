@@ -60,10 +60,12 @@ for b in "$ORT_LIB" "$FAKE_GCS" "$VENV/bin/moto_server" "$VENV/bin/hadolint" "$V
 done
 chmod +x "$FAKE_GCS"  # some unpackers drop the exec bit of vendored files
 
-# 3. models (stamp = hash of make_models.py + requirements, as onnx may change bytes)
+# 3. models (stamp = hash of make_models.py, its tools/models/ package + requirements, as onnx may
+# change bytes)
+MAKE_MODELS=("$REPO/tools/make_models.py" "$REPO"/tools/models/*.py)
 model() {  # model KIND FILE [INPUT...]  (inputs the model is made from, also hashed)
   local stamp="$CACHE/models/$2.stamp" h
-  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt" "${@:3}")"
+  h="$(sha "${MAKE_MODELS[@]}" "$REPO/tools/requirements.txt" "${@:3}")"
   if [[ -f "$CACHE/models/$2" && "$(cat "$stamp" 2>/dev/null)" == "$h" ]]; then
     echo "setup: model $2 up to date"; return
   fi
@@ -85,7 +87,7 @@ fi
 # model folders (transformers.js layout: fp32, fp16, int8 + preprocessor_config.json)
 folder() {  # folder NAME make_models-ARGS...  (the fixture text: the SigLIP tokenizers' corpus)
   local name="$1" stamp="$CACHE/models/$1.stamp" h t; shift
-  h="$(sha "$REPO/tools/make_models.py" "$REPO/tools/requirements.txt" "$REPO/tests/fixtures/multilingual.txt" - <<<"$*")"
+  h="$(sha "${MAKE_MODELS[@]}" "$REPO/tools/requirements.txt" "$REPO/tests/fixtures/multilingual.txt" - <<<"$*")"
   if [[ -d "$CACHE/models/$name" && "$(cat "$stamp" 2>/dev/null)" == "$h" ]]; then
     echo "setup: model folder $name up to date"; return
   fi
