@@ -7,11 +7,11 @@
 //!   /proc/PID/stat, not wall time x cores), under a closed loop of clients, with the photos in a
 //!   file store and in the GCS emulator;
 //! - **decode + preprocess alone**: photos per CPU-second of one thread doing only that (decode,
-//!   resize, normalise into a batch), on the same photos, and of one such thread per CPU at once:
-//!   the ceilings the server's figure is compared with;
+//!   resize and crop: `preprocess::decode_square`), on the same photos, and of one such thread
+//!   per CPU at once: the ceilings the server's figure is compared with;
 //! - **inference alone**: photos per CPU-second of the test model at the server's batch, on a
-//!   session set up as the server's, since "nearly free" is not free: the ceiling with it is
-//!   `1 / (1/decode + 1/inference)`;
+//!   session set up as the server's, the batch laid out (normalised) by the tower as the worker
+//!   runs it, since "nearly free" is not free: the ceiling with it is `1 / (1/decode + 1/inference)`;
 //! - the server's minor page faults per photo;
 //! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs).
 //!
@@ -38,12 +38,12 @@ use std::{
 };
 
 use clipfn::{
-    decode::{DecodeOptions, decode},
-    model::{Model, ModelData, ModelFile, Runtime},
-    preprocess::{Layout, Pixels, Transform, preprocess},
+    model::{ImageModel, ModelData, ModelFile, Runtime, Tower},
+    preprocess::{Transform, decode_square},
     settings::Settings,
 };
 use common::{Server, ServerConfig, camera_photos, gcs_env, setup_var};
+use image::RgbImage;
 use serde_json::json;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -94,27 +94,23 @@ impl Work {
     }
 }
 
-/// `threads` threads at once, each decoding and preprocessing (resize, then normalise into a
-/// batch as the worker lays it out) for about `seconds`, every photo at least once: with one
-/// thread, the issue's "per core" ceiling; with one per core, the same work with the cores' shared
-/// caches, memory bandwidth and clock under full load, as the server has them.
+/// `threads` threads at once, each decoding and preprocessing (resize and crop, as the decode
+/// threads do) for about `seconds`, every photo at least once: with one thread, the issue's "per
+/// core" ceiling; with one per core, the same work with the cores' shared caches, memory bandwidth
+/// and clock under full load, as the server has them.
 fn decode_alone(photos: &[Vec<u8>], seconds: f64, threads: usize) -> Work {
     let transform = Transform::clip(224);
-    let options = DecodeOptions::for_input(transform.resize_side(), 100_000_000);
     let mut work = Work::default();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let transform = &transform;
                 s.spawn(move || {
-                    let mut batch = Pixels::empty(Layout::NormalizedNchw, 3 * 224 * 224);
                     let (start, wall) = (cpu_seconds("/proc/thread-self/stat"), Instant::now());
                     let mut done = 0usize;
                     while wall.elapsed().as_secs_f64() < seconds || done < photos.len() {
-                        let decoded = decode(&photos[(t * 7 + done) % photos.len()], &options).unwrap();
-                        batch.clear();
-                        batch.push(&preprocess(&decoded, transform).unwrap(), transform);
-                        std::hint::black_box(&batch);
+                        let bytes = &photos[(t * 7 + done) % photos.len()];
+                        std::hint::black_box(decode_square(bytes, transform, 100_000_000).unwrap());
                         done += 1;
                     }
                     Work { photos: done as f64, cpu: cpu_seconds("/proc/thread-self/stat") - start }
@@ -129,12 +125,14 @@ fn decode_alone(photos: &[Vec<u8>], seconds: f64, threads: usize) -> Work {
 /// The test model run at `batch` for about `seconds` on a session set up as the server's: the
 /// CPU inference takes per photo, this process's (ONNX Runtime's threads included) while nothing
 /// else in it runs.
-fn inference_alone(model: &mut Model, batch: usize, seconds: f64) -> Work {
-    let pixels = Pixels::NormalizedNchw(vec![0.1f32; model.info.slot_len() * batch]);
+fn inference_alone(model: &mut ImageModel, batch: usize, seconds: f64) -> Work {
+    let side = model.info.image_size;
+    let grey = RgbImage::from_pixel(side, side, image::Rgb([128; 3]));
+    let squares = vec![&grey; batch];
     let (start, wall) = (cpu_seconds("/proc/self/stat"), Instant::now());
     let mut runs = 0;
     while wall.elapsed().as_secs_f64() < seconds {
-        std::hint::black_box(model.run(&pixels, batch).unwrap());
+        std::hint::black_box(model.run(&squares).unwrap());
         runs += 1;
     }
     Work { photos: (runs * batch) as f64, cpu: cpu_seconds("/proc/self/stat") - start }
@@ -209,7 +207,7 @@ const INFERENCE_SECONDS: f64 = 0.2;
 fn measure(
     server: &Server,
     (photos, keys): (&[Vec<u8>], &[String]),
-    model: &mut Model,
+    model: &mut ImageModel,
     (clients, per_request, batch): (usize, usize, usize),
     seconds: f64,
 ) -> Measured {
@@ -228,11 +226,11 @@ fn measure(
 }
 
 /// The test model on a session set up as the server's on this machine (the CPU provider).
-fn test_model() -> Model {
+fn test_model() -> ImageModel {
     let path = setup_var("CLIPFN_TEST_MODEL");
     let settings = Settings::from_vars([("CLIPFN_MODEL".to_string(), path.clone())]).unwrap();
     let file = ModelFile::bare(ModelData::File(path.clone().into()), &path);
-    Model::load(Runtime::start(&settings.model).unwrap(), &settings.model, file).unwrap()
+    ImageModel::load(&mut Runtime::start(&settings.model).unwrap(), &settings.model, file).unwrap()
 }
 
 /// `config` with the settings in CLIPFN_BENCH_SERVER_ENV (`NAME=value,NAME=value`), to compare a
@@ -270,9 +268,10 @@ fn main() {
         "# Per-core capacity with inference free\n\nMachine: {cpus} CPUs. Model: the test model (about 2 MFLOP per \
          photo). Closed loop: {clients} clients x {per_request} photos per request, {seconds} s of server phases \
          per row. Server batch: {batch}. Figures are photos per CPU-second: the server's utime + stime; for \
-         decode + preprocess alone, one thread's, and that of one thread per CPU running at once (the cores' \
-         shared caches, memory bandwidth and clock under full load, as the server has them); for inference \
-         alone, the test model at the server's batch on a session set up as the server's. The alone runs take \
+         decode + preprocess alone (decode, resize and crop), one thread's, and that of one thread per CPU running \
+         at once (the cores' shared caches, memory bandwidth and clock under full load, as the server has them); \
+         for inference alone, the test model at the server's batch on a session set up as the server's, the \
+         batch laid out (normalised) by the tower. The alone runs take \
          turns with {} server phases, so that the machine's drift falls on both sides of each ratio. \
          \"Its CPUs busy\" is images/s over photos/CPU-s: the cores' worth of CPU the server kept busy; \
          with inference free, a server that cannot use them all leaves throughput unsold.\n",

@@ -44,13 +44,13 @@ use std::{
 };
 
 use clipfn::{
-    decode::{DecodeOptions, decode},
-    model::{Model, ModelData, ModelFile, Runtime, TextModel},
-    preprocess::{Layout, Pixels, Transform, preprocess},
+    model::{ImageModel, ModelData, ModelFile, Runtime, TextModel, Tower},
+    preprocess::{Transform, decode_square},
     settings::{Device, Settings},
-    tokenize::Tokenizer,
+    tokenize::{Tokenizer, Tokens},
 };
 use common::{ServerConfig, camera_photos, setup_var};
+use image::RgbImage;
 use plotters::prelude::*;
 use serde_json::Value;
 
@@ -87,28 +87,26 @@ fn bench_settings(model_path: &str, provider: &str) -> anyhow::Result<Settings> 
 
 /// The image session the bench runs raw; it also hosts the text session (one ONNX Runtime
 /// environment per process).
-fn load_image_model(runtime: Runtime, settings: &Settings, model_path: &str) -> anyhow::Result<Model> {
+fn load_image_model(mut runtime: Runtime, settings: &Settings, model_path: &str) -> anyhow::Result<ImageModel> {
     let file = ModelFile::bare(ModelData::File(model_path.into()), model_path);
-    Ok(Model::load(runtime, &settings.model, file)?)
+    Ok(ImageModel::load(&mut runtime, &settings.model, file)?)
 }
 
-fn raw_inference(model: &mut Model, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
+fn raw_inference(model: &mut ImageModel, runs: usize) -> anyhow::Result<Vec<RawPoint>> {
     BATCHES.iter().map(|&batch| raw_point(model, batch, runs)).collect()
 }
 
-/// The session alone at `batch`, median of `runs` after one run that allocates for the shape.
-fn raw_point(model: &mut Model, batch: usize, runs: usize) -> anyhow::Result<RawPoint> {
-    let slot = model.info.slot_len();
-    // The layout the server feeds this provider (on CUDA: uint8, normalised in the model).
-    let pixels = match model.info.input_layout {
-        Layout::NormalizedNchw => Pixels::NormalizedNchw(vec![0.1f32; slot * batch]),
-        Layout::RawNhwc => Pixels::RawNhwc(vec![128u8; slot * batch]),
-    };
-    model.run(&pixels, batch)?;
+/// The session alone at `batch`, median of `runs` after one run that allocates for the shape; the
+/// batch laid out as the worker has the tower do it (on CUDA: uint8, normalised in the model).
+fn raw_point(model: &mut ImageModel, batch: usize, runs: usize) -> anyhow::Result<RawPoint> {
+    let side = model.info.image_size;
+    let grey = RgbImage::from_pixel(side, side, image::Rgb([128; 3]));
+    let squares = vec![&grey; batch];
+    model.run(&squares)?;
     let times: Vec<f64> = (0..runs)
         .map(|_| {
             let t = Instant::now();
-            model.run(&pixels, batch).map(|_| t.elapsed().as_secs_f64())
+            model.run(&squares).map(|_| t.elapsed().as_secs_f64())
         })
         .collect::<Result<_, _>>()?;
     let secs = median(times);
@@ -116,21 +114,16 @@ fn raw_point(model: &mut Model, batch: usize, runs: usize) -> anyhow::Result<Raw
     Ok(RawPoint { batch, images_per_s: batch as f64 / secs, ms_per_batch: secs * 1e3 })
 }
 
-/// Photos/s of decode + resize + normalise on one thread, median of `runs` passes.
+/// Photos/s of decode + resize on one thread as the decode threads do it (JPEG at the DCT scale
+/// that covers 224, where the reference decodes at full size), median of `runs` passes.
 fn preprocessing(photos: &[PathBuf], runs: usize) -> anyhow::Result<f64> {
     let data: Vec<Vec<u8>> = photos.iter().map(std::fs::read).collect::<Result<_, _>>()?;
-    let (transform, mut batch) = (Transform::clip(224), Pixels::empty(Layout::NormalizedNchw, 3 * 224 * 224));
+    let transform = Transform::clip(224);
     let mut rates = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
         for bytes in &data {
-            // As the server decodes: JPEG at the DCT scale that covers 224 (DecodeOptions::full_size
-            // would decode at full size, as the reference does).
-            let decoded = decode(bytes, &DecodeOptions::for_input(224, u64::MAX))?;
-            let square = preprocess(&decoded, &transform)?;
-            batch.clear();
-            batch.push(&square, &transform);
-            std::hint::black_box(&batch);
+            std::hint::black_box(decode_square(bytes, &transform, u64::MAX)?);
         }
         rates.push(data.len() as f64 / t.elapsed().as_secs_f64());
     }
@@ -457,7 +450,17 @@ fn main() -> anyhow::Result<()> {
     let text = match setup_env_path("CLIPFN_BENCH_TEXT_MODEL") {
         Some(text_model) => {
             let batch_ms = raw.iter().find(|p| p.batch == 64).map_or(f64::NAN, |p| p.ms_per_batch);
-            Some(text_tower(&session, &settings, &text_model, &model, batch_ms, &keys, gcs_port, &provider, runs)?)
+            Some(text_tower(
+                (&ort_runtime, &session),
+                &settings,
+                &text_model,
+                &model,
+                batch_ms,
+                &keys,
+                gcs_port,
+                &provider,
+                runs,
+            )?)
         }
         None => None,
     };
@@ -743,7 +746,7 @@ impl TextResult {
 /// Section 4: the tokenizer, the text session alone, and a query against an image backlog.
 #[allow(clippy::too_many_arguments)]
 fn text_tower(
-    image: &Model,
+    (runtime, image): (&Runtime, &ImageModel),
     settings: &Settings,
     text_model: &str,
     image_model: &str,
@@ -771,11 +774,11 @@ fn text_tower(
     );
     eprintln!("tokenizer: {tokenizer_per_s:.0} texts/s on one core");
 
+    let data = ModelData::File(text_model.into());
     let mut session =
-        TextModel::load(image, &settings.model, ModelData::File(text_model.into()), "bench-text".into(), &tokenizer)?;
-    let tokens =
-        queries.iter().take(64).map(|q| tokenizer.tokenize(q).map(|t| t.ids)).collect::<Result<Vec<_>, _>>()?;
-    let rows: Vec<&[i64]> = tokens.iter().map(Vec::as_slice).collect();
+        TextModel::load(&mut runtime.clone(), &image.info, &settings.model, data, "bench-text".into(), &tokenizer)?;
+    let tokens = queries.iter().take(64).map(|q| tokenizer.tokenize(q)).collect::<Result<Vec<Tokens>, _>>()?;
+    let rows: Vec<&Tokens> = tokens.iter().collect();
     let mut embeddings = Vec::new();
     for batch in [1, 64] {
         let ids = &rows[..batch];

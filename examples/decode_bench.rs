@@ -3,9 +3,9 @@
 //!
 //!   cargo run --release --features heif,avif --example decode_bench -- [--runs N] [--size S] FILE|DIR...
 //!
-//! For each file: decode (`DecodeOptions::for_input(S)`: JPEG at its DCT scale), then preprocess
-//! into an S x S slot; and the same with `DecodeOptions::full_size`, which is what the reference
-//! (Pillow) does. The last column is the `image` crate's own full-size decode (zune-jpeg for JPEG,
+//! For each file: decode (`DecodeOptions::for_input(S)`: JPEG at its DCT scale, as
+//! `preprocess::decode_square` does), then preprocess into the S x S square, each timed on its own;
+//! and the same with `DecodeOptions::full_size`, which is what the reference (Pillow) does. The last column is the `image` crate's own full-size decode (zune-jpeg for JPEG,
 //! what clipfn used before libjpeg-turbo). Files are read into memory first, so disk I/O is not
 //! timed. Per format it prints the mean over files of each file's median.
 
@@ -17,7 +17,7 @@ use std::{
 
 use clipfn::{
     decode::{DecodeOptions, Decoded, decode},
-    preprocess::{Layout, Pixels, Transform, preprocess},
+    preprocess::{Transform, preprocess},
 };
 
 #[derive(Default)]
@@ -52,7 +52,6 @@ fn main() {
     let limit = 100_000_000;
     let modes = [("scaled", DecodeOptions::for_input(size, limit)), ("full", DecodeOptions::full_size(limit))];
     let transform = Transform::clip(size);
-    let mut batch = Pixels::empty(Layout::NormalizedNchw, (3 * size * size) as usize);
     let mut per_format: BTreeMap<String, Sums> = BTreeMap::new();
     println!(
         "{:<44} {:>6} {:>7}  {:>8} {:>8}  {:>8} {:>8}  {:>8}",
@@ -71,10 +70,7 @@ fn main() {
                 let Ok(decoded) = decode(&bytes, options) else { break };
                 decode_times.push(start.elapsed());
                 let start = Instant::now();
-                let square = preprocess(&decoded, &transform).unwrap();
-                batch.clear();
-                batch.push(&square, &transform);
-                std::hint::black_box(&batch);
+                std::hint::black_box(preprocess(&decoded, &transform).unwrap());
                 preprocess_times.push(start.elapsed());
                 info.get_or_insert_with(|| summary(&decoded));
             }

@@ -1,14 +1,16 @@
-//! Preprocess stage: upright RGB -> one normalised `[3, S, S]` slot of a batch tensor, exactly as
-//! CLIP's reference pipeline does it (torchvision on Pillow images): resize with antialiased
-//! filtering, center crop S x S, rescale, normalise per channel. The numbers come from a
-//! [`Transform`]: CLIP ViT-B/32's by default, or a model folder's `preprocessor_config.json`.
-//! [`preprocess`] does the resize and crop; the rest happens as the batch is laid out
-//! ([`Pixels::push`]), so a photo waits for its batch as a quarter of the bytes.
+//! Preprocess stage: a decoded photo -> the model's S x S square of RGB bytes, exactly as CLIP's
+//! reference pipeline resizes and crops (torchvision on Pillow images): resize with antialiased
+//! filtering, then center crop S x S. The numbers come from a [`Transform`]: CLIP ViT-B/32's by
+//! default, or a model folder's `preprocessor_config.json`. The square stays bytes until its batch
+//! is laid out; rescaling and normalising belong to the image tower (`model::PixelBatch`).
+//!
+//! [`decode_square`] is the one sequence from bytes to square (decode, then resize and crop) that
+//! the pipeline, the benches, the example and the fuzz target all run.
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::RgbImage;
 
-use crate::decode::Decoded;
+use crate::decode::{DecodeError, DecodeOptions, Decoded, decode};
 
 /// CLIP's per-channel statistics (OpenAI CLIP, `_transform`).
 pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
@@ -70,12 +72,6 @@ impl Transform {
         }
     }
 
-    /// Per-channel `scale` and `offset` such that `value * scale + offset` rescales and normalises
-    /// a 0..255 pixel value in one multiply-add.
-    pub fn scale_and_offset(&self) -> ([f32; 3], [f32; 3]) {
-        (std::array::from_fn(|c| self.rescale / self.std[c]), std::array::from_fn(|c| -self.mean[c] / self.std[c]))
-    }
-
     /// Width and height of a `width` x `height` photo after the resize.
     fn resized_dims(&self, width: u32, height: u32) -> (u32, u32) {
         match self.resize {
@@ -86,74 +82,34 @@ impl Transform {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("resize failed: {0}")]
-pub struct PreprocessError(String);
-
-/// Which tensor layout the model takes (see `CLIPFN_NORMALIZE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Layout {
-    /// float32 `[3, S, S]`, normalised here.
-    NormalizedNchw,
-    /// uint8 `[S, S, 3]` straight from the resizer; the model normalises.
-    RawNhwc,
+pub enum PreprocessError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error("resize failed: {0}")]
+    Resize(String),
 }
 
-/// A batch of photos laid end to end, as the model takes them.
-#[derive(Debug)]
-pub enum Pixels {
-    NormalizedNchw(Vec<f32>),
-    RawNhwc(Vec<u8>),
+/// Decodes `bytes` just large enough for `transform` (a JPEG at the smallest DCT scale that still
+/// covers the resized photo) and makes the model's square of it. The bytes (and whatever they
+/// hold, such as their share of the fetched-bytes budget) are let go as soon as they are decoded.
+pub fn decode_square(
+    bytes: impl AsRef<[u8]>,
+    transform: &Transform,
+    max_pixels: u64,
+) -> Result<RgbImage, PreprocessError> {
+    let decoded = decode(bytes.as_ref(), &decode_options(transform, max_pixels))?;
+    drop(bytes);
+    Ok(preprocess(&decoded, transform)?)
 }
 
-impl Pixels {
-    pub fn empty(layout: Layout, capacity: usize) -> Self {
-        match layout {
-            Layout::NormalizedNchw => Pixels::NormalizedNchw(Vec::with_capacity(capacity)),
-            Layout::RawNhwc => Pixels::RawNhwc(Vec::with_capacity(capacity)),
-        }
-    }
-
-    pub fn clear(&mut self) {
-        match self {
-            Pixels::NormalizedNchw(v) => v.clear(),
-            Pixels::RawNhwc(v) => v.clear(),
-        }
-    }
-
-    /// Appends one photo's square (see [`preprocess`]), normalised here for the NCHW layout.
-    pub fn push(&mut self, square: &RgbImage, transform: &Transform) {
-        match self {
-            Pixels::NormalizedNchw(values) => {
-                let start = values.len();
-                values.resize(start + square.as_raw().len(), 0.0);
-                normalize_into(square, transform, &mut values[start..]);
-            }
-            Pixels::RawNhwc(bytes) => bytes.extend_from_slice(square.as_raw()),
-        }
-    }
+/// How [`decode_square`] decodes for `transform`: what the decode memory budget is reckoned for.
+pub fn decode_options(transform: &Transform, max_pixels: u64) -> DecodeOptions {
+    DecodeOptions::for_input(transform.resize_side(), max_pixels)
 }
 
-/// Resizes and crops a decoded photo to the model's square. It stays bytes until its batch is laid
-/// out ([`Pixels::push`]): a queued photo then takes a quarter of the memory it would as floats.
+/// Resizes and crops a decoded photo to the model's square.
 pub fn preprocess(decoded: &Decoded, transform: &Transform) -> Result<RgbImage, PreprocessError> {
     resize_and_crop_scaled(&decoded.image, decoded.full_size, decoded.scale_denom, transform)
-}
-
-/// Writes normalised planes (NCHW) of a square RGB image into `slot`.
-fn normalize_into(square: &RgbImage, transform: &Transform, slot: &mut [f32]) {
-    let plane = (square.width() * square.height()) as usize;
-    let (r, rest) = slot.split_at_mut(plane);
-    let (g, b) = rest.split_at_mut(plane);
-    // Folding rescale, -mean and /std into one multiply and one add per value. Not `mul_add`:
-    // without the `fma` target feature that is a call to a software fmaf per value, which took
-    // 3% of the server's CPU time with inference free (docs/design.md, "Where a photo's CPU time goes").
-    let (scale, offset) = transform.scale_and_offset();
-    for (i, px) in square.as_raw().chunks_exact(3).enumerate() {
-        r[i] = f32::from(px[0]) * scale[0] + offset[0];
-        g[i] = f32::from(px[1]) * scale[1] + offset[1];
-        b[i] = f32::from(px[2]) * scale[2] + offset[2];
-    }
 }
 
 /// Resize-then-center-crop, done as one resize of the matching source box: the filter still reads
@@ -192,7 +148,7 @@ pub fn resize_and_crop_scaled(
     };
     let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(filter)).crop(x, y, w, h);
     let mut square = RgbImage::new(size, size);
-    Resizer::new().resize(image, &mut square, &options).map_err(|e| PreprocessError(e.to_string()))?;
+    Resizer::new().resize(image, &mut square, &options).map_err(|e| PreprocessError::Resize(e.to_string()))?;
     Ok(square)
 }
 
@@ -211,58 +167,11 @@ mod tests {
         resize_and_crop_scaled(image, image.dimensions(), 1, &Transform::clip(size))
     }
 
-    /// A photo decoded at full size.
-    fn full_size(image: RgbImage) -> Decoded {
-        Decoded { full_size: image.dimensions(), image, format: crate::decode::Format::Png, scale_denom: 1 }
-    }
-
-    /// The photos preprocessed and laid out as one normalised NCHW batch.
-    fn normalized(photos: &[&Decoded], transform: &Transform) -> Vec<f32> {
-        let mut batch = Pixels::empty(Layout::NormalizedNchw, 0);
-        for photo in photos {
-            batch.push(&preprocess(photo, transform).unwrap(), transform);
-        }
-        let Pixels::NormalizedNchw(values) = batch else { unreachable!() };
-        values
-    }
-
     #[test]
     fn short_side_becomes_size() {
         assert_eq!(shortest_edge_dims(4000, 3000, 224), (298, 224));
         assert_eq!(shortest_edge_dims(3000, 4000, 224), (224, 298));
         assert_eq!(shortest_edge_dims(100, 100, 224), (224, 224));
-    }
-
-    #[test]
-    fn normalises_with_clip_statistics() {
-        let white = full_size(RgbImage::from_pixel(300, 240, image::Rgb([255, 255, 255])));
-        let slot = normalized(&[&white], &Transform::clip(224));
-        for c in 0..3 {
-            let expected = (1.0 - CLIP_MEAN[c]) / CLIP_STD[c];
-            let plane = &slot[c * 224 * 224..(c + 1) * 224 * 224];
-            assert!(plane.iter().all(|v| (v - expected).abs() < 1e-4), "channel {c}");
-        }
-    }
-
-    #[test]
-    fn a_batch_lays_its_photos_end_to_end() {
-        let [black, white] = [0, 255].map(|value| full_size(RgbImage::from_pixel(224, 224, image::Rgb([value; 3]))));
-        let values = normalized(&[&black, &white], &Transform::clip(224));
-        let slot = 3 * 224 * 224;
-        assert_eq!(values.len(), 2 * slot);
-        assert!(values[..slot].iter().all(|&v| v < -1.4), "the black photo first");
-        assert!(values[slot..].iter().all(|&v| v > 1.9), "then the white one");
-    }
-
-    #[test]
-    fn raw_layout_is_the_resized_square() {
-        let image = full_size(RgbImage::from_pixel(448, 448, image::Rgb([10, 20, 30])));
-        let transform = Transform::clip(224);
-        let mut batch = Pixels::empty(Layout::RawNhwc, 0);
-        batch.push(&preprocess(&image, &transform).unwrap(), &transform);
-        let Pixels::RawNhwc(raw) = batch else { panic!() };
-        assert_eq!(raw.len(), 224 * 224 * 3);
-        assert_eq!(&raw[..6], &[10, 20, 30, 10, 20, 30]);
     }
 
     #[test]
@@ -297,30 +206,6 @@ mod tests {
         let square = resize_and_crop(&image, 224).unwrap();
         assert_eq!(square.get_pixel(112, 112).0, [0, 255, 0]);
         assert_eq!(square.get_pixel(5, 5).0, [0, 255, 0]);
-    }
-
-    #[test]
-    fn follows_the_transform() {
-        // A 300x200 photo whose left half is dark: squashing to 64 keeps both halves, while a
-        // shortest-edge resize to 80 and a 64 crop keeps the middle, and the statistics apply.
-        let image = full_size(RgbImage::from_fn(300, 200, |x, _| image::Rgb([if x < 150 { 0 } else { 255 }; 3])));
-        let half = [0.5; 3];
-        let squash = Transform {
-            resize: Resize::Square(64),
-            crop: None,
-            filter: Filter::Bilinear,
-            mean: half,
-            std: half,
-            ..Transform::clip(64)
-        };
-        let slot = normalized(&[&image], &squash);
-        assert_eq!(slot.len(), 3 * 64 * 64);
-        assert!((slot[0] + 1.0).abs() < 1e-4 && (slot[63] - 1.0).abs() < 1e-4, "{} {}", slot[0], slot[63]);
-        let cropped = Transform { resize: Resize::ShortestEdge(80), crop: Some(64), ..squash };
-        let square = resize_and_crop_scaled(&image.image, (300, 200), 1, &cropped).unwrap();
-        assert_eq!(square.dimensions(), (64, 64));
-        // Resized to 120x80, cropped at x 28..92: the edge at 60 sits at output x 32.
-        assert_eq!((square.get_pixel(30, 10).0[0], square.get_pixel(34, 10).0[0]), (0, 255));
     }
 
     #[test]

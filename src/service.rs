@@ -10,7 +10,8 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     model::{
-        Family, Model, Runtime, TextFiles, TextModel, locate_text_model, read_family, read_image_model, read_weights,
+        Family, ImageModel, Runtime, TextFiles, TextModel, locate_text_model, read_family, read_image_model,
+        read_weights,
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
@@ -19,7 +20,7 @@ use crate::{
     storage::{Client, Storage},
     text::{Text, TextEncoder, parse_sets},
     tokenize::{JsonTokenizer, Tokenizer},
-    worker::{Batcher, Unhealthy},
+    worker::{Unhealthy, Worker},
 };
 
 pub struct Service {
@@ -28,7 +29,7 @@ pub struct Service {
     pub text: Option<Text>,
     /// The model's family and its scoring rule.
     pub family: Family,
-    batcher: Arc<Batcher>,
+    worker: Arc<Worker>,
 }
 
 impl Service {
@@ -36,17 +37,17 @@ impl Service {
     pub async fn load(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         let source = Source::new(&settings.sources, &settings.limits)?;
         let storage = Storage::new(Client::new(&settings.sources));
-        let model = load_image_model(&storage, settings, &metrics).await?;
+        let (runtime, model) = load_image_model(&storage, settings, &metrics).await?;
         let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
-        let (model, text) = load_text_model(&storage, settings, model).await?;
+        let text = load_text_model(&storage, settings, runtime, &model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
-        let batcher = Arc::new(Batcher::start(model, text_model, batch_wait, Arc::clone(&metrics)));
-        let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&batcher), Arc::clone(&metrics));
-        let text = match (batcher.text_info(), tokenizer) {
+        let worker = Arc::new(Worker::start(model, text_model, batch_wait, Arc::clone(&metrics)));
+        let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&worker), Arc::clone(&metrics));
+        let text = match (worker.text_info(), tokenizer) {
             (Some(info), Some(tokenizer)) => {
                 let encoder = TextEncoder::new(Arc::new(tokenizer), info.id.clone(), settings.text.text_cache, metrics);
-                let mut text = Text::new(encoder, Arc::clone(&batcher), family.scoring());
+                let mut text = Text::new(encoder, Arc::clone(&worker), family.scoring());
                 if let Some(location) = &settings.text.labels {
                     // Label sets are for classifying: a model that cannot must not start with them.
                     text.scoring().context("CLIPFN_LABELS")?;
@@ -56,36 +57,43 @@ impl Service {
             }
             _ => None,
         };
-        Ok(Service { family, ..Service::assemble(pipeline, text, batcher) })
+        Ok(Service { family, ..Service::assemble(pipeline, text, worker) })
     }
 
     /// The parts, already built (tests build them around a stand-in model, a CLIP).
-    pub(crate) fn assemble(pipeline: Pipeline, text: Option<Text>, batcher: Arc<Batcher>) -> Self {
-        Service { pipeline, text, family: Family::clip("clip".into()), batcher }
+    pub(crate) fn assemble(pipeline: Pipeline, text: Option<Text>, worker: Arc<Worker>) -> Self {
+        Service { pipeline, text, family: Family::clip("clip".into()), worker }
     }
 
     /// Whether the model worker can still serve (see `worker`).
     pub fn health(&self) -> Result<(), Unhealthy> {
-        self.batcher.health().check()
+        self.worker.health().check()
     }
 }
 
-/// The image tower, on the provider the runtime settles first: it decides which file of a model
-/// folder to read.
-async fn load_image_model(storage: &Storage, settings: &Settings, metrics: &Metrics) -> anyhow::Result<Model> {
+/// The image tower, on the provider the runtime tries first: it decides which file of a model
+/// folder to read. The runtime comes back too, for the text tower to run where the image tower does.
+async fn load_image_model(
+    storage: &Storage,
+    settings: &Settings,
+    metrics: &Metrics,
+) -> anyhow::Result<(Runtime, ImageModel)> {
     let started = Instant::now();
     let span = info_span!("model_load", clipfn.model = Empty, clipfn.provider = Empty);
-    let (runtime_took, read_took, model) = async {
+    let (runtime_took, read_took, runtime, model) = async {
         // A short blocking call; the other runtime threads keep /healthz answering.
-        let runtime = Runtime::start(&settings.model)?;
+        let mut runtime = Runtime::start(&settings.model)?;
         let runtime_took = started.elapsed();
         let file = read_image_model(storage, &settings.model, runtime.device()).await.context("CLIPFN_MODEL")?;
         let read_took = started.elapsed() - runtime_took;
         let model_settings = settings.model.clone();
         let span = tracing::Span::current();
-        let model = tokio::task::spawn_blocking(move || span.in_scope(|| Model::load(runtime, &model_settings, file)))
-            .await??;
-        anyhow::Ok((runtime_took, read_took, model))
+        let (runtime, model) = tokio::task::spawn_blocking(move || {
+            let model = span.in_scope(|| ImageModel::load(&mut runtime, &model_settings, file));
+            model.map(|model| (runtime, model))
+        })
+        .await??;
+        anyhow::Ok((runtime_took, read_took, runtime, model))
     }
     .instrument(span.clone())
     .await?;
@@ -107,22 +115,23 @@ async fn load_image_model(storage: &Storage, settings: &Settings, metrics: &Metr
         session_ms = timings.session.as_millis() as u64, warm_up_ms = timings.warm_up.as_millis() as u64,
         load_ms = started.elapsed().as_millis() as u64, "model loaded and warmed up"
     );
-    Ok(model)
+    Ok((runtime, model))
 }
 
 /// Loads the text tower, when there is one (see `locate_text_model`), beside the image model (same
-/// environment and provider), with its tokenizer: a tokenizer.json, else CLIP's BPE.
+/// runtime and provider), with its tokenizer: a tokenizer.json, else CLIP's BPE.
 async fn load_text_model(
     storage: &Storage,
     settings: &Settings,
-    model: Model,
-) -> anyhow::Result<(Model, Option<(TextModel, Tokenizer)>)> {
+    mut runtime: Runtime,
+    image: &ImageModel,
+) -> anyhow::Result<Option<(TextModel, Tokenizer)>> {
     let Some(TextFiles { model: location, id, tokenizer, tokenizer_config }) =
-        locate_text_model(storage, &settings.model, &settings.text, model.info.provider)
+        locate_text_model(storage, &settings.model, &settings.text, runtime.device())
             .await
             .context("the text model")?
     else {
-        return Ok((model, None));
+        return Ok(None);
     };
     let started = Instant::now();
     let tokenizer = match &tokenizer {
@@ -141,9 +150,10 @@ async fn load_text_model(
     let data = read_weights(storage, &location).await.context("the text model")?;
     let model_settings = settings.model.clone();
     let span = tracing::Span::current();
-    let (model, text) = tokio::task::spawn_blocking(move || {
-        let text = span.in_scope(|| TextModel::load(&model, &model_settings, data, id, &tokenizer));
-        (model, text.map(|text| (text, tokenizer)))
+    let image_info = image.info.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        let text = span.in_scope(|| TextModel::load(&mut runtime, &image_info, &model_settings, data, id, &tokenizer));
+        text.map(|text| (text, tokenizer))
     })
     .await?;
     let (text, tokenizer) = text.with_context(|| format!("loading text model {location}"))?;
@@ -152,7 +162,7 @@ async fn load_text_model(
         attention_mask = text.info.mask_name.is_some(), load_ms = started.elapsed().as_millis() as u64,
         "text model loaded and warmed up"
     );
-    Ok((model, Some((text, tokenizer))))
+    Ok(Some((text, tokenizer)))
 }
 
 /// Reads CLIPFN_LABELS and embeds every set.

@@ -9,8 +9,8 @@ use std::{fmt::Write as _, path::PathBuf, time::Instant};
 
 use clipfn::{
     decode::{DecodeOptions, decode},
-    model::Model,
-    preprocess::{Layout, Pixels, Transform, preprocess},
+    model::{ImageModel, Tower},
+    preprocess::{Transform, preprocess},
 };
 
 use crate::common::{cosine, reference_embeddings, resized_jpegs, setup_var};
@@ -37,17 +37,16 @@ pub struct Band {
     cosines: (f64, f64, f64, f64),
 }
 
-/// Embeddings of `photos` through clipfn's decode at `target` and its preprocessing, one by one.
-fn embed(model: &mut Model, photos: &[Vec<u8>], target: u32) -> Vec<Vec<f32>> {
+/// Embeddings of `photos` through clipfn's decode at `target` (not `decode_square`'s own: the point
+/// here is to try others) and its preprocessing, one by one.
+fn embed(model: &mut ImageModel, photos: &[Vec<u8>], target: u32) -> Vec<Vec<f32>> {
     let transform = Transform::clip(SIDE);
     let options = DecodeOptions { target_short_side: Some(target), ..DecodeOptions::for_input(SIDE, u64::MAX) };
     photos
         .iter()
         .map(|bytes| {
             let square = preprocess(&decode(bytes, &options).unwrap(), &transform).unwrap();
-            let mut pixels = Pixels::empty(Layout::NormalizedNchw, model.info.slot_len());
-            pixels.push(&square, &transform);
-            model.run(&pixels, 1).unwrap().remove(0)
+            model.run(&[&square]).unwrap().remove(0)
         })
         .collect()
 }
@@ -80,7 +79,7 @@ fn mean_and_min(xs: &[f64]) -> (f64, f64) {
 }
 
 /// Every band over copies of `camera`, through `model`: the test model (the decode quality gate's).
-pub fn measure(camera: &[PathBuf], model: &mut Model) -> Vec<Band> {
+pub fn measure(camera: &[PathBuf], model: &mut ImageModel) -> Vec<Band> {
     let model_path = setup_var("CLIPFN_TEST_MODEL");
     let dir = tempfile::tempdir().unwrap();
     BANDS

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use clipfn::{
-    model::{Model, Runtime},
+    model::{ImageModel, Runtime},
     settings::Settings,
 };
 
@@ -38,7 +38,7 @@ fn measure(
     runs: usize,
 ) -> anyhow::Result<Tower> {
     let before = rss_mib();
-    let mut model: Model = load_image_model(runtime.clone(), settings, path)?;
+    let mut model: ImageModel = load_image_model(runtime.clone(), settings, path)?;
     let rss_mib = rss_mib() - before;
     let rates = BATCHES
         .iter()

@@ -4,13 +4,16 @@
 //! A finding is anything that would take the process down or stall it: a crash or memory error
 //! (the C decoders too), an abort, a panic in clipfn's own code, a timeout, running out of memory,
 //! or a photo that decodes but cannot be preprocessed. Panics inside the pure-Rust decoder crates
-//! are known (`tiff` has several) and contained by `decode` itself, as in the server; they are
-//! not reported again.
+//! are known (`tiff` has several) and contained where the server contains them, on its decode
+//! threads (src/pipeline/decode_pool.rs); here the same `catch_unwind` stands in for them, and
+//! they are not reported again.
 #![no_main]
 
 use clipfn::{
     decode::{DecodeOptions, decode},
-    preprocess::{Layout, Pixels, Transform, preprocess},
+    model::{ImageModelInfo, Layout, PixelBatch, Pixels},
+    preprocess::{Transform, preprocess},
+    settings::{Device, Weights},
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -33,7 +36,8 @@ fuzz_target!(
         }));
     },
     |data: &[u8]| {
-        let Ok(decoded) = decode(data, &DecodeOptions::for_input(SIZE, MAX_PIXELS)) else { return };
+        let decoded = std::panic::catch_unwind(|| decode(data, &DecodeOptions::for_input(SIZE, MAX_PIXELS)));
+        let Ok(Ok(decoded)) = decoded else { return };
         let (width, height) = decoded.image.dimensions();
         assert!(width > 0 && height > 0, "decoded an empty image");
         let (full_w, full_h) = decoded.full_size;
@@ -42,10 +46,29 @@ fuzz_target!(
         assert_eq!((width, height), (full_w.div_ceil(denom), full_h.div_ceil(denom)), "size and scale disagree");
         let transform = Transform::clip(SIZE);
         let square = preprocess(&decoded, &transform).expect("a decoded photo must preprocess");
-        let mut batch = Pixels::empty(Layout::NormalizedNchw, 0);
-        batch.push(&square, &transform);
-        let Pixels::NormalizedNchw(slot) = batch else { unreachable!("asked for NCHW") };
+        let mut batch = PixelBatch::new(&model(transform.clone()));
+        let Pixels::NormalizedNchw(slot) = batch.lay_out(&[&square], &transform) else { unreachable!("asked for NCHW") };
         assert_eq!(slot.len(), 3 * (SIZE * SIZE) as usize);
         assert!(slot.iter().all(|v| v.is_finite()), "non-finite model input");
     }
 );
+
+/// The image tower's description, as far as laying out its batch goes: one photo, normalised on
+/// the host.
+fn model(preprocessing: Transform) -> ImageModelInfo {
+    ImageModelInfo {
+        id: "fuzz".into(),
+        file: "fuzz.onnx".into(),
+        precision: Weights::Fp32,
+        provider: Device::Cpu,
+        fallback_reason: None,
+        input_name: "pixel_values".into(),
+        output_name: "image_embeds".into(),
+        image_size: SIZE,
+        preprocessing,
+        input_layout: Layout::NormalizedNchw,
+        dim: 512,
+        batch_size: 1,
+        warm_up_batches: vec![1],
+    }
+}

@@ -184,7 +184,7 @@ mod tests {
     use crate::{
         pipeline::Pipeline,
         source::Source,
-        worker::{Batcher, fake::*},
+        worker::{Worker, fake::*},
     };
 
     async fn call(app: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
@@ -195,7 +195,7 @@ mod tests {
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
-    /// The whole router over a real store, decoder and batcher, with a stand-in model whose
+    /// The whole router over a real store, decoder and worker, with a stand-in model whose
     /// device can be lost (which cannot happen here for real).
     #[tokio::test]
     async fn the_probes_report_what_the_model_worker_knows() {
@@ -207,11 +207,11 @@ mod tests {
         let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
         let metrics = Arc::new(Metrics::new(meters.meter("test")));
         let (model, device) = FakeModel::new(4, 8);
-        let batcher = Arc::new(Batcher::start(model, NO_TEXT, Duration::from_millis(1), Arc::clone(&metrics)));
+        let worker = Arc::new(Worker::start(model, NO_TEXT, Duration::from_millis(1), Arc::clone(&metrics)));
         let source = Source::new(&settings.sources, &settings.limits).unwrap();
-        let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&batcher), Arc::clone(&metrics));
+        let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&worker), Arc::clone(&metrics));
         let state = AppState::new(settings, metrics, telemetry::Scrape::default());
-        state.set_ready(Arc::new(Service::assemble(pipeline, None, batcher)));
+        state.set_ready(Arc::new(Service::assemble(pipeline, None, worker)));
         let app = router(state);
         let embed = r#"{"images": ["a.png"]}"#;
 

@@ -44,7 +44,8 @@ pub enum DecodeError {
     /// The decode ran past its time budget (set by the pipeline, which stops waiting for it).
     #[error("decoding took longer than the {} ms budget", .0.as_millis())]
     Timeout(Duration),
-    /// The decoder panicked on this file (contained: only this photo fails).
+    /// The decoder panicked on this file (contained by the decode threads: only this photo fails;
+    /// several pure-Rust decoders, `tiff` above all, panic on odd files).
     #[error("the decoder crashed on this file: {0}")]
     Crashed(String),
 }
@@ -112,8 +113,8 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, DecodeEr
         Format::Heif | Format::Avif => Ok(plain(heif::decode(bytes, options, format)?)),
         #[cfg(not(any(feature = "heif", feature = "avif")))]
         Format::Heif | Format::Avif => unreachable!("is_supported() said no"),
-        Format::Gif => Ok(plain(contain_panics(|| gif::decode(bytes, options))?)),
-        _ => Ok(plain(contain_panics(|| with_image_crate(bytes, image_format(format), options))?)),
+        Format::Gif => Ok(plain(gif::decode(bytes, options)?)),
+        _ => Ok(plain(with_image_crate(bytes, image_format(format), options)?)),
     }
 }
 
@@ -177,16 +178,6 @@ fn with_image_crate(bytes: &[u8], format: ImageFormat, options: &DecodeOptions) 
     let mut image = DynamicImage::from_decoder(decoder).map_err(failed)?;
     image.apply_orientation(orientation);
     Ok(image.into_rgb8())
-}
-
-/// Runs a pure-Rust decoder, turning a panic on a hostile file into this photo's error. The
-/// pipeline survives panics anyway (its blocking task's join error), but benchmarks and the fuzz
-/// target call `decode` directly, and a known crash in a dependency (several in `tiff` on odd
-/// files) must not hide new ones. libjpeg-turbo and libheif are C and C++: they report errors as
-/// return codes and are not wrapped.
-fn contain_panics<T>(decode: impl FnOnce() -> Result<T, DecodeError>) -> Result<T, DecodeError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
-        .unwrap_or_else(|panic| Err(DecodeError::Crashed(crate::sys::panics::message(panic.as_ref()))))
 }
 
 /// Refuses empty images and images over the pixel budget, before their pixels are decoded.
@@ -255,14 +246,9 @@ mod tests {
         for format in ENCODABLE {
             let bytes = encode(photo.clone(), format);
             for cut in [1, 3, 10, 30, bytes.len() / 3, bytes.len() / 2, bytes.len() - 2] {
-                // Either decodes what is there or reports a failure: never panics, and a panic
-                // that `contain_panics` caught still counts as one.
-                match decode(&bytes[..cut], &opts()) {
-                    Ok(decoded) => assert_eq!(decoded.image.dimensions(), (64, 64), "{format:?} cut at {cut}"),
-                    Err(DecodeError::Crashed(message)) => {
-                        panic!("{format:?} cut at {cut}: decoder panicked: {message}")
-                    }
-                    Err(_) => {}
+                // Either decodes what is there or reports a failure: never panics.
+                if let Ok(decoded) = decode(&bytes[..cut], &opts()) {
+                    assert_eq!(decoded.image.dimensions(), (64, 64), "{format:?} cut at {cut}");
                 }
             }
         }
@@ -300,14 +286,6 @@ mod tests {
         }
         let full = decode(&jpeg, &DecodeOptions::full_size(LIMIT)).unwrap();
         assert_eq!((full.scale_denom, full.image.dimensions()), (1, (2000, 1800)));
-    }
-
-    #[test]
-    fn contained_panics_are_told_apart_from_failures() {
-        let crashed = contain_panics::<()>(|| panic!("index out of bounds"));
-        assert!(matches!(&crashed, Err(DecodeError::Crashed(m)) if m == "index out of bounds"), "{crashed:?}");
-        let failed = contain_panics::<()>(|| Err(DecodeError::Failed("truncated".into())));
-        assert!(matches!(failed, Err(DecodeError::Failed(_))), "{failed:?}");
     }
 
     #[test]

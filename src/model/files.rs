@@ -5,14 +5,40 @@
 use anyhow::Context;
 
 use super::{
-    ModelData, ModelFile,
+    ModelData,
     folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, TOKENIZER_CONFIG, VISION, weights_of_file},
     preprocessor::parse as parse_preprocessor_config,
 };
 use crate::{
-    settings::{Device, ModelSettings, Precision, TextSettings, is_folder},
+    preprocess::Transform,
+    settings::{Device, ModelSettings, Precision, TextSettings, Weights, is_folder},
     storage::{Storage, local_file},
 };
+
+/// An image model read for loading.
+pub struct ModelFile {
+    pub data: ModelData,
+    /// The model's name as clients see it.
+    pub id: String,
+    /// Its file name (relative to its folder for a folder) and precision.
+    pub file: String,
+    pub precision: Weights,
+    /// The folder's preprocessing, when it has a `preprocessor_config.json`.
+    pub preprocessing: Option<Transform>,
+}
+
+impl ModelFile {
+    /// A bare `.onnx` file: its precision read from its name, CLIP's preprocessing.
+    pub fn bare(data: ModelData, name: &str) -> Self {
+        ModelFile {
+            data,
+            id: name.strip_suffix(".onnx").unwrap_or(name).to_string(),
+            file: name.to_string(),
+            precision: weights_of_file(name),
+            preprocessing: None,
+        }
+    }
+}
 
 /// Lists the model folder at `location` (a path, or a URI prefix).
 pub(super) async fn open_folder(storage: &Storage, location: &str) -> anyhow::Result<ModelFolder> {

@@ -15,7 +15,7 @@ use ort::{
     value::{DynValue, Outlet, Shape, SymbolicDimensions, Tensor, TensorElementType, ValueType},
 };
 
-use super::ModelError;
+use super::{ModelError, image::scale_and_offset};
 use crate::{preprocess::Transform, settings::Device};
 
 const INPUT: &str = "pixels_u8";
@@ -32,7 +32,7 @@ impl Normalizer {
     /// its output should live.
     pub fn new(builder: &SessionBuilder, transform: &Transform, device: Device) -> Result<Self, ModelError> {
         let side = i64::from(transform.side());
-        let (scale, offset) = transform.scale_and_offset();
+        let (scale, offset) = scale_and_offset(transform);
         let mut graph = Graph::new().map_err(load)?;
         graph.set_inputs([Outlet::new(INPUT, tensor(TensorElementType::Uint8, [-1, side, side, 3]))]).map_err(load)?;
         graph

@@ -1,12 +1,15 @@
-//! Which output of a tower's graph is the embedding. CLIP's exports name it `image_embeds` /
-//! `text_embeds`; the transformers.js / Optimum SigLIP exports put `last_hidden_state`
-//! (`[batch, tokens, width]`) first and the embedding, `pooler_output` (`[batch, dim]`), second.
-//! Taking the first output would feed per-token states to the checks and fail start-up, or
-//! worse, pass them off as embeddings.
+//! Which output of a tower's graph is the embedding, and the embeddings read from it: of unit
+//! length, normalised here once for every tower, so that no caller has to.
+//!
+//! CLIP's exports name the embedding `image_embeds` / `text_embeds`; the transformers.js / Optimum
+//! SigLIP exports put `last_hidden_state` (`[batch, tokens, width]`) first and the embedding,
+//! `pooler_output` (`[batch, dim]`), second. Taking the first output would feed per-token states
+//! to the checks and fail start-up, or worse, pass them off as embeddings.
 
-use ort::value::Outlet;
+use ort::{session::SessionOutputs, value::Outlet};
 
 use super::ModelError;
+use crate::embedding::l2_normalized;
 
 /// The name the pooled embedding goes by in the SigLIP exports (and Hugging Face models generally).
 const POOLED: &str = "pooler_output";
@@ -17,6 +20,17 @@ pub fn embedding_output(outputs: &[Outlet], preferred: &str) -> Result<String, M
     let ranks: Vec<(&str, Option<usize>)> =
         outputs.iter().map(|o| (o.name(), o.dtype().tensor_shape().map(|s| s.len()))).collect();
     pick(&ranks, preferred).map(String::from)
+}
+
+/// The `[n, dim]` output named `name`, one L2-normalised embedding per row: CLIP and SigLIP compare
+/// by cosine, which unit length makes a dot product for every caller.
+pub fn unit_rows(outputs: &SessionOutputs, name: &str, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+    let output = outputs.get(name).ok_or_else(|| ModelError::Inference(format!("no output named '{name}'")))?;
+    let (shape, values) = output.try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+    if shape.len() != 2 || shape[0] != n as i64 {
+        return Err(ModelError::Inference(format!("expected output [{n}, dim], got {shape}")));
+    }
+    Ok(values.chunks_exact(shape[1] as usize).map(|row| l2_normalized(row.to_vec())).collect())
 }
 
 /// [`embedding_output`] over each output's name and rank.

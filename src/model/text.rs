@@ -11,11 +11,12 @@
 use std::borrow::Cow;
 
 use ort::{
+    environment::Environment,
     session::{Session, SessionInputValue},
     value::{DynTensor, Tensor, TensorElementType},
 };
 
-use super::{Model, ModelData, ModelError, Texts, Tower, TowerInfo, commit, embeddings, inference, session_builder};
+use super::{ImageModelInfo, ModelData, ModelError, Runtime, Texts, Tower, TowerInfo, outputs::unit_rows};
 use crate::{
     settings::{Device, ModelSettings},
     tokenize::{Padding, Tokenizer, Tokens},
@@ -61,25 +62,28 @@ impl TowerInfo for TextModelInfo {
 pub struct TextModel {
     session: Session,
     pad_id: i64,
-    /// The ids of the empty text: the known-good warm-up input.
-    empty: Vec<i64>,
+    /// The empty text: the known-good warm-up input.
+    empty: Tokens,
     pub info: TextModelInfo,
+    // As the image tower's: the environment lives as long as the session.
+    _environment: Environment,
 }
 
 impl TextModel {
-    /// Builds the session beside `image` (same environment, same provider) and runs warm-up
-    /// batches of empty texts, which also reveal the embedding size; the full batch's last row
-    /// carries the tokenizer's largest id, so a vocabulary larger than the model's embedding table
-    /// fails here.
+    /// Builds the session beside the `image` tower's (same runtime, so the same provider) and runs
+    /// warm-up batches of empty texts, which also reveal the embedding size; the full batch's last
+    /// row carries the tokenizer's largest id, so a vocabulary larger than the model's embedding
+    /// table fails here.
     pub fn load(
-        image: &Model,
+        runtime: &mut Runtime,
+        image: &ImageModelInfo,
         settings: &ModelSettings,
         data: ModelData,
         id: String,
         tokenizer: &Tokenizer,
     ) -> Result<Self, ModelError> {
-        let provider = image.info.provider;
-        let session = commit(session_builder(&image._environment, settings, provider)?, &data)?;
+        let provider = runtime.device();
+        let session = runtime.session(settings, &data)?;
         // As for the image model: no copy of the weights beside the session's.
         drop(data);
         let inputs = session.inputs();
@@ -122,14 +126,15 @@ impl TextModel {
             padding,
             tokenizer: tokenizer.kind(),
             dim: 0,
-            batch_size: image.info.batch_size,
+            batch_size: image.batch_size,
         };
-        let empty = tokenizer.tokenize("").map_err(|e| ModelError::Load(e.to_string()))?.ids;
+        let empty = tokenizer.tokenize("").map_err(ModelError::load)?;
         let mut largest = empty.clone();
-        largest.insert(largest.len().min(1), tokenizer.max_id());
-        let mut full = vec![&empty[..]; image.info.batch_size - 1];
+        largest.ids.insert(largest.ids.len().min(1), tokenizer.max_id());
+        let mut full = vec![&empty; image.batch_size - 1];
         full.push(&largest);
-        let mut model = TextModel { session, pad_id: info.padding.pad_id, empty: empty.clone(), info };
+        let (pad_id, _environment) = (info.padding.pad_id, runtime.environment());
+        let mut model = TextModel { session, pad_id, empty: empty.clone(), info, _environment };
         // At 1 (a search query) and the full batch, as the image tower, so that no request pays
         // for a first run at a new shape.
         model.check()?;
@@ -144,43 +149,14 @@ impl TextModel {
         if model.info.dim == 0 {
             return Err(ModelError::Load("the text model returned empty embeddings".into()));
         }
-        if model.info.dim != image.info.dim {
+        if model.info.dim != image.dim {
             return Err(ModelError::Load(format!(
                 "the text model's embeddings have {} dimensions but the image model's have {}: both towers must \
                  embed into the same space",
-                model.info.dim, image.info.dim
+                model.info.dim, image.dim
             )));
         }
         Ok(model)
-    }
-
-    /// Runs the empty text again: after a failed batch, this tells a broken model or device from
-    /// texts that trip the model.
-    pub fn check(&mut self) -> Result<(), ModelError> {
-        let empty = self.empty.clone();
-        self.run(&[&empty]).map(drop)
-    }
-
-    /// Runs one batch of texts' ids; returns one raw (not yet L2-normalised) embedding per text.
-    pub fn run(&mut self, rows: &[&[i64]]) -> Result<Vec<Vec<f32>>, ModelError> {
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-        let width = self.info.context.unwrap_or(longest);
-        let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * width), Vec::with_capacity(rows.len() * width));
-        for row in rows {
-            // Tokenizers already cut to the model's length; a longer row is cut, never wrapped.
-            let row = &row[..row.len().min(width)];
-            ids.extend_from_slice(row);
-            ids.resize(ids.len() + width - row.len(), self.pad_id);
-            mask.extend((0..width).map(|i| i64::from(i < row.len())));
-        }
-        let shape = [rows.len() as i64, width as i64];
-        let mut feeds: Vec<(Cow<str>, SessionInputValue)> =
-            vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids)?.into())];
-        if let Some(name) = &self.info.mask_name {
-            feeds.push((Cow::Owned(name.clone()), self.tensor(shape, mask)?.into()));
-        }
-        let outputs = self.session.run(feeds).map_err(inference)?;
-        embeddings(&outputs, &self.info.output_name, rows.len())
     }
 
     /// An int64 tensor, or int32 for graphs that declare their ids so (the ids of any real vocabulary fit).
@@ -190,24 +166,44 @@ impl TextModel {
                 .map(Tensor::upcast),
             IdType::Int64 => Tensor::from_array((shape, values)).map(Tensor::upcast),
         }
-        .map_err(inference)
+        .map_err(ModelError::inference)
     }
 }
 
 /// The text tower takes the tokenized texts the text side queues; the model pads each batch.
 impl Tower for TextModel {
-    type Embeds = Texts;
+    type Io = Texts;
 
     fn info(&self) -> &TextModelInfo {
         &self.info
     }
 
+    /// Pads the texts' ids into one batch (see the module) and runs it.
     fn run(&mut self, texts: &[&Tokens]) -> Result<Vec<Vec<f32>>, ModelError> {
-        let rows: Vec<&[i64]> = texts.iter().map(|tokens| &tokens.ids[..]).collect();
-        TextModel::run(self, &rows)
+        let longest = texts.iter().map(|t| t.ids.len()).max().unwrap_or(0).max(1);
+        let width = self.info.context.unwrap_or(longest);
+        let (mut ids, mut mask) = (Vec::with_capacity(texts.len() * width), Vec::with_capacity(texts.len() * width));
+        for text in texts {
+            // Tokenizers already cut to the model's length; a longer row is cut, never wrapped.
+            let row = &text.ids[..text.ids.len().min(width)];
+            ids.extend_from_slice(row);
+            ids.resize(ids.len() + width - row.len(), self.pad_id);
+            mask.extend((0..width).map(|i| i64::from(i < row.len())));
+        }
+        let shape = [texts.len() as i64, width as i64];
+        let mut feeds: Vec<(Cow<str>, SessionInputValue)> =
+            vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids)?.into())];
+        if let Some(name) = &self.info.mask_name {
+            feeds.push((Cow::Owned(name.clone()), self.tensor(shape, mask)?.into()));
+        }
+        let outputs = self.session.run(feeds).map_err(ModelError::inference)?;
+        unit_rows(&outputs, &self.info.output_name, texts.len())
     }
 
+    /// Runs the empty text again: after a failed batch, this tells a broken model or device from
+    /// texts that trip the model.
     fn check(&mut self) -> Result<(), ModelError> {
-        TextModel::check(self)
+        let empty = self.empty.clone();
+        self.run(&[&empty]).map(drop)
     }
 }

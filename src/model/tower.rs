@@ -1,14 +1,17 @@
-//! The one face every tower shows the model worker: what it embeds, how large its batches get, how
-//! it runs one, and how it tells a broken tower from inputs that trip it. The worker serves a tower
-//! through this trait alone, so a new tower is an impl of it here and a lane in the worker.
+//! The one face every tower shows the model worker: what goes in and what comes out, how large its
+//! batches get, how it runs one, and how it tells a broken tower from inputs that trip it. The
+//! worker serves a tower through this trait alone, so a new tower is an impl of it and a lane in
+//! the worker.
 //!
-//! What a tower embeds ([`Photos`] or [`Texts`], a [`Modality`]) fixes its input, its description
+//! A tower's [`TowerIo`] ([`Photos`] or [`Texts`]) fixes its input, its output, its description
 //! and its [`TowerKind`], which says once what the worker does differently per tower (its span
-//! name, its metrics stage, whether a batch waits to fill) rather than asking each tower.
+//! name, its metrics stage, whether a batch waits to fill) rather than asking each tower. Both
+//! towers so far give one embedding per input; a face detector's output will be boxes, and its
+//! `TowerIo` will say so.
 
 use image::RgbImage;
 
-use super::{ModelError, ModelInfo, TextModelInfo};
+use super::{ImageModelInfo, ModelError, TextModelInfo};
 use crate::{observe::metrics::Stage, tokenize::Tokens};
 
 /// Which tower a batch runs on.
@@ -61,47 +64,53 @@ pub trait TowerInfo {
     fn batch_size(&self) -> usize;
 }
 
-/// What a kind of tower embeds, as a type: every image tower (the model, a test's stand-in) embeds
-/// [`Photos`], every text tower [`Texts`].
-pub trait Modality: 'static {
+/// What goes into a kind of tower and what comes out, as types: every image tower (the model, a
+/// test's stand-in) is [`Photos`], every text tower [`Texts`].
+pub trait TowerIo: 'static {
     /// One input, as it waits in the worker's queue.
     type Input: Send + 'static;
+    /// What the tower gives for one input.
+    type Output: Send + 'static;
     /// What the rest of the service is told about a tower.
     type Info: TowerInfo + Clone + Send + Sync + 'static;
     const KIND: TowerKind;
 }
 
-/// Resized squares (see `preprocess`), laid out into a batch by the tower.
+/// Resized squares (see `preprocess`), laid out into a batch by the tower; one unit-length
+/// embedding each.
 pub enum Photos {}
 
-impl Modality for Photos {
+impl TowerIo for Photos {
     type Input = RgbImage;
-    type Info = ModelInfo;
+    type Output = Vec<f32>;
+    type Info = ImageModelInfo;
     const KIND: TowerKind = TowerKind::Image;
 }
 
-/// Tokenized texts, padded into a batch by the tower.
+/// Tokenized texts, padded into a batch by the tower; one unit-length embedding each.
 pub enum Texts {}
 
-impl Modality for Texts {
+impl TowerIo for Texts {
     type Input = Tokens;
+    type Output = Vec<f32>;
     type Info = TextModelInfo;
     const KIND: TowerKind = TowerKind::Text;
 }
 
-/// What tower `T` takes, and what describes it.
-pub type Input<T> = <<T as Tower>::Embeds as Modality>::Input;
-pub type Info<T> = <<T as Tower>::Embeds as Modality>::Info;
+/// What tower `T` takes, gives and is described by.
+pub type Input<T> = <<T as Tower>::Io as TowerIo>::Input;
+pub type Output<T> = <<T as Tower>::Io as TowerIo>::Output;
+pub type Info<T> = <<T as Tower>::Io as TowerIo>::Info;
 
 /// A model session the worker runs batches on: the image model and the text model in production,
 /// stand-ins in unit tests.
 pub trait Tower: Sized + Send + 'static {
-    type Embeds: Modality;
-    const KIND: TowerKind = <Self::Embeds as Modality>::KIND;
+    type Io: TowerIo;
+    const KIND: TowerKind = <Self::Io as TowerIo>::KIND;
 
     fn info(&self) -> &Info<Self>;
-    /// Runs one batch; returns one raw (not yet L2-normalised) embedding per input, in order.
-    fn run(&mut self, inputs: &[&Input<Self>]) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Runs one batch; returns one output per input, in order.
+    fn run(&mut self, inputs: &[&Input<Self>]) -> Result<Vec<Output<Self>>, ModelError>;
     /// Runs the tower's known-good warm-up input again: after a failed batch, this tells a broken
     /// tower or device (this fails too) from inputs that trip the model (only they fail).
     fn check(&mut self) -> Result<(), ModelError>;

@@ -16,11 +16,21 @@ pub enum ItemError {
     #[error(transparent)]
     Decode(#[from] DecodeError),
     #[error(transparent)]
-    Preprocess(#[from] PreprocessError),
+    Preprocess(PreprocessError),
     #[error(transparent)]
     Batch(#[from] BatchError),
     #[error("not finished within the request deadline")]
     DeadlineExceeded,
+}
+
+/// A decode that failed inside preprocessing is a decode error, coded as one.
+impl From<PreprocessError> for ItemError {
+    fn from(e: PreprocessError) -> Self {
+        match e {
+            PreprocessError::Decode(e) => ItemError::Decode(e),
+            resize => ItemError::Preprocess(resize),
+        }
+    }
 }
 
 pub type ItemResult = Result<Vec<f32>, ItemError>;

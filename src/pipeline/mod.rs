@@ -1,9 +1,9 @@
-//! The per-request flow through the stages: source -> decode -> preprocess -> worker.
+//! The per-request flow through the stages: source -> decode and preprocess -> worker.
 //!
 //! Every photo moves on its own, so one slow or broken photo never holds up or fails the others,
 //! and fetching/decoding of later photos overlaps inference of earlier ones. Decoding and resizing
-//! run on the decode threads (`decode_pool`), at most `decode_threads` photos at a time; the
-//! resized square waits for its batch as bytes and is normalised when the worker lays it out.
+//! run on the decode threads (`decode_pool`), which bound how many photos decode at once; the
+//! resized square waits for its batch as bytes and is normalised when the image tower lays it out.
 //!
 //! Each photo's stages are `fetch`, `decode` and `queue` spans under the request's span (with
 //! `clipfn.photo.index`), and their durations go to `clipfn_stage_duration_seconds`.
@@ -13,14 +13,9 @@ mod decode_pool;
 mod item;
 mod timings;
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use image::RgbImage;
-use tokio::sync::Semaphore;
 use tracing::{Instrument, field::Empty, info_span};
 
 use self::decode_pool::DecodePool;
@@ -30,54 +25,64 @@ pub use self::{
     timings::{Interval, Timings},
 };
 use crate::{
-    decode::{self, DecodeError, DecodeOptions, decode},
-    embedding::l2_normalized,
-    model::ModelInfo,
+    decode,
+    model::ImageModelInfo,
     observe::metrics::{Metrics, Stage},
-    preprocess::preprocess,
+    preprocess::{Transform, decode_options, decode_square},
     settings::Limits,
     source::Source,
     sys::budget::Budget,
-    worker::Batcher,
+    worker::Worker,
 };
 
-/// One photo of a long run (backfill): its reference, its result and, once fetched, its size.
+/// One photo through the stages: its result and what was measured on the way.
+pub struct Photo {
+    pub result: ItemResult,
+    pub timings: Timings,
+    /// The photo's size, once fetched.
+    pub bytes: Option<u64>,
+}
+
+/// One photo of a long run (backfill), with its reference.
 pub struct EmbeddedPhoto {
     pub image: String,
-    pub result: ItemResult,
-    pub bytes: Option<u64>,
+    pub photo: Photo,
 }
 
 pub struct Pipeline {
     source: Source,
-    batcher: Arc<Batcher>,
+    worker: std::sync::Arc<Worker>,
     admission: Admission,
-    cpu_slots: Arc<Semaphore>,
     decoders: DecodePool,
+    /// How a photo becomes the image tower's square: asked of the tower once, here.
+    square: Transform,
     /// CLIPFN_MAX_DECODE_BYTES, when set.
     decode_memory: Option<Budget>,
     max_pixels: u64,
-    metrics: Arc<Metrics>,
-    decode_timeout: Duration,
+    metrics: std::sync::Arc<Metrics>,
 }
 
 impl Pipeline {
-    pub fn new(limits: &Limits, source: Source, batcher: Arc<Batcher>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        limits: &Limits,
+        source: Source,
+        worker: std::sync::Arc<Worker>,
+        metrics: std::sync::Arc<Metrics>,
+    ) -> Self {
         Pipeline {
             source,
-            batcher,
+            square: worker.info().preprocessing.clone(),
+            worker,
             admission: Admission::new(limits.max_queued_images, &metrics),
-            cpu_slots: Arc::new(Semaphore::new(limits.decode_threads())),
-            decoders: DecodePool::new(limits.decode_threads()),
+            decoders: DecodePool::new(limits.decode_threads(), limits.decode_timeout()),
             decode_memory: limits.max_decode_bytes.map(Budget::new),
             max_pixels: limits.max_image_pixels,
             metrics,
-            decode_timeout: limits.decode_timeout(),
         }
     }
 
-    pub fn model(&self) -> &ModelInfo {
-        self.batcher.info()
+    pub fn model(&self) -> &ImageModelInfo {
+        self.worker.info()
     }
 
     /// Photos currently admitted (queued, decoding or fetching).
@@ -93,20 +98,14 @@ impl Pipeline {
         deadline: tokio::time::Instant,
     ) -> Result<(Vec<ItemResult>, Timings), Overloaded> {
         let _places = self.admission.admit(images.len())?;
+        let photos = images.iter().enumerate().map(|(index, image)| self.embed_one(index, image, Some(deadline)));
         let mut timings = Timings::default();
-        let photos = images.iter().enumerate().map(|(index, image)| async move {
-            let mut photo = Timings::default();
-            let result = tokio::time::timeout_at(deadline, self.embed_one(index, image, &mut photo, &mut None))
-                .await
-                .unwrap_or(Err(ItemError::DeadlineExceeded));
-            (result, photo)
-        });
-        let done = futures::future::join_all(photos).await;
-        let results = done
+        let results = futures::future::join_all(photos)
+            .await
             .into_iter()
-            .map(|(result, photo)| {
-                timings.cover(&photo);
-                result.map(l2_normalized)
+            .map(|photo| {
+                timings.cover(&photo.timings);
+                photo.result
             })
             .collect();
         Ok((results, timings))
@@ -123,17 +122,28 @@ impl Pipeline {
         let places = self.admission.admit(window)?;
         let photos = images.into_iter().enumerate().map(move |(index, image)| {
             let _held_while_the_stream_lives = &places;
-            async move {
-                let mut bytes = None;
-                let result = self.embed_one(index, &image, &mut Timings::default(), &mut bytes).await;
-                EmbeddedPhoto { image, result: result.map(l2_normalized), bytes }
-            }
+            async move { EmbeddedPhoto { photo: self.embed_one(index, &image, None).await, image } }
         });
         Ok(futures::stream::iter(photos).buffered(window))
     }
 
-    /// One photo through the stages; `size` gets its byte count once fetched.
-    async fn embed_one(&self, index: usize, image: &str, timings: &mut Timings, size: &mut Option<u64>) -> ItemResult {
+    /// One photo through the stages, by `deadline` when there is one. A photo cut off by it keeps
+    /// what was measured until then.
+    async fn embed_one(&self, index: usize, image: &str, deadline: Option<tokio::time::Instant>) -> Photo {
+        let mut photo = Photo { result: Err(ItemError::DeadlineExceeded), timings: Timings::default(), bytes: None };
+        let stages = self.stages(index, image, &mut photo.timings, &mut photo.bytes);
+        let result = match deadline {
+            Some(deadline) => {
+                tokio::time::timeout_at(deadline, stages).await.unwrap_or(Err(ItemError::DeadlineExceeded))
+            }
+            None => stages.await,
+        };
+        photo.result = result;
+        photo
+    }
+
+    /// [`Pipeline::embed_one`]'s stages, recording into `timings` and `size` as they go.
+    async fn stages(&self, index: usize, image: &str, timings: &mut Timings, size: &mut Option<u64>) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -150,48 +160,36 @@ impl Pipeline {
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
         *size = Some(fetched.bytes.len() as u64);
 
-        let transform = self.model().preprocessing.clone();
-        // JPEGs decode at the smallest DCT scale that still covers the resized photo.
-        let options = DecodeOptions::for_input(transform.resize_side(), self.max_pixels);
-        // Memory first, then a core (in that order always, so that neither waits on the other):
-        // both move into the blocking task, so that a photo that times out stops waiting but its
-        // decode keeps them until it really ends and the pool never runs over its bounds.
+        // Memory first, then a decode thread (in that order always, so that neither waits on the
+        // other): the reservation moves into the job with the bytes, and both are let go as the
+        // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
         let memory = match &self.decode_memory {
-            Some(budget) => Some(budget.reserve(decode::working_memory(&fetched.bytes, &options)).await),
+            Some(budget) => {
+                let options = decode_options(&self.square, self.max_pixels);
+                Some(budget.reserve(decode::working_memory(&fetched.bytes, &options)).await)
+            }
             None => None,
         };
-        let slot = Arc::clone(&self.cpu_slots).acquire_owned().await.expect("semaphore is never closed");
-        let decode_start = Instant::now();
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        // A panic in a decoder on a hostile file ends this job only: it becomes this photo's
-        // error and the process and the other photos carry on. The fetched bytes (and their share
-        // of the byte budget) are let go when the decode ends.
-        let in_task = span.clone();
-        let work = self.decoders.run(move || -> Result<RgbImage, ItemError> {
-            let _held = (slot, memory);
-            let _entered = in_task.enter();
-            let decoded = decode(&fetched.bytes, &options)?;
-            drop(fetched);
-            Ok(preprocess(&decoded, &transform)?)
-        });
-        // Past its time budget (CLIPFN_DECODE_TIMEOUT_MS) the photo stops waiting: decode_failed.
-        let square = tokio::time::timeout(self.decode_timeout, work).await;
+        let (in_job, transform, max_pixels) = (span.clone(), self.square.clone(), self.max_pixels);
+        let (decode_start, square) = self
+            .decoders
+            .run(move || {
+                let (_memory, _entered) = (memory, in_job.enter());
+                decode_square(fetched, &transform, max_pixels).map_err(ItemError::from)
+            })
+            .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let square = match square {
-            Ok(Ok(result)) => result,
-            Ok(Err(panic)) => Err(ItemError::Decode(DecodeError::Crashed(panic))),
-            Err(_elapsed) => Err(ItemError::Decode(DecodeError::Timeout(self.decode_timeout))),
-        };
         let square = square.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
-        let embedded = self.batcher.embed(square, span).await?;
+        let embedded = self.worker.embed(square, span).await?;
         timings.queue = Interval::new(queued, embedded.started);
         timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
-        Ok(embedded.embedding)
+        Ok(embedded.output)
     }
 }
 

@@ -7,9 +7,10 @@
 //! inside the root's real path. A root given as a plain path (`./photos`, `/srv/photos`) is the
 //! `file://` root of that folder.
 //!
-//! Besides object stores, a reference may be an `http(s)://` URL under an allowed prefix (web.rs,
-//! web/, with its SSRF guard in web/allowlist.rs and web/address.rs) or an inline `data:` URI (inline.rs); object stores are objects.rs. Every
-//! kind ends the same way: bytes for the decode stage, or this photo's error.
+//! Besides object stores (objects.rs), a reference may be an `http(s)://` URL under an allowed
+//! prefix (web/, with its SSRF guard in web/allowlist.rs and web/address.rs) or an inline `data:`
+//! URI (inline.rs). Every kind ends the same way: bytes for the decode stage, or this photo's
+//! error. Object stores and URLs read through the one bounded read (`storage::read_bounded`).
 //!
 //! Fetched bytes count against a byte budget (`CLIPFN_MAX_FETCHED_BYTES`) from the moment their size
 //! is known until they are decoded, so a flood of large photos waits in the store, not in memory.
@@ -26,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use self::objects::Root;
 use crate::{
     settings::{Limits, SourceSettings},
-    storage::{Client, StorageError},
+    storage::{Client, Read, StorageError},
     sys::budget::Budget,
 };
 
@@ -104,6 +105,18 @@ pub struct Fetched {
     _budget: Option<OwnedSemaphorePermit>,
 }
 
+impl From<Read> for Fetched {
+    fn from(read: Read) -> Self {
+        Fetched { bytes: read.bytes, _budget: read.budget }
+    }
+}
+
+impl AsRef<[u8]> for Fetched {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 impl Source {
     pub fn new(settings: &SourceSettings, limits: &Limits) -> Result<Self, SourceError> {
         let client = Client::new(settings);
@@ -145,6 +158,6 @@ impl Source {
         let (root, key) = objects::resolve(self.store.as_ref(), &self.allowed, reference)?;
         let _slot = self.io_slots.acquire().await.expect("semaphore is never closed");
         let read = root.get(key, self.max_bytes, &self.budget).await?;
-        Ok(Fetched { bytes: read.bytes, _budget: read.budget })
+        Ok(read.into())
     }
 }

@@ -22,7 +22,7 @@ use object_store::{ObjectStore, local::LocalFileSystem, path::Path as ObjectPath
 pub use self::{
     client::{Client, build_store},
     prefix::Prefix,
-    read::{Read, classify, get_bounded},
+    read::{Read, classify, get_bounded, read_bounded},
     uri::Uri,
 };
 

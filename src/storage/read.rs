@@ -1,7 +1,10 @@
-//! The one bounded read every object goes through, photo or configuration.
+//! The one bounded read every photo and configuration file goes through, from an object store
+//! here and from an `http(s)://` URL in `source::web`: a body known to be too large is refused
+//! before it is read, one that turns out too large is refused as soon as it does, and the body is
+//! read only once its size fits in the fetched-bytes budget.
 
 use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use object_store::{GetResultPayload, ObjectStore, ObjectStoreExt, path::Path as ObjectPath};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -14,9 +17,28 @@ pub struct Read {
     pub budget: Option<OwnedSemaphorePermit>,
 }
 
-/// Streams an object into memory, refusing it as soon as it is known to exceed `limit`:
-/// first from the object's metadata (Content-Length), then while streaming. With a `budget`, the
-/// body is read only once its size fits in it.
+/// Reads a body of `size` bytes (unknown: `None`) streamed as `chunks`, refusing it as soon as it
+/// is known to exceed `limit`: first from its announced size, then while streaming. With a
+/// `budget`, the body is read only once its size (the limit, when the size is unknown) fits in it.
+pub async fn read_bounded<E: From<StorageError>>(
+    size: Option<u64>,
+    limit: u64,
+    budget: Option<&Budget>,
+    chunks: impl Stream<Item = Result<Bytes, E>>,
+) -> Result<Read, E> {
+    let budget = admit(size, limit, budget).await?;
+    let mut body = BytesMut::with_capacity(size.unwrap_or(0) as usize);
+    let mut chunks = std::pin::pin!(chunks);
+    while let Some(chunk) = chunks.next().await {
+        body.extend_from_slice(&chunk?);
+        if body.len() as u64 > limit {
+            return Err(StorageError::TooLarge { size: body.len() as u64, limit }.into());
+        }
+    }
+    Ok(Read { bytes: body.freeze(), budget })
+}
+
+/// Reads an object through [`read_bounded`]'s rules.
 pub async fn get_bounded(
     store: &dyn ObjectStore,
     path: &ObjectPath,
@@ -25,27 +47,29 @@ pub async fn get_bounded(
 ) -> Result<Read, StorageError> {
     let result = store.get(path).await.map_err(|e| classify(e, path))?;
     let size = result.meta.size;
-    if size > limit {
-        return Err(StorageError::TooLarge { size, limit });
-    }
-    let reserved = match budget {
-        Some(budget) => Some(budget.reserve(size).await),
-        None => None,
-    };
     // A local file's size is exact: one blocking read, not object_store's 8 KiB chunks.
     if matches!(result.payload, GetResultPayload::File(..)) {
+        let budget = admit(Some(size), limit, budget).await?;
         let bytes = result.bytes().await.map_err(|e| classify(e, path))?;
-        return Ok(Read { bytes, budget: reserved });
+        return Ok(Read { bytes, budget });
     }
-    let mut body = BytesMut::with_capacity(size as usize);
-    let mut stream = result.into_stream();
-    while let Some(chunk) = stream.next().await {
-        body.extend_from_slice(&chunk.map_err(|e| classify(e, path))?);
-        if body.len() as u64 > limit {
-            return Err(StorageError::TooLarge { size: body.len() as u64, limit });
-        }
+    let chunks = result.into_stream().map(|chunk| chunk.map_err(|e| classify(e, path)));
+    read_bounded(Some(size), limit, budget, chunks).await
+}
+
+/// Refuses a body announced over `limit`; waits until its size fits in `budget`, and holds it.
+async fn admit(
+    size: Option<u64>,
+    limit: u64,
+    budget: Option<&Budget>,
+) -> Result<Option<OwnedSemaphorePermit>, StorageError> {
+    if let Some(size) = size.filter(|&size| size > limit) {
+        return Err(StorageError::TooLarge { size, limit });
     }
-    Ok(Read { bytes: body.freeze(), budget: reserved })
+    Ok(match budget {
+        Some(budget) => Some(budget.reserve(size.unwrap_or(limit)).await),
+        None => None,
+    })
 }
 
 pub fn classify(e: object_store::Error, path: &ObjectPath) -> StorageError {

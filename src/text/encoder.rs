@@ -1,6 +1,6 @@
-//! The text flow, the twin of a photo's: tokenize -> worker (text tower) -> L2-normalised
-//! embedding. Prompt embeddings are kept in a bounded LRU keyed by (model, prompt), so labels
-//! asked for again cost nothing; hits and misses are counted.
+//! The text flow, the twin of a photo's: tokenize -> worker (text tower) -> embedding (of unit
+//! length, as the tower gives it). Prompt embeddings are kept in a bounded LRU keyed by (model,
+//! prompt), so labels asked for again cost nothing; hits and misses are counted.
 
 use std::{
     num::NonZeroUsize,
@@ -11,10 +11,9 @@ use lru::LruCache;
 
 use super::TextError;
 use crate::{
-    embedding::l2_normalized,
     observe::metrics::Metrics,
     tokenize::{Tokenizer, TokenizerError},
-    worker::Batcher,
+    worker::Worker,
 };
 
 /// One text's answer.
@@ -39,7 +38,7 @@ impl TextEncoder {
     }
 
     /// Embeds every text, in order; texts already in the cache skip the model.
-    pub async fn embed(&self, batcher: &Batcher, texts: &[String]) -> Result<Vec<TextEmbedding>, TextError> {
+    pub async fn embed(&self, worker: &Worker, texts: &[String]) -> Result<Vec<TextEmbedding>, TextError> {
         let mut found: Vec<Option<TextEmbedding>> = texts.iter().map(|t| self.cached(t)).collect();
         let missing: Vec<String> =
             texts.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(t, _)| t.clone()).collect();
@@ -56,8 +55,8 @@ impl TextEncoder {
             .map_err(|_| TextError::TokenizerPanic)??;
             let runs = tokenized.into_iter().map(|(tokens, text)| async move {
                 let count = tokens.ids.len();
-                let embedded = batcher.embed_text(tokens).await?;
-                let answer = TextEmbedding { embedding: l2_normalized(embedded.embedding).into(), tokens: count };
+                let embedded = worker.embed_text(tokens).await?;
+                let answer = TextEmbedding { embedding: embedded.output.into(), tokens: count };
                 self.remember(text, answer.clone());
                 Ok::<_, TextError>(answer)
             });

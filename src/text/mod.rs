@@ -15,7 +15,7 @@ use crate::{
     embedding::Scoring,
     model::TextModelInfo,
     tokenize::TokenizerError,
-    worker::{BatchError, Batcher},
+    worker::{BatchError, Worker},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +37,7 @@ pub enum TextError {
 /// The text tower's side of the service.
 pub struct Text {
     encoder: TextEncoder,
-    batcher: Arc<Batcher>,
+    worker: Arc<Worker>,
     /// CLIPFN_LABELS, embedded during warm-up.
     label_sets: BTreeMap<String, EmbeddedLabels>,
     /// How photos are scored against labels, or why this model cannot classify.
@@ -45,8 +45,8 @@ pub struct Text {
 }
 
 impl Text {
-    pub fn new(encoder: TextEncoder, batcher: Arc<Batcher>, scoring: Result<Scoring, String>) -> Self {
-        Text { encoder, batcher, label_sets: BTreeMap::new(), scoring }
+    pub fn new(encoder: TextEncoder, worker: Arc<Worker>, scoring: Result<Scoring, String>) -> Self {
+        Text { encoder, worker, label_sets: BTreeMap::new(), scoring }
     }
 
     /// The model family's scoring rule for classifying.
@@ -56,7 +56,7 @@ impl Text {
 
     /// The text tower.
     pub fn model(&self) -> &TextModelInfo {
-        self.batcher.text_info().expect("Text is built only beside a text tower")
+        self.worker.text_info().expect("Text is built only beside a text tower")
     }
 
     /// Embeds every set, so that classifying over a set costs image inference only.
@@ -84,7 +84,7 @@ impl Text {
         texts: &[String],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Vec<TextEmbedding>, TextError> {
-        let work = self.encoder.embed(&self.batcher, texts);
+        let work = self.encoder.embed(&self.worker, texts);
         match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, work).await.unwrap_or(Err(TextError::DeadlineExceeded)),
             None => work.await,

@@ -1,7 +1,8 @@
 //! Stand-in towers for unit tests, here and in `api`: they can lose their device mid-flight, which
 //! cannot happen on this machine for real. Both towers take a switch for their device's state.
 //!
-//! A photo's embedding is `[mean of its normalised values, 1]`. A photo whose values are all above
+//! Unlike the real towers' (`model::outputs`), their embeddings are not of unit length but easy to
+//! check. A photo's embedding is `[mean of its normalised values, 1]`. A photo whose values are all above
 //! 1.9 (white: 1.93, 2.08 and 2.15 by channel) fails the run it is in, as in the poison model of
 //! tools/make_models.py; one whose values are all below -1.4 (black: -1.79, -1.75 and -1.48 by
 //! channel) makes the run panic. A text's embedding is `[number of its ids, 0]`.
@@ -14,8 +15,8 @@ use std::sync::{
 use image::RgbImage;
 
 use crate::{
-    model::{IdType, ModelError, ModelInfo, Photos, PixelBatch, TextModelInfo, Texts, Tower},
-    preprocess::{Layout, Pixels, Transform},
+    model::{IdType, ImageModelInfo, Layout, ModelError, Photos, PixelBatch, Pixels, TextModelInfo, Texts, Tower},
+    preprocess::Transform,
     settings::{Device, Weights},
     tokenize::{Padding, Tokens},
 };
@@ -26,7 +27,7 @@ pub const DEVICE_LOST: u8 = 1;
 /// Every run fails and the warm-up input panics.
 pub const DEVICE_CRASHING: u8 = 2;
 
-/// For `Batcher::start` with no text tower.
+/// For `Worker::start` with no text tower.
 pub const NO_TEXT: Option<FakeText> = None;
 
 fn lost() -> ModelError {
@@ -48,7 +49,7 @@ fn check_on(device: &AtomicU8) -> Result<(), ModelError> {
 }
 
 pub struct FakeModel {
-    info: ModelInfo,
+    info: ImageModelInfo,
     batch: PixelBatch,
     device: Arc<AtomicU8>,
 }
@@ -56,7 +57,7 @@ pub struct FakeModel {
 impl FakeModel {
     /// The model and the switch for its device's state.
     pub fn new(batch_size: usize, image_size: u32) -> (Self, Arc<AtomicU8>) {
-        let info = ModelInfo {
+        let info = ImageModelInfo {
             id: "fake".into(),
             file: "fake.onnx".into(),
             precision: Weights::Fp32,
@@ -71,16 +72,16 @@ impl FakeModel {
             batch_size,
             warm_up_batches: vec![1, batch_size],
         };
-        let batch = PixelBatch::new(info.input_layout, batch_size, info.slot_len());
+        let batch = PixelBatch::new(&info);
         let device = Arc::new(AtomicU8::new(DEVICE_OK));
         (FakeModel { info, batch, device: Arc::clone(&device) }, device)
     }
 }
 
 impl Tower for FakeModel {
-    type Embeds = Photos;
+    type Io = Photos;
 
-    fn info(&self) -> &ModelInfo {
+    fn info(&self) -> &ImageModelInfo {
         &self.info
     }
 
@@ -133,7 +134,7 @@ impl FakeText {
 }
 
 impl Tower for FakeText {
-    type Embeds = Texts;
+    type Io = Texts;
 
     fn info(&self) -> &TextModelInfo {
         &self.info

@@ -31,11 +31,11 @@ impl Health {
     }
 }
 
-/// Marks the worker stopped when its thread dies (a panic the worker does not catch). Its orderly
-/// end, when the batcher is dropped at exit, is not a failure.
-pub(super) struct StopWatch(pub(super) Health);
+/// A guard on the worker thread that marks the worker stopped when a panic the worker does not
+/// catch unwinds the thread. Its orderly end, when the handle is dropped at exit, is not a failure.
+pub(super) struct UnwindGuard(pub(super) Health);
 
-impl Drop for StopWatch {
+impl Drop for UnwindGuard {
     fn drop(&mut self) {
         if thread::panicking() {
             self.0.fail(Unhealthy::WorkerStopped);

@@ -9,13 +9,13 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, unbounded};
 use tokio::sync::oneshot;
 use tracing::Span;
 
-use super::{BatchError, Embedded, run::Worker};
-use crate::model::{Input, Tower, TowerInfo};
+use super::{BatchError, Served, run::BatchRunner};
+use crate::model::{Tower, TowerInfo, TowerIo};
 
-/// One input waiting for its tower, and where its result goes.
-pub(super) struct Job<I> {
-    pub input: I,
-    pub reply: oneshot::Sender<Result<Embedded, BatchError>>,
+/// One input waiting for a tower of `Io`, and where its output goes.
+pub(super) struct Job<Io: TowerIo> {
+    pub input: Io::Input,
+    pub reply: oneshot::Sender<Result<Served<Io::Output>, BatchError>>,
     /// The input's wait; closed when its batch starts.
     pub queue_span: Span,
     /// The span of the request the input belongs to, for the batch's parent or links.
@@ -30,7 +30,7 @@ pub(super) trait Lane: Send {
     /// Adds this lane's queue to `select`, to wait on every queue at once.
     fn watch<'a>(&'a self, select: &mut Select<'a>);
     /// Runs the batch taken and answers its jobs.
-    fn serve(&mut self, worker: &mut Worker<'_>);
+    fn serve(&mut self, runner: &mut BatchRunner<'_>);
 }
 
 /// What [`Lane::take`] found.
@@ -39,21 +39,21 @@ pub(super) enum Taken {
     Batch(usize),
     /// Nothing queued yet.
     Empty,
-    /// Nothing queued, and nothing ever will be: the batcher is gone.
+    /// Nothing queued, and nothing ever will be: the worker's handle is gone.
     Closed,
 }
 
 /// A new lane for `tower`, and the sender that queues jobs on it.
-pub(super) fn open<T: Tower>(tower: T) -> (Sender<Job<Input<T>>>, Box<dyn Lane>) {
+pub(super) fn open<T: Tower>(tower: T) -> (Sender<Job<T::Io>>, Box<dyn Lane>) {
     let (jobs, queue) = unbounded();
     (jobs, Box::new(TowerLane { tower, queue, batch: Vec::new() }))
 }
 
 struct TowerLane<T: Tower> {
     tower: T,
-    queue: Receiver<Job<Input<T>>>,
+    queue: Receiver<Job<T::Io>>,
     /// The batch taken, until it is served.
-    batch: Vec<Job<Input<T>>>,
+    batch: Vec<Job<T::Io>>,
 }
 
 impl<T: Tower> Lane for TowerLane<T> {
@@ -79,8 +79,8 @@ impl<T: Tower> Lane for TowerLane<T> {
         select.recv(&self.queue);
     }
 
-    fn serve(&mut self, worker: &mut Worker<'_>) {
-        worker.serve(&mut self.tower, std::mem::take(&mut self.batch));
+    fn serve(&mut self, runner: &mut BatchRunner<'_>) {
+        runner.serve(&mut self.tower, std::mem::take(&mut self.batch));
     }
 }
 

@@ -1,5 +1,6 @@
-//! Worker (the batcher stage): the one owner of the model sessions, fed by queues shared by every
-//! request. This file is the handle the rest of the service holds, [`Batcher`].
+//! The model worker: the one owner of the model sessions, fed by queues shared by every request.
+//! This file is the handle the rest of the service holds, [`Worker`]; the thread it starts is
+//! named `clipfn-worker`.
 //!
 //! One worker thread per process runs the towers, so requests never fight over the GPU (the seed
 //! team's lesson: more workers per GPU made p95 worse). Each tower has a lane (`lane`): its queue
@@ -12,13 +13,8 @@
 //! worker looks at first: a query waits at most for the batch being formed or run, never behind
 //! an image backlog. Text batches take what is queued without waiting to fill.
 //!
-//! A batch that fails is not failed whole: its inputs may belong to other users' requests. The
-//! worker first runs that tower's known-good warm-up input again. If that fails too, the model or
-//! its device is broken: the batch fails and the worker's [`Health`] turns bad (`health`), so
-//! /healthz and /readyz tell the platform to replace the instance. If it passes, the batch is
-//! split in halves, and halves that fail are split again, until only the inputs that trip the
-//! model are left; they get `inference_failed` and everything else its embedding. A panic in the
-//! model counts as a failure. Each batch has one `inference` span (`span`).
+//! A batch that fails is not failed whole (`run` says how), and the worker's [`Health`] says when
+//! the model or its device is broken (`health`). Each batch has one `inference` span (`span`).
 
 mod health;
 mod lane;
@@ -37,25 +33,23 @@ use std::{
 };
 
 use crossbeam_channel::Sender;
-use image::RgbImage;
 use tokio::sync::oneshot;
 use tracing::Span;
 
 pub use self::health::{Health, Unhealthy};
 use self::{
-    health::StopWatch,
+    health::UnwindGuard,
     lane::{Job, Lane},
 };
 use crate::{
-    model::{ModelError, ModelInfo, Photos, TextModelInfo, Texts, Tower},
+    model::{ImageModelInfo, ModelError, Photos, TextModelInfo, Texts, Tower, TowerIo},
     observe::metrics::Metrics,
-    tokenize::Tokens,
 };
 
-/// One job's result from the worker.
+/// One job's output from the worker.
 #[derive(Debug)]
-pub struct Embedded {
-    pub embedding: Vec<f32>,
+pub struct Served<O> {
+    pub output: O,
     /// When the worker started and finished the batch this job ran in.
     pub started: Instant,
     pub finished: Instant,
@@ -69,22 +63,23 @@ pub enum BatchError {
     Stopped,
 }
 
-pub struct Batcher {
-    images: Sender<Job<RgbImage>>,
+/// The handle on the model worker.
+pub struct Worker {
+    images: Sender<Job<Photos>>,
     /// Present when there is a text tower.
-    texts: Option<Sender<Job<Tokens>>>,
-    info: ModelInfo,
+    texts: Option<Sender<Job<Texts>>>,
+    info: ImageModelInfo,
     text_info: Option<TextModelInfo>,
     health: Health,
     metrics: Arc<Metrics>,
 }
 
-impl Batcher {
+impl Worker {
     /// Moves the image tower (and the text tower, when there is one) onto its own worker thread.
     pub fn start<I, T>(image: I, text: Option<T>, batch_wait: Duration, metrics: Arc<Metrics>) -> Self
     where
-        I: Tower<Embeds = Photos>,
-        T: Tower<Embeds = Texts>,
+        I: Tower<Io = Photos>,
+        T: Tower<Io = Texts>,
     {
         let info = image.info().clone();
         let text_info = text.as_ref().map(|t| t.info().clone());
@@ -97,16 +92,16 @@ impl Batcher {
         metrics.watch_healthy(move || watched.check().is_ok());
         let (worker_metrics, worker_health) = (Arc::clone(&metrics), health.clone());
         thread::Builder::new()
-            .name("clipfn-model".into())
+            .name("clipfn-worker".into())
             .spawn(move || {
-                let _stopped = StopWatch(worker_health.clone());
+                let _unwinding = UnwindGuard(worker_health.clone());
                 run::run_worker(lanes, batch_wait, &worker_metrics, &worker_health)
             })
             .expect("spawning the model worker thread");
-        Batcher { images, texts, info, text_info, health, metrics }
+        Worker { images, texts, info, text_info, health, metrics }
     }
 
-    pub fn info(&self) -> &ModelInfo {
+    pub fn info(&self) -> &ImageModelInfo {
         &self.info
     }
 
@@ -122,7 +117,7 @@ impl Batcher {
     /// Queues one preprocessed photo and waits for its embedding. Dropping the future withdraws
     /// the photo: the worker skips jobs nobody waits for. `queue_span` times the wait and is
     /// closed when the batch starts; the current span is taken as the photo's request span.
-    pub async fn embed(&self, square: RgbImage, queue_span: Span) -> Result<Embedded, BatchError> {
+    pub async fn embed(&self, square: image::RgbImage, queue_span: Span) -> Result<Served<Vec<f32>>, BatchError> {
         let result = queue(&self.images, square, queue_span)?;
         self.metrics.queued(1);
         result.await.map_err(|_| BatchError::Stopped)?
@@ -130,7 +125,7 @@ impl Batcher {
 
     /// Queues one tokenized text for the text tower and waits for its embedding; dropping the
     /// future withdraws it, as for photos.
-    pub async fn embed_text(&self, tokens: Tokens) -> Result<Embedded, BatchError> {
+    pub async fn embed_text(&self, tokens: crate::tokenize::Tokens) -> Result<Served<Vec<f32>>, BatchError> {
         let texts = self.texts.as_ref().ok_or_else(|| ModelError::Inference("no text model is loaded".into()))?;
         // Texts have no queue span of their own: their wait is a batch at most.
         let result = queue(texts, tokens, Span::none())?;
@@ -138,10 +133,10 @@ impl Batcher {
     }
 }
 
-type Reply = oneshot::Receiver<Result<Embedded, BatchError>>;
+type Reply<Io> = oneshot::Receiver<Result<Served<<Io as TowerIo>::Output>, BatchError>>;
 
 /// Puts `input` on a lane's queue, with the current span as its request's.
-fn queue<I>(lane: &Sender<Job<I>>, input: I, queue_span: Span) -> Result<Reply, BatchError> {
+fn queue<Io: TowerIo>(lane: &Sender<Job<Io>>, input: Io::Input, queue_span: Span) -> Result<Reply<Io>, BatchError> {
     let (reply, result) = oneshot::channel();
     let job = Job { input, reply, queue_span, request_span: Span::current() };
     lane.send(job).map_err(|_| BatchError::Stopped)?;

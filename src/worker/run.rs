@@ -10,13 +10,13 @@ use std::{
 };
 
 use super::{
-    BatchError, Embedded,
+    BatchError, Served,
     health::{Health, Unhealthy},
     lane::{Job, Lane, next_batch},
     span::batch_span,
 };
 use crate::{
-    model::{Input, ModelError, Tower},
+    model::{Input, ModelError, Output, Tower},
     observe::metrics::{BatchFailure, Metrics},
     sys::{
         memory::{IDLE_BEFORE_TRIM, Trimmer},
@@ -25,32 +25,32 @@ use crate::{
 };
 
 /// What every lane's batches share on the worker thread.
-pub(super) struct Worker<'a> {
+pub(super) struct BatchRunner<'a> {
     metrics: &'a Metrics,
     health: &'a Health,
     batch_id: u64,
     trimmer: Trimmer,
 }
 
-/// Serves `lanes`, in their order, until every queue is closed (the Batcher was dropped at
+/// Serves `lanes`, in their order, until every queue is closed (the Worker was dropped at
 /// shutdown) and what was queued is served.
 pub(super) fn run_worker(mut lanes: Vec<Box<dyn Lane>>, batch_wait: Duration, metrics: &Metrics, health: &Health) {
-    let mut worker = Worker { metrics, health, batch_id: 0, trimmer: Trimmer::default() };
+    let mut runner = BatchRunner { metrics, health, batch_id: 0, trimmer: Trimmer::default() };
     // Once a burst is over, the memory its photos and batches took goes back to the system.
     loop {
-        let idle: (_, &mut dyn FnMut()) = (IDLE_BEFORE_TRIM, &mut || worker.trimmer.idle());
+        let idle: (_, &mut dyn FnMut()) = (IDLE_BEFORE_TRIM, &mut || runner.trimmer.idle());
         let Some((lane, _size)) = next_batch(&mut lanes, batch_wait, idle) else { break };
-        lanes[lane].serve(&mut worker);
+        lanes[lane].serve(&mut runner);
     }
     tracing::debug!("model worker stopped");
 }
 
-type JobResult = Result<Vec<f32>, BatchError>;
+type JobResult<T> = Result<Output<T>, BatchError>;
 
-impl Worker<'_> {
+impl BatchRunner<'_> {
     /// Runs `batch` on `tower` and answers each job; jobs nobody waits for any more are dropped
     /// first.
-    pub(super) fn serve<T: Tower>(&mut self, tower: &mut T, mut batch: Vec<Job<Input<T>>>) {
+    pub(super) fn serve<T: Tower>(&mut self, tower: &mut T, mut batch: Vec<Job<T::Io>>) {
         let kind = T::KIND;
         if kind.counts_as_photos() {
             self.metrics.queued(-(batch.len() as i64));
@@ -79,7 +79,7 @@ impl Worker<'_> {
             span.record("otel.status_code", "ERROR");
         }
         for (job, result) in batch.into_iter().zip(results) {
-            let _ = job.reply.send(result.map(|embedding| Embedded { embedding, started, finished }));
+            let _ = job.reply.send(result.map(|output| Served { output, started, finished }));
         }
         // The batch's tensors and inputs are gone now: within a long burst, let their memory go.
         self.trimmer.after_batch();
@@ -87,9 +87,9 @@ impl Worker<'_> {
 
     /// One result per job. A failed batch is told apart: a broken tower fails every job and the
     /// worker's health; otherwise the inputs that trip the model are isolated by bisection.
-    fn run_batch<T: Tower>(&self, tower: &mut T, batch: &[Job<Input<T>>]) -> Vec<JobResult> {
+    fn run_batch<T: Tower>(&self, tower: &mut T, batch: &[Job<T::Io>]) -> Vec<JobResult<T>> {
         let failure = match attempt(tower, batch) {
-            Ok(embeddings) => return embeddings.into_iter().map(Ok).collect(),
+            Ok(outputs) => return outputs.into_iter().map(Ok).collect(),
             Err(failure) => failure,
         };
         self.metrics.batch_failed(failure.cause);
@@ -116,7 +116,7 @@ impl Worker<'_> {
 
 /// `jobs` failed together with `error`: runs each half on its own and splits again the halves
 /// that fail, down to single inputs.
-fn isolate<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>], error: ModelError) -> Vec<JobResult> {
+fn isolate<T: Tower>(tower: &mut T, jobs: &[Job<T::Io>], error: ModelError) -> Vec<JobResult<T>> {
     if jobs.len() == 1 {
         return vec![Err(BatchError::Model(error))];
     }
@@ -124,7 +124,7 @@ fn isolate<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>], error: ModelError) -
     let mut results = Vec::with_capacity(jobs.len());
     for half in [left, right] {
         match attempt(tower, half) {
-            Ok(embeddings) => results.extend(embeddings.into_iter().map(Ok)),
+            Ok(outputs) => results.extend(outputs.into_iter().map(Ok)),
             Err(failure) => results.extend(isolate(tower, half, failure.error)),
         }
     }
@@ -137,10 +137,10 @@ struct RunFailure {
     cause: BatchFailure,
 }
 
-fn attempt<T: Tower>(tower: &mut T, jobs: &[Job<Input<T>>]) -> Result<Vec<Vec<f32>>, RunFailure> {
+fn attempt<T: Tower>(tower: &mut T, jobs: &[Job<T::Io>]) -> Result<Vec<Output<T>>, RunFailure> {
     let inputs: Vec<&Input<T>> = jobs.iter().map(|job| &job.input).collect();
     match catch_unwind(AssertUnwindSafe(|| tower.run(&inputs))) {
-        Ok(Ok(embeddings)) => Ok(embeddings),
+        Ok(Ok(outputs)) => Ok(outputs),
         Ok(Err(error)) => Err(RunFailure { error, cause: BatchFailure::Error }),
         Err(panic) => {
             let error = ModelError::Inference(format!("the model panicked: {}", panics::message(panic.as_ref())));

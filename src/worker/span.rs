@@ -6,10 +6,10 @@
 use tracing::Span;
 
 use super::lane::Job;
-use crate::model::TowerKind;
+use crate::model::{TowerIo, TowerKind};
 
 /// Ends the jobs' queue spans and opens the batch's `inference` span.
-pub(super) fn batch_span<I>(batch: &mut [Job<I>], batch_id: u64, tower: TowerKind) -> Span {
+pub(super) fn batch_span<Io: TowerIo>(batch: &mut [Job<Io>], batch_id: u64, tower: TowerKind) -> Span {
     let mut requests: Vec<tracing::Id> = Vec::new();
     for job in batch.iter() {
         if let Some(id) = job.request_span.id()

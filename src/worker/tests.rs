@@ -12,12 +12,13 @@ use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::{
-    BatchError, Batcher, Embedded, Health, Unhealthy,
+    BatchError, Health, Served, Unhealthy, Worker,
     fake::*,
     lane::{self, Job, next_batch},
     run::run_worker,
 };
 use crate::{
+    model::{Photos, Texts, TowerIo},
     observe::metrics::Metrics,
     preprocess::{CLIP_MEAN, CLIP_STD},
     tokenize::Tokens,
@@ -38,26 +39,26 @@ fn metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new(opentelemetry_sdk::metrics::SdkMeterProvider::builder().build().meter("test")))
 }
 
-fn embed_all(batcher: &Batcher, values: &[u8]) -> Vec<Result<Embedded, BatchError>> {
+fn embed_all(worker: &Worker, values: &[u8]) -> Vec<Result<Served<Vec<f32>>, BatchError>> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // join_all polls every future once before any waits, so all photos are queued at once.
-    runtime.block_on(futures::future::join_all(values.iter().map(|&v| batcher.embed(photo(v), Span::none()))))
+    runtime.block_on(futures::future::join_all(values.iter().map(|&v| worker.embed(photo(v), Span::none()))))
 }
 
 #[test]
 fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
     let (model, _device) = FakeModel::new(6, SIDE);
-    let batcher = Batcher::start(model, NO_TEXT, Duration::from_secs(10), metrics());
+    let worker = Worker::start(model, NO_TEXT, Duration::from_secs(10), metrics());
     // White trips the model and black crashes it; the greys embed.
     let values = [25, 255, 76, 0, 127, 153];
-    let results = embed_all(&batcher, &values);
+    let results = embed_all(&worker, &values);
     let mut batch_start = None;
     for (value, result) in values.iter().zip(&results) {
         match result {
             Err(BatchError::Model(_)) => assert!([0, 255].contains(value), "photo {value} failed: {result:?}"),
             Ok(embedded) => {
                 let expected = fake_embedding(*value);
-                assert!((embedded.embedding[0] - expected).abs() < 1e-5, "photo {value}: {embedded:?}");
+                assert!((embedded.output[0] - expected).abs() < 1e-5, "photo {value}: {embedded:?}");
                 // All from one batch: the full batch failed and was split, not retried per photo.
                 assert_eq!(*batch_start.get_or_insert(embedded.started), embedded.started);
             }
@@ -65,22 +66,22 @@ fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
         }
     }
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 4);
-    assert!(batcher.health().check().is_ok(), "bad photos must not make the instance unhealthy");
+    assert!(worker.health().check().is_ok(), "bad photos must not make the instance unhealthy");
 }
 
 #[test]
 fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
     let (model, device) = FakeModel::new(4, SIDE);
-    let batcher = Batcher::start(model, NO_TEXT, Duration::from_millis(5), metrics());
-    assert!(embed_all(&batcher, &[51]).pop().unwrap().is_ok());
-    assert!(batcher.health().check().is_ok());
+    let worker = Worker::start(model, NO_TEXT, Duration::from_millis(5), metrics());
+    assert!(embed_all(&worker, &[51]).pop().unwrap().is_ok());
+    assert!(worker.health().check().is_ok());
     device.store(DEVICE_LOST, Ordering::SeqCst);
-    let results = embed_all(&batcher, &[51, 102]);
+    let results = embed_all(&worker, &[51, 102]);
     assert!(results.iter().all(|r| matches!(r, Err(BatchError::Model(_)))), "{results:?}");
-    assert!(matches!(batcher.health().check(), Err(Unhealthy::ModelBroken)));
+    assert!(matches!(worker.health().check(), Err(Unhealthy::ModelBroken)));
 }
 
-fn job<I>(input: I) -> (Job<I>, oneshot::Receiver<Result<Embedded, BatchError>>) {
+fn job<Io: TowerIo>(input: Io::Input) -> (Job<Io>, oneshot::Receiver<Result<Served<Io::Output>, BatchError>>) {
     let (reply, waiting) = oneshot::channel();
     (Job { input, reply, queue_span: Span::none(), request_span: Span::none() }, waiting)
 }
@@ -94,7 +95,7 @@ fn an_idle_wait_returns_memory_once_then_serves_the_next_job() {
     let mut lanes = vec![image_lane];
     let sender = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
-        let (job, rx) = job(photo(25));
+        let (job, rx) = job::<Photos>(photo(25));
         images.send(job).unwrap();
         rx
     });
@@ -112,16 +113,16 @@ fn an_idle_wait_returns_memory_once_then_serves_the_next_job() {
 fn a_text_goes_before_queued_photos() {
     let ((images, image_lane), (texts, text_lane)) =
         (lane::open(FakeModel::new(4, SIDE).0), lane::open(FakeText::new(4).0));
-    // The serving order, as Batcher::start makes it.
+    // The serving order, as Worker::start makes it.
     let mut lanes = vec![text_lane, image_lane];
     let (text, image) = (0, 1);
     let mut waiting = Vec::new();
     for _ in 0..5 {
-        let (job, rx) = job(photo(25));
+        let (job, rx) = job::<Photos>(photo(25));
         images.send(job).unwrap();
         waiting.push(rx);
     }
-    let (query, _rx) = job(Tokens { ids: vec![49406, 49407] });
+    let (query, _rx) = job::<Texts>(Tokens { ids: vec![49406, 49407] });
     texts.send(query).unwrap();
 
     let (lane, size) = next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).unwrap();
@@ -144,22 +145,22 @@ fn a_text_batch_runs_on_the_text_tower_before_queued_photos() {
         (lane::open(FakeModel::new(2, SIDE).0), lane::open(FakeText::new(2).0));
     let photos: Vec<_> = (0..5)
         .map(|_| {
-            let (job, rx) = job(photo(76));
+            let (job, rx) = job::<Photos>(photo(76));
             images.send(job).unwrap();
             rx
         })
         .collect();
-    let (query, text) = job(Tokens { ids: vec![49406, 320, 49407] });
+    let (query, text) = job::<Texts>(Tokens { ids: vec![49406, 320, 49407] });
     texts.send(query).unwrap();
     drop((images, texts));
     // The worker's loop, here on the test's thread: it serves what was queued, then ends.
     run_worker(vec![text_lane, image_lane], Duration::ZERO, &metrics(), &Health::default());
 
     let text = text.blocking_recv().unwrap().unwrap();
-    assert_eq!(text.embedding, [3.0, 0.0], "the fake text tower's embedding: the text's 3 ids");
+    assert_eq!(text.output, [3.0, 0.0], "the fake text tower's embedding: the text's 3 ids");
     for photo in photos {
         let photo = photo.blocking_recv().unwrap().unwrap();
-        assert!((photo.embedding[0] - fake_embedding(76)).abs() < 1e-5, "{photo:?}");
+        assert!((photo.output[0] - fake_embedding(76)).abs() < 1e-5, "{photo:?}");
         assert!(text.finished <= photo.started, "the text ran after a photo: {text:?}, {photo:?}");
     }
 }
@@ -168,27 +169,27 @@ fn a_text_batch_runs_on_the_text_tower_before_queued_photos() {
 fn texts_are_embedded_through_the_batcher_only_with_a_text_tower() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let tokens = || Tokens { ids: vec![49406, 49407] };
-    let batcher = Batcher::start(FakeModel::new(4, SIDE).0, Some(FakeText::new(4).0), Duration::ZERO, metrics());
-    assert_eq!(batcher.text_info().map(|info| info.id.as_str()), Some("fake-text"));
-    assert_eq!(runtime.block_on(batcher.embed_text(tokens())).unwrap().embedding, [2.0, 0.0]);
+    let worker = Worker::start(FakeModel::new(4, SIDE).0, Some(FakeText::new(4).0), Duration::ZERO, metrics());
+    assert_eq!(worker.text_info().map(|info| info.id.as_str()), Some("fake-text"));
+    assert_eq!(runtime.block_on(worker.embed_text(tokens())).unwrap().output, [2.0, 0.0]);
 
-    let batcher = Batcher::start(FakeModel::new(4, SIDE).0, NO_TEXT, Duration::ZERO, metrics());
-    assert!(batcher.text_info().is_none());
-    assert!(matches!(runtime.block_on(batcher.embed_text(tokens())), Err(BatchError::Model(_))));
+    let worker = Worker::start(FakeModel::new(4, SIDE).0, NO_TEXT, Duration::ZERO, metrics());
+    assert!(worker.text_info().is_none());
+    assert!(matches!(runtime.block_on(worker.embed_text(tokens())), Err(BatchError::Model(_))));
 }
 
 #[test]
 fn a_worker_that_dies_is_reported_stopped() {
     let (model, device) = FakeModel::new(4, SIDE);
-    let batcher = Batcher::start(model, NO_TEXT, Duration::from_millis(5), metrics());
+    let worker = Worker::start(model, NO_TEXT, Duration::from_millis(5), metrics());
     device.store(DEVICE_CRASHING, Ordering::SeqCst);
-    assert!(matches!(embed_all(&batcher, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
+    assert!(matches!(embed_all(&worker, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
     // The thread marks itself stopped as it unwinds, just after the photo's reply is dropped.
     let until = Instant::now() + Duration::from_secs(5);
-    while batcher.health().check().is_ok() {
+    while worker.health().check().is_ok() {
         assert!(Instant::now() < until, "the dead worker was never reported");
         thread::sleep(Duration::from_millis(10));
     }
-    assert!(matches!(batcher.health().check(), Err(Unhealthy::WorkerStopped)));
-    assert!(matches!(embed_all(&batcher, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
+    assert!(matches!(worker.health().check(), Err(Unhealthy::WorkerStopped)));
+    assert!(matches!(embed_all(&worker, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
 }

@@ -144,13 +144,13 @@ async fn embed(
     Ok((progress, written))
 }
 
-fn row(photo: EmbeddedPhoto) -> Row {
+fn row(EmbeddedPhoto { image, photo }: EmbeddedPhoto) -> Row {
     let (embedding, error) = match photo.result {
         Ok(embedding) => (Some(embedding), None),
         Err(e) => {
-            let (code, message) = e.code_and_message(&photo.image);
+            let (code, message) = e.code_and_message(&image);
             (None, Some((code.as_str(), message)))
         }
     };
-    Row { key: photo.image, embedding, error, bytes: photo.bytes }
+    Row { key: image, embedding, error, bytes: photo.bytes }
 }

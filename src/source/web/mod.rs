@@ -5,7 +5,7 @@
 
 use std::{collections::HashMap, error::Error as _, sync::Arc, time::Duration};
 
-use bytes::BytesMut;
+use futures::StreamExt;
 use reqwest::{StatusCode, redirect};
 use tokio::sync::Semaphore;
 use url::Url;
@@ -18,7 +18,11 @@ use self::{
     allowlist::{Allowlist, host_key, without_query},
 };
 use super::{Fetched, SourceError};
-use crate::{settings::SourceSettings, storage::StorageError, sys::budget::Budget};
+use crate::{
+    settings::SourceSettings,
+    storage::{StorageError, read_bounded},
+    sys::budget::Budget,
+};
 
 /// As for the object stores: a host that does not accept a connection in 5 s is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -167,29 +171,27 @@ fn send_failure(e: &reqwest::Error, url: &Url) -> FetchFailure {
     FetchFailure::Transient(SourceError::from(StorageError::Fetch(format!("{}: {what}", without_query(url)))))
 }
 
-/// Streams the body into memory, refusing it as soon as it is known to exceed `limit`: first from
-/// Content-Length, then while streaming. The body is read once its size (the limit, when the
-/// length is not given) fits in the fetched-bytes budget.
+/// Reads the body under the one bounded read (`storage::read_bounded`): its size from
+/// Content-Length when given, its share of the fetched-bytes budget, the limit while streaming.
 async fn read_capped(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     limit: u64,
     url: &Url,
     budget: &Budget,
 ) -> Result<Fetched, FetchFailure> {
-    let too_large = |size| FetchFailure::Final(SourceError::from(StorageError::TooLarge { size, limit }));
-    let expected = response.content_length().unwrap_or(0);
-    if expected > limit {
-        return Err(too_large(expected));
+    let size = response.content_length();
+    let chunks = futures::stream::unfold(response, |mut response| async move {
+        response.chunk().await.transpose().map(|chunk| (chunk, response))
+    })
+    .map(|chunk| chunk.map_err(|e| send_failure(&e, url)));
+    Ok(read_bounded(size, limit, Some(budget), chunks).await?.into())
+}
+
+/// A refusal of the bounded read (too large) is final: another attempt reads the same body.
+impl From<StorageError> for FetchFailure {
+    fn from(e: StorageError) -> Self {
+        FetchFailure::Final(SourceError::from(e))
     }
-    let reserved = budget.reserve(response.content_length().unwrap_or(limit)).await;
-    let mut body = BytesMut::with_capacity(expected as usize);
-    while let Some(chunk) = response.chunk().await.map_err(|e| send_failure(&e, url))? {
-        body.extend_from_slice(&chunk);
-        if body.len() as u64 > limit {
-            return Err(too_large(body.len() as u64));
-        }
-    }
-    Ok(Fetched { bytes: body.freeze(), _budget: Some(reserved) })
 }
 
 /// The start of an error response's body, as text (empty if it cannot be read).
