@@ -1,5 +1,5 @@
 //! The service's metric instruments, created once at start-up and handed to the stages that move
-//! them (api, pipeline, batcher). Where the numbers go (OTLP, Prometheus text on /metrics) is
+//! them (api, pipeline, worker). Where the numbers go (OTLP, Prometheus text on /metrics) is
 //! decided in `telemetry`; this module only knows the instruments.
 //!
 //! Names carry the `clipfn_` prefix and their unit, and are the same over OTLP and on /metrics

@@ -1,8 +1,6 @@
-//! The worker thread: the loop that serves the lanes, and what happens to one batch. A batch that
-//! fails is not failed whole, since its inputs may belong to other users' requests: the tower's
-//! known-good warm-up input runs again; if that fails too the tower or its device is broken and
-//! the health turns bad, otherwise bisection isolates the inputs that trip the model. A panic in
-//! a model run counts as a failure.
+//! The worker thread: the loop that serves the lanes, and what happens to one batch, a failed one
+//! included (docs/design.md, "A failed batch is split, not failed whole": the warm-up input again,
+//! then bisection).
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},

@@ -166,7 +166,7 @@ fn a_text_batch_runs_on_the_text_tower_before_queued_photos() {
 }
 
 #[test]
-fn texts_are_embedded_through_the_batcher_only_with_a_text_tower() {
+fn texts_are_embedded_through_the_worker_only_with_a_text_tower() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let tokens = || Tokens { ids: vec![49406, 49407] };
     let worker = Worker::start(FakeModel::new(4, SIDE).0, Some(FakeText::new(4).0), Duration::ZERO, metrics());
