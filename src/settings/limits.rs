@@ -7,6 +7,19 @@ use serde::Deserialize;
 
 use super::{ConfigError, MIB, require_positive};
 
+/// The variables of [`Limits`], one per field and in the fields' order (envy reads each
+/// field from `CLIPFN_` + its name upper-cased; a unit test holds the two together).
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_MAX_IMAGES",
+    "CLIPFN_MAX_IMAGE_BYTES",
+    "CLIPFN_MAX_IMAGE_PIXELS",
+    "CLIPFN_DECODE_TIMEOUT_MS",
+    "CLIPFN_MAX_QUEUED_IMAGES",
+    "CLIPFN_MAX_FETCHED_BYTES",
+    "CLIPFN_MAX_DECODE_BYTES",
+    "CLIPFN_DECODE_THREADS",
+];
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Limits {
     /// Photos per request.

@@ -3,7 +3,8 @@
 //!
 //! The variables are one flat namespace, as a deployment sets them; in the code they are grouped
 //! by who needs them, and each part gets only its group. Each group checks its own values; the
-//! checks that span groups are here.
+//! checks that span groups are here. Each group's file lists its variables by their full names
+//! (`VARIABLES`, beside the struct); `variables` holds the lists to the structs' fields.
 
 mod choices;
 mod limits;
@@ -12,6 +13,7 @@ mod model;
 mod server;
 mod sources;
 mod text;
+mod variables;
 
 use serde::de::DeserializeOwned;
 
@@ -23,6 +25,7 @@ pub use self::{
     server::ServerSettings,
     sources::SourceSettings,
     text::TextSettings,
+    variables::variables,
 };
 
 const MIB: u64 = 1024 * 1024;

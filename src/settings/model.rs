@@ -8,6 +8,22 @@ use super::{
     require_positive,
 };
 
+/// The variables of [`ModelSettings`], one per field and in the fields' order (envy reads each
+/// field from `CLIPFN_` + its name upper-cased; a unit test holds the two together).
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_MODEL",
+    "CLIPFN_PROVIDER",
+    "CLIPFN_PRECISION",
+    "CLIPFN_NORMALIZE",
+    "CLIPFN_BATCH_SIZE",
+    "CLIPFN_BATCH_WAIT_MS",
+    "CLIPFN_INTRA_THREADS",
+    "CLIPFN_CPU_ARENA",
+    "CLIPFN_INPUT_NAME",
+    "CLIPFN_OUTPUT_NAME",
+    "CLIPFN_IMAGE_SIZE",
+];
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModelSettings {
     /// Path or object URI of the ONNX CLIP image encoder, or of a model folder (transformers.js layout).

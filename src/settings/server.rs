@@ -11,6 +11,17 @@ use super::{
     require_positive,
 };
 
+/// The variables of [`ServerSettings`], one per field and in the fields' order (envy reads each
+/// field from `CLIPFN_` + its name upper-cased; a unit test holds the two together).
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_MAX_BODY_BYTES",
+    "CLIPFN_MAX_INLINE_BODY_BYTES",
+    "CLIPFN_REQUEST_TIMEOUT_MS",
+    "CLIPFN_SHUTDOWN_GRACE_S",
+    "CLIPFN_BACKFILL_CHUNK",
+    "CLIPFN_LOG_FORMAT",
+];
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct ServerSettings {
     #[serde(default = "defaults::max_body_bytes")]

@@ -6,6 +6,18 @@ use serde::Deserialize;
 
 use super::{ConfigError, choices, require_positive};
 
+/// The variables of [`SourceSettings`], one per field and in the fields' order (envy reads each
+/// field from `CLIPFN_` + its name upper-cased; a unit test holds the two together).
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_STORE",
+    "CLIPFN_ALLOWED_SOURCES",
+    "CLIPFN_ALLOW_PRIVATE_SOURCES",
+    "CLIPFN_MAX_FETCHES_PER_HOST",
+    "CLIPFN_FETCH_CONCURRENCY",
+    "CLIPFN_FETCH_TIMEOUT_MS",
+    "CLIPFN_FETCH_RETRIES",
+];
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct SourceSettings {
     /// Root that bare keys resolve against: `gs://bucket[/prefix]`, `s3://bucket[/prefix]`, `file:///dir`.

@@ -4,6 +4,18 @@ use serde::Deserialize;
 
 use super::{ConfigError, require_positive};
 
+/// The variables of [`TextSettings`], one per field and in the fields' order (envy reads each
+/// field from `CLIPFN_` + its name upper-cased; a unit test holds the two together).
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_TEXT_MODEL",
+    "CLIPFN_TEXT_TOKENIZER",
+    "CLIPFN_TEXT_MAX_TOKENS",
+    "CLIPFN_MAX_TEXTS",
+    "CLIPFN_MAX_TEXT_CHARS",
+    "CLIPFN_LABELS",
+    "CLIPFN_TEXT_CACHE",
+];
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct TextSettings {
     /// Path or object URI of the same CLIP's ONNX text encoder. Unset, a model folder's own text
