@@ -276,7 +276,12 @@ variable "backfill_task_timeout_s" {
 }
 
 variable "backfill_chunk" {
-  description = "Backfill job: CLIPFN_BACKFILL_CHUNK, photos per Parquet file and the most a retry redoes."
+  description = "Backfill job: CLIPFN_BACKFILL_CHUNK (clipfn backfill --chunk), photos per Parquet file and the most a retry redoes."
   type        = number
   default     = 5000
+
+  validation {
+    condition     = var.backfill_chunk >= 1 && floor(var.backfill_chunk) == var.backfill_chunk
+    error_message = "backfill_chunk must be a whole number of at least 1 (clipfn backfill --chunk refuses 0)."
+  }
 }

@@ -1,5 +1,5 @@
-//! What the hosts need: request bodies and deadlines, the shutdown window, backfill's chunks and
-//! the log format.
+//! What the hosts need: request bodies and deadlines, the shutdown window and the log format.
+//! (`clipfn backfill`'s own options, such as its chunk size, are its command line's.)
 
 use std::time::Duration;
 
@@ -18,7 +18,6 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_MAX_INLINE_BODY_BYTES",
     "CLIPFN_REQUEST_TIMEOUT_MS",
     "CLIPFN_SHUTDOWN_GRACE_S",
-    "CLIPFN_BACKFILL_CHUNK",
     "CLIPFN_LOG_FORMAT",
 ];
 
@@ -35,9 +34,6 @@ pub struct ServerSettings {
     /// in flight then, and the telemetry flush.
     #[serde(default = "defaults::shutdown_grace_s")]
     pub shutdown_grace_s: u64,
-    /// `clipfn backfill`: photos per Parquet file, the unit a retried task redoes.
-    #[serde(default = "defaults::backfill_chunk")]
-    pub backfill_chunk: usize,
     /// `json` or `text`; unset means text when stderr is a terminal, JSON otherwise.
     #[serde(default, deserialize_with = "choices::log_format")]
     pub log_format: Option<LogFormat>,
@@ -57,9 +53,6 @@ mod defaults {
     pub fn shutdown_grace_s() -> u64 {
         8
     }
-    pub fn backfill_chunk() -> usize {
-        5000
-    }
 }
 
 impl ServerSettings {
@@ -68,7 +61,6 @@ impl ServerSettings {
             ("CLIPFN_MAX_BODY_BYTES", self.max_body_bytes as u64),
             ("CLIPFN_MAX_INLINE_BODY_BYTES", self.max_inline_body_bytes as u64),
             ("CLIPFN_REQUEST_TIMEOUT_MS", self.request_timeout_ms),
-            ("CLIPFN_BACKFILL_CHUNK", self.backfill_chunk as u64),
         ])
     }
 

@@ -4,9 +4,9 @@
 //!
 //! A task takes its share of the keys ([`shard`]), drops those that already have a row under
 //! `--out` (its own finished chunks on a retry; every file's keys with `--incremental`), and
-//! streams the rest through the pipeline, writing a file per `CLIPFN_BACKFILL_CHUNK` photos
-//! ([`sink`]). A photo that fails gets an error row; only a listing that cannot be read or an
-//! output that cannot be written fails the task.
+//! streams the rest through the pipeline, writing a file per `--chunk` photos
+//! (`CLIPFN_BACKFILL_CHUNK`; [`sink`]). A photo that fails gets an error row; only a listing that
+//! cannot be read or an output that cannot be written fails the task.
 
 mod listing;
 mod progress;
@@ -53,6 +53,18 @@ pub struct Args {
     /// The number of tasks; overrides CLOUD_RUN_TASK_COUNT (AWS Batch needs it).
     #[arg(long)]
     pub task_count: Option<u32>,
+    /// Photos per Parquet file: the most a retried task redoes.
+    #[arg(long, env = "CLIPFN_BACKFILL_CHUNK", default_value_t = 5000, value_parser = positive)]
+    pub chunk: usize,
+}
+
+/// A count that must be at least 1 (`--chunk` 0 would never fill a file).
+fn positive(value: &str) -> Result<usize, String> {
+    match value.trim().parse() {
+        Ok(0) => Err("must be greater than 0 (--chunk, or CLIPFN_BACKFILL_CHUNK)".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Failures of the whole task; a photo's failure is a row, never one of these.
@@ -102,7 +114,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
         chunks_present = existing.chunks,
         "backfill starting"
     );
-    let (progress, chunks_written) = embed(&settings, pipeline, keys, &output, existing.next_chunk).await?;
+    let (progress, chunks_written) = embed(&settings, pipeline, keys, &output, existing.next_chunk, args.chunk).await?;
     let summary = progress.finish(task, already_done, existing.chunks as u64, chunks_written);
     let summary = serde_json::to_string(&summary)?;
     tracing::info!(%summary, "backfill done");
@@ -110,14 +122,15 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     Ok(())
 }
 
-/// Streams `keys` through the pipeline and writes their rows, a chunk at a time, numbered from
-/// `chunk`. One chunk is put while the next is embedded.
+/// Streams `keys` through the pipeline and writes their rows, `chunk_size` at a time, in chunks
+/// numbered from `chunk`. One chunk is put while the next is embedded.
 async fn embed(
     settings: &Settings,
     pipeline: &Pipeline,
     keys: Vec<String>,
     output: &Arc<Output>,
     mut chunk: u32,
+    chunk_size: usize,
 ) -> anyhow::Result<(Progress, u64)> {
     let dim = pipeline.model().dim;
     let mut progress = Progress::start(keys.len() as u64);
@@ -125,7 +138,7 @@ async fn embed(
         .embed_all(keys, settings.limits.max_queued_images)?
         .map(row)
         .inspect(|row| progress.record(row.error.as_ref().map(|(code, _)| *code)))
-        .chunks(settings.server.backfill_chunk);
+        .chunks(chunk_size);
     let mut writing: Option<tokio::task::JoinHandle<Result<(), BackfillError>>> = None;
     let mut written = 0;
     while let Some(rows) = chunks.next().await {
@@ -153,4 +166,34 @@ fn row(EmbeddedPhoto { image, photo }: EmbeddedPhoto) -> Row {
         }
     };
     Row { key: image, embedding, error, bytes: photo.bytes }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let base = ["clipfn-backfill", "--manifest", "keys.txt", "--out", "gs://out/"];
+        Command::try_parse_from(base.iter().chain(extra)).map(|command| command.args)
+    }
+
+    #[test]
+    fn the_chunk_is_5000_unless_given_and_never_0() {
+        // Run without CLIPFN_BACKFILL_CHUNK in the environment, as the tests are.
+        if std::env::var_os("CLIPFN_BACKFILL_CHUNK").is_none() {
+            assert_eq!(parse(&[]).unwrap().chunk, 5000);
+        }
+        assert_eq!(parse(&["--chunk", "7"]).unwrap().chunk, 7);
+        let zero = parse(&["--chunk", "0"]).unwrap_err().to_string();
+        assert!(zero.contains("greater than 0") && zero.contains("CLIPFN_BACKFILL_CHUNK"), "{zero}");
+        assert!(parse(&["--chunk", "many"]).is_err());
+    }
 }
