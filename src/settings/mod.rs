@@ -4,7 +4,8 @@
 //! The variables are one flat namespace, as a deployment sets them; in the code they are grouped
 //! by who needs them, and each part gets only its group. Each group checks its own values; the
 //! checks that span groups are here. Each group's file lists its variables by their full names
-//! (`VARIABLES`, beside the struct); `variables` holds the lists to the structs' fields.
+//! (`VARIABLES`, beside the struct); `variables` holds the lists to the structs' fields, and
+//! `unknown` names the `CLIPFN_*` variables that nothing reads (a misspelt setting, most likely).
 
 mod choices;
 mod limits;
@@ -13,6 +14,7 @@ mod model;
 mod server;
 mod sources;
 mod text;
+mod unknown;
 mod variables;
 
 use serde::de::DeserializeOwned;
@@ -25,6 +27,7 @@ pub use self::{
     server::ServerSettings,
     sources::SourceSettings,
     text::TextSettings,
+    unknown::{TOOLING, TOOLING_FAMILIES, UnknownVariable, unknown_variables},
     variables::variables,
 };
 
