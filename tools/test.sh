@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh
+# Formatting and lints before the tests: every target, every feature (heif and avif build against
+# the libraries setup.sh installs), warnings as errors.
+cargo fmt --check
+cargo clippy --locked --all-targets --all-features -- -D warnings
 # HEIC and AVIF are optional features (on in the images); test them too.
 cargo test --locked --features heif,avif
 # The infrastructure checks: hadolint, terraform formatting and pins, scripts.

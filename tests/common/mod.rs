@@ -59,7 +59,8 @@ const SETUP: &str = "run tools/setup.sh first: it installs ONNX Runtime and the 
 /// The message for a file that setup writes and that is not there.
 fn needs_setup(path: &Path, error: &str) -> String {
     format!(
-        "missing {} ({error}); {SETUP}. `cargo test --lib --bins`, `--test layers` and `--test doc_paths` need no setup.",
+        "missing {} ({error}); {SETUP}. `cargo test --lib --bins`, `--test layers` and `--test doc_paths` \
+         need no setup.",
         path.display()
     )
 }
