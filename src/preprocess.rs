@@ -99,7 +99,7 @@ pub fn decode_square(
 ) -> Result<RgbImage, PreprocessError> {
     let decoded = decode(bytes.as_ref(), &decode_options(transform, max_pixels))?;
     drop(bytes);
-    Ok(preprocess(&decoded, transform)?)
+    preprocess(&decoded, transform)
 }
 
 /// How [`decode_square`] decodes for `transform`: what the decode memory budget is reckoned for.

@@ -81,7 +81,10 @@ fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
     assert!(matches!(worker.health().check(), Err(Unhealthy::ModelBroken)));
 }
 
-fn job<Io: TowerIo>(input: Io::Input) -> (Job<Io>, oneshot::Receiver<Result<Served<Io::Output>, BatchError>>) {
+/// Where a job's output arrives.
+type Waiting<Io> = oneshot::Receiver<Result<Served<<Io as TowerIo>::Output>, BatchError>>;
+
+fn job<Io: TowerIo>(input: Io::Input) -> (Job<Io>, Waiting<Io>) {
     let (reply, waiting) = oneshot::channel();
     (Job { input, reply, queue_span: Span::none(), request_span: Span::none() }, waiting)
 }
