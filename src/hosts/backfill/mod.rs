@@ -1,6 +1,6 @@
 //! `clipfn backfill`: embeds a whole listing as one task of a Cloud Run Job or AWS Batch array job,
 //! writing Parquet under `--out`. It is a second entry point and a second sink on the same
-//! pipeline as the server (source -> decode -> batcher -> model), with no HTTP.
+//! pipeline as the server (source -> decode -> model worker -> model), with no HTTP.
 //!
 //! A task takes its share of the keys ([`shard`]), drops those that already have a row under
 //! `--out` (its own finished chunks on a retry; every file's keys with `--incremental`), and
