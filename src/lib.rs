@@ -7,6 +7,7 @@
 //! docs/design.md draws the flow and the layers (each part imports only the parts below it;
 //! tests/layers.rs holds it to that).
 
+mod album;
 mod api;
 pub mod decode;
 mod embedding;
@@ -17,6 +18,7 @@ mod pipeline;
 pub mod preprocess;
 mod service;
 pub mod settings;
+mod signals;
 mod source;
 mod storage;
 pub mod sys;

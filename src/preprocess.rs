@@ -4,11 +4,14 @@
 //! default, or a model folder's `preprocessor_config.json`. The square stays bytes until its batch
 //! is laid out; rescaling and normalising belong to the image tower (`model::PixelBatch`).
 //!
-//! [`decode_square`] is the one sequence from bytes to square (decode, then resize and crop) that
-//! the pipeline, the benches, the example and the fuzz target all run.
+//! One decode, several views: [`decode_views`] is the one sequence from bytes to what a photo is
+//! used as (decode once, at the scale the largest view needs, then each view of those pixels): the
+//! model's square always, and the luma that pixel signals are measured on (`signals`) when the
+//! request asks for them. The pipeline runs it on its decode threads; the benches run it as
+//! [`decode_square`].
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
-use image::RgbImage;
+use image::{GrayImage, RgbImage};
 
 use crate::decode::{DecodeError, DecodeOptions, Decoded, decode};
 
@@ -89,20 +92,57 @@ pub enum PreprocessError {
     Resize(String),
 }
 
-/// Decodes `bytes` just large enough for `transform` (a JPEG at the smallest DCT scale that still
-/// covers the resized photo) and makes the model's square of it. The bytes (and whatever they
-/// hold, such as their share of the fetched-bytes budget) are let go as soon as they are decoded.
+/// The views of one photo that a request asks for.
+#[derive(Debug, Clone)]
+pub struct Views {
+    /// How the model's square is made.
+    pub square: Transform,
+    /// Whether the luma is wanted too.
+    pub luma: bool,
+}
+
+/// One photo's views.
+pub struct Viewed {
+    pub square: RgbImage,
+    /// Present when asked for: the luma of the whole photo as decoded (at its DCT scale).
+    pub luma: Option<GrayImage>,
+}
+
+/// Decodes `bytes` once, just large enough for the largest view (the square: a JPEG at the
+/// smallest DCT scale that still covers it, which also covers the luma signals' sizes), and makes
+/// each view of it. The bytes (and whatever they hold, such as their share of the fetched-bytes
+/// budget) are let go as soon as they are decoded.
+pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> Result<Viewed, PreprocessError> {
+    let decoded = decode(bytes.as_ref(), &decode_options(&views.square, max_pixels))?;
+    drop(bytes);
+    let luma = views.luma.then(|| luma(&decoded.image));
+    Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma })
+}
+
+/// [`decode_views`] for the square alone.
 pub fn decode_square(
     bytes: impl AsRef<[u8]>,
     transform: &Transform,
     max_pixels: u64,
 ) -> Result<RgbImage, PreprocessError> {
-    let decoded = decode(bytes.as_ref(), &decode_options(transform, max_pixels))?;
-    drop(bytes);
-    preprocess(&decoded, transform)
+    let views = Views { square: transform.clone(), luma: false };
+    decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square)
 }
 
-/// How [`decode_square`] decodes for `transform`: what the decode memory budget is reckoned for.
+/// The luma of an RGB image as Pillow's `convert("L")` computes it (ITU-R 601-2 weights, in
+/// 16-bit fixed point, rounded), which ImageHash and the album app start from.
+pub fn luma(image: &RgbImage) -> GrayImage {
+    let values = image
+        .as_raw()
+        .chunks_exact(3)
+        .map(|px| {
+            ((u32::from(px[0]) * 19595 + u32::from(px[1]) * 38470 + u32::from(px[2]) * 7471 + 0x8000) >> 16) as u8
+        })
+        .collect();
+    GrayImage::from_raw(image.width(), image.height(), values).expect("one value per pixel")
+}
+
+/// How [`decode_views`] decodes for `transform`: what the decode memory budget is reckoned for.
 pub fn decode_options(transform: &Transform, max_pixels: u64) -> DecodeOptions {
     DecodeOptions::for_input(transform.resize_side(), max_pixels)
 }

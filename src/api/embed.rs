@@ -38,10 +38,10 @@ async fn embed_request(state: &AppState, body: RequestBody, started: Instant) ->
 async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -> Answered {
     let images = check_images(images, &state.settings)?;
     let service = state.ready_service()?;
-    let (results, timings) = photo_results(state, service, &images, deadline(&state.settings)).await?;
+    let (results, timings) = photo_results(state, service, &images, deadline(&state.settings), false).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
-        Ok(embedding) => Item { index, image, embedding: Some(embedding), error: None },
+        Ok(signals) => Item { index, image, embedding: Some(signals.embedding), error: None },
         Err(error) => Item { index, image, embedding: None, error: Some(error) },
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());

@@ -85,12 +85,12 @@ async fn image_embeddings(state: &AppState, request: EmbeddingsRequest, size: us
     let service = state.ready_service()?;
     let model = service.pipeline.model();
     check_dimensions(request.dimensions, model.dim)?;
-    let (results, _) = photo_results(state, service, &images, deadline(&state.settings)).await?;
+    let (results, _) = photo_results(state, service, &images, deadline(&state.settings), false).await?;
     let data = results
         .into_iter()
         .enumerate()
         .map(|(index, result)| match result {
-            Ok(embedding) => Ok(embedding_object(index, &embedding, base64)),
+            Ok(signals) => Ok(embedding_object(index, &signals.embedding, base64)),
             Err(e) => Err(ApiError::BadRequest(format!("input[{index}]: {} ({})", e.message, e.code))),
         })
         .collect::<Result<_, _>>()?;

@@ -11,10 +11,12 @@
 //! Adding an endpoint is a file here with its handler (its work run through `respond::respond`),
 //! its bodies in `types`, and one `.route` line below.
 
+mod analyze;
 mod classify;
 mod embed;
 mod embeddings;
 mod error;
+mod labels;
 mod photos;
 mod probes;
 mod request;
@@ -118,6 +120,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embed", only("POST", post(embed::embed)))
         .route("/v1/embeddings", only("POST", post(embeddings::embeddings)))
         .route("/v1/classify", only("POST", post(classify::classify)))
+        .route("/v1/analyze", only("POST", post(analyze::analyze)))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response()))

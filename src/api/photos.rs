@@ -1,4 +1,5 @@
-//! Answering for photos, shared by the endpoints that take them (`/v1/embed`, `/v1/classify`):
+//! Answering for photos, shared by the endpoints that take them (`/v1/embed`, `/v1/classify`,
+//! `/v1/analyze`):
 //! every photo through the pipeline, each photo's error as the client sees it and as the log
 //! records it, one answer per photo in input order, and the stage timings in a header.
 
@@ -13,25 +14,27 @@ use tracing::Span;
 
 use super::{AppState, error::ApiError, error::ErrorBody, types::TimingsMs};
 use crate::{
-    pipeline::{ItemError, Timings},
+    pipeline::{ItemError, Signals, Timings},
     service::Service,
     source,
 };
 
-/// A photo's embedding, or its error as the client sees it.
-pub(super) type PhotoResult = Result<Vec<f32>, ErrorBody>;
+/// A photo's embedding (and pixel signals, when asked for), or its error as the client sees it.
+pub(super) type PhotoResult = Result<Signals, ErrorBody>;
 
-/// Every photo's embedding or its error (each counted in the metrics), and the stage timings.
+/// Every photo's embedding (and its pixel signals, with `pixel_signals`) or its error (each counted
+/// in the metrics), and the stage timings.
 pub(super) async fn photo_results(
     state: &AppState,
     service: &Service,
     images: &[String],
     deadline: tokio::time::Instant,
+    pixel_signals: bool,
 ) -> Result<(Vec<PhotoResult>, Timings), ApiError> {
     let span = Span::current();
     span.record("clipfn.images", images.len() as i64);
     let (results, timings) = tokio::select! {
-        done = service.pipeline.embed(images, deadline) => done?,
+        done = service.pipeline.embed(images, deadline, pixel_signals) => done?,
         () = state.give_up.cancelled() => return Err(ApiError::Draining),
     };
     let results: Vec<_> = results

@@ -159,3 +159,59 @@ pub struct LabelScore<'a> {
     pub label: &'a str,
     pub score: f32,
 }
+
+/// `/v1/analyze`'s body: the photos, and what to derive beside the embedding.
+#[derive(Debug, Deserialize)]
+pub struct AnalyzeRequest {
+    pub images: Vec<String>,
+    /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
+    #[serde(default)]
+    pub embedding: Option<bool>,
+    #[serde(default)]
+    pub labels: Option<Value>,
+    #[serde(default)]
+    pub label_set: Option<String>,
+    #[serde(default)]
+    pub top_k: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct AnalyzeResponse<'a> {
+    pub model: &'a str,
+    pub dim: usize,
+    pub data: Vec<AnalyzeItem<'a>>,
+    pub album: Album,
+    pub timings_ms: &'a TimingsMs,
+}
+
+/// One photo's signals, or its error alone.
+#[derive(Serialize)]
+pub struct AnalyzeItem<'a> {
+    pub index: usize,
+    /// As in `Item`.
+    pub image: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Vec<f32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<LabelScore<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<Quality>,
+    /// The perceptual hash, 16 hex digits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+#[derive(Serialize)]
+pub struct Quality {
+    pub sharpness: f64,
+    pub blurry: bool,
+}
+
+/// Groupings over the request's photos.
+#[derive(Serialize)]
+pub struct Album {
+    /// Groups of input indices whose photos are near-duplicates.
+    pub duplicates: Vec<Vec<usize>>,
+}

@@ -5,7 +5,8 @@
 //! the log (with the request's trace id) and never to the client.
 
 use crate::{
-    decode::DecodeError, preprocess::PreprocessError, source::SourceError, storage::StorageError, worker::BatchError,
+    decode::DecodeError, preprocess::PreprocessError, signals::PixelSignals, source::SourceError,
+    storage::StorageError, worker::BatchError,
 };
 
 /// Why one photo has no embedding.
@@ -33,7 +34,16 @@ impl From<PreprocessError> for ItemError {
     }
 }
 
-pub type ItemResult = Result<Vec<f32>, ItemError>;
+/// What the stages give for one photo.
+#[derive(Debug)]
+pub struct Signals {
+    /// Of unit length, as the image tower gives it.
+    pub embedding: Vec<f32>,
+    /// What its pixels say, when the request asked.
+    pub pixels: Option<PixelSignals>,
+}
+
+pub type ItemResult = Result<Signals, ItemError>;
 
 /// The per-photo error codes clients switch on (README, "Errors").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -21,15 +21,16 @@ use tracing::{Instrument, field::Empty, info_span};
 use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
-    item::{ItemError, ItemResult},
+    item::{ItemError, ItemResult, Signals},
     timings::{Interval, Timings},
 };
 use crate::{
     decode,
     model::ImageModelInfo,
     observe::metrics::{Metrics, Stage},
-    preprocess::{Transform, decode_options, decode_square},
+    preprocess::{Transform, Views, decode_options, decode_views},
     settings::Limits,
+    signals::PixelSignals,
     source::Source,
     sys::budget::Budget,
     worker::Worker,
@@ -90,15 +91,19 @@ impl Pipeline {
         self.admission.in_flight()
     }
 
-    /// Embeds every photo, answering each index exactly once and in order. Photos not done by
-    /// `deadline` get `DeadlineExceeded`, and their queued work is withdrawn.
+    /// Embeds every photo, and measures its pixel signals too when `pixel_signals` (all from the
+    /// one decode), answering each index exactly once and in order. Photos not done by `deadline`
+    /// get `DeadlineExceeded`, and their queued work is withdrawn.
     pub async fn embed(
         &self,
         images: &[String],
         deadline: tokio::time::Instant,
+        pixel_signals: bool,
     ) -> Result<(Vec<ItemResult>, Timings), Overloaded> {
         let _places = self.admission.admit(images.len())?;
-        let photos = images.iter().enumerate().map(|(index, image)| self.embed_one(index, image, Some(deadline)));
+        let views = Views { square: self.square.clone(), luma: pixel_signals };
+        let photos =
+            images.iter().enumerate().map(|(index, image)| self.embed_one(index, image, &views, Some(deadline)));
         let mut timings = Timings::default();
         let results = futures::future::join_all(photos)
             .await
@@ -122,16 +127,25 @@ impl Pipeline {
         let places = self.admission.admit(window)?;
         let photos = images.into_iter().enumerate().map(move |(index, image)| {
             let _held_while_the_stream_lives = &places;
-            async move { EmbeddedPhoto { photo: self.embed_one(index, &image, None).await, image } }
+            async move {
+                let views = Views { square: self.square.clone(), luma: false };
+                EmbeddedPhoto { photo: self.embed_one(index, &image, &views, None).await, image }
+            }
         });
         Ok(futures::stream::iter(photos).buffered(window))
     }
 
     /// One photo through the stages, by `deadline` when there is one. A photo cut off by it keeps
     /// what was measured until then.
-    async fn embed_one(&self, index: usize, image: &str, deadline: Option<tokio::time::Instant>) -> Photo {
+    async fn embed_one(
+        &self,
+        index: usize,
+        image: &str,
+        views: &Views,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Photo {
         let mut photo = Photo { result: Err(ItemError::DeadlineExceeded), timings: Timings::default(), bytes: None };
-        let stages = self.stages(index, image, &mut photo.timings, &mut photo.bytes);
+        let stages = self.stages(index, image, views, &mut photo.timings, &mut photo.bytes);
         let result = match deadline {
             Some(deadline) => {
                 tokio::time::timeout_at(deadline, stages).await.unwrap_or(Err(ItemError::DeadlineExceeded))
@@ -143,7 +157,14 @@ impl Pipeline {
     }
 
     /// [`Pipeline::embed_one`]'s stages, recording into `timings` and `size` as they go.
-    async fn stages(&self, index: usize, image: &str, timings: &mut Timings, size: &mut Option<u64>) -> ItemResult {
+    async fn stages(
+        &self,
+        index: usize,
+        image: &str,
+        views: &Views,
+        timings: &mut Timings,
+        size: &mut Option<u64>,
+    ) -> ItemResult {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -171,25 +192,28 @@ impl Pipeline {
             None => None,
         };
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        let (in_job, transform, max_pixels) = (span.clone(), self.square.clone(), self.max_pixels);
-        let (decode_start, square) = self
+        // The views, and the signals measured on them, on the decode thread: what the pipeline
+        // keeps of a photo until its embedding comes is its square and a few numbers.
+        let (in_job, views, max_pixels) = (span.clone(), views.clone(), self.max_pixels);
+        let (decode_start, viewed) = self
             .decoders
             .run(move || {
                 let (_memory, _entered) = (memory, in_job.enter());
-                decode_square(fetched, &transform, max_pixels).map_err(ItemError::from)
+                let viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
+                Ok::<_, ItemError>((viewed.square, viewed.luma.as_ref().map(PixelSignals::of)))
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let square = square.inspect_err(|_| failed(&span))?;
+        let (square, pixels) = viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let embedded = self.worker.embed(square, span).await?;
         timings.queue = Interval::new(queued, embedded.started);
         timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
-        Ok(embedded.output)
+        Ok(Signals { embedding: embedded.output, pixels })
     }
 }
 

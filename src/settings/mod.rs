@@ -12,6 +12,7 @@ mod limits;
 mod location;
 mod model;
 mod server;
+mod signals;
 mod sources;
 mod text;
 mod unknown;
@@ -25,6 +26,7 @@ pub use self::{
     location::is_folder,
     model::ModelSettings,
     server::ServerSettings,
+    signals::SignalSettings,
     sources::SourceSettings,
     text::TextSettings,
     unknown::{TOOLING, TOOLING_FAMILIES, UnknownVariable, unknown_variables},
@@ -40,6 +42,7 @@ pub struct Settings {
     pub model: ModelSettings,
     pub sources: SourceSettings,
     pub text: TextSettings,
+    pub signals: SignalSettings,
 }
 
 /// A start-up configuration problem, worded to name the variable to fix.
@@ -61,12 +64,14 @@ impl Settings {
             model: group(&vars)?,
             sources: group(&vars)?,
             text: group(&vars)?,
+            signals: group(&vars)?,
         };
         settings.server.validate()?;
         settings.limits.validate()?;
         settings.model.validate()?;
         settings.sources.validate()?;
         settings.text.validate()?;
+        settings.signals.validate()?;
         settings.validate()?;
         Ok(settings)
     }

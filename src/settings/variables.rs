@@ -3,11 +3,11 @@
 //! the struct's fields by a unit test (envy reads a field from `CLIPFN_` + its name upper-cased,
 //! so the names appear nowhere else).
 
-use super::{limits, model, server, sources, text};
+use super::{limits, model, server, signals, sources, text};
 
 /// Every group's variables, in the order `Settings` holds the groups.
 const GROUPS: &[&[&str]] =
-    &[server::VARIABLES, limits::VARIABLES, model::VARIABLES, sources::VARIABLES, text::VARIABLES];
+    &[server::VARIABLES, limits::VARIABLES, model::VARIABLES, sources::VARIABLES, text::VARIABLES, signals::VARIABLES];
 
 /// Every `CLIPFN_*` variable the settings read.
 pub fn variables() -> impl Iterator<Item = &'static str> {
@@ -22,7 +22,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::settings::{Limits, ModelSettings, ServerSettings, SourceSettings, TextSettings};
+    use crate::settings::{Limits, ModelSettings, ServerSettings, SignalSettings, SourceSettings, TextSettings};
 
     /// A deserializer that answers nothing but records the field names a struct asks for: what
     /// envy turns into variable names.
@@ -68,6 +68,7 @@ mod tests {
             ("ModelSettings", read_by::<ModelSettings>(), model::VARIABLES),
             ("SourceSettings", read_by::<SourceSettings>(), sources::VARIABLES),
             ("TextSettings", read_by::<TextSettings>(), text::VARIABLES),
+            ("SignalSettings", read_by::<SignalSettings>(), signals::VARIABLES),
         ];
         assert_eq!(groups.len(), GROUPS.len(), "a group is missing from GROUPS or from this test");
         for (group, fields, listed) in groups {

@@ -159,7 +159,7 @@ async fn embed(
 
 fn row(EmbeddedPhoto { image, photo }: EmbeddedPhoto) -> Row {
     let (embedding, error) = match photo.result {
-        Ok(embedding) => (Some(embedding), None),
+        Ok(signals) => (Some(signals.embedding), None),
         Err(e) => {
             let (code, message) = e.code_and_message(&image);
             (None, Some((code.as_str(), message)))

@@ -1,0 +1,48 @@
+//! The pixel signals of `/v1/analyze` and the album groupings over them: where blurry begins, how
+//! close two hashes must be to make duplicates.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// The variables of [`SignalSettings`], one per field and in the fields' order (see `variables`).
+pub(super) const VARIABLES: &[&str] = &["CLIPFN_BLUR_THRESHOLD", "CLIPFN_DUPLICATE_BITS"];
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct SignalSettings {
+    /// A photo is blurry when its sharpness is under this. The default answers as the album app's
+    /// test (its measure under 80) does, calibrated in docs/design.md ("Sharpness and blur").
+    #[serde(default = "defaults::blur_threshold")]
+    pub blur_threshold: f64,
+    /// Two photos are duplicates when their perceptual hashes are at most this many bits apart
+    /// (the album app's DBSCAN eps).
+    #[serde(default = "defaults::duplicate_bits")]
+    pub duplicate_bits: u32,
+}
+
+mod defaults {
+    pub fn blur_threshold() -> f64 {
+        88.0
+    }
+    pub fn duplicate_bits() -> u32 {
+        10
+    }
+}
+
+impl SignalSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.blur_threshold.is_finite() && self.blur_threshold >= 0.0) {
+            return Err(ConfigError(format!(
+                "CLIPFN_BLUR_THRESHOLD must be a number of at least 0, got {}",
+                self.blur_threshold
+            )));
+        }
+        if self.duplicate_bits > 64 {
+            return Err(ConfigError(format!(
+                "CLIPFN_DUPLICATE_BITS is a number of bits of a 64-bit hash: 0 to 64, got {}",
+                self.duplicate_bits
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,255 @@
+//! `/v1/analyze` end to end over HTTP on loopback: the real binary, the test model, real photos,
+//! each signal held to its independent reference (tools/signals_reference.py: ImageHash's phash of
+//! the full-size file, the album app's OpenCV sharpness and blur test), the duplicate groups on
+//! near-duplicates made from real photos, and one fetch per photo.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use common::{ServerConfig, camera_photos, cosine, file_name, item, serve_on_thread, setup_var, store, store_named};
+use serde_json::{Value, json};
+
+/// tools/signals_reference.py's answer for `args`.
+fn reference(args: &[&str], paths: &[PathBuf]) -> Value {
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/signals_reference.py"))
+        .args(args)
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "signals_reference.py {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Analyzes `photos` (served from a store of their own) in requests of at most 32.
+fn analyze(photos: &[PathBuf], config: impl Fn(&Path) -> ServerConfig) -> Vec<Value> {
+    let store = store_named(photos);
+    let server = config(store.path()).start();
+    let mut items = Vec::new();
+    for chunk in photos.chunks(32) {
+        let keys: Vec<&str> = chunk.iter().map(|p| file_name(p)).collect();
+        let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys }));
+        assert_eq!(status, 200, "{body}");
+        items.extend(body["data"].as_array().unwrap().iter().cloned());
+    }
+    items
+}
+
+fn hash_bits_apart(a: &str, b: &str) -> u32 {
+    (u64::from_str_radix(a, 16).unwrap() ^ u64::from_str_radix(b, 16).unwrap()).count_ones()
+}
+
+/// Spearman's rank correlation (no ties expected in real measurements).
+fn spearman(a: &[f64], b: &[f64]) -> f64 {
+    let ranks = |values: &[f64]| {
+        let mut order: Vec<usize> = (0..values.len()).collect();
+        order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+        let mut ranks = vec![0.0; values.len()];
+        order.iter().enumerate().for_each(|(rank, &i)| ranks[i] = rank as f64);
+        ranks
+    };
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = a.len() as f64;
+    let d2: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - y).powi(2)).sum();
+    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+}
+
+#[test]
+fn hashes_and_sharpness_follow_their_references_on_real_photos() {
+    let photos = camera_photos(usize::MAX);
+    let ours = analyze(&photos, ServerConfig::local);
+    let theirs = reference(&["measure"], &photos)["photos"].as_array().unwrap().clone();
+    let (mut our_sharpness, mut their_sharpness, mut worst) = (Vec::new(), Vec::new(), 0);
+    for ((photo, ours), theirs) in photos.iter().zip(&ours).zip(&theirs) {
+        let hash = ours["hash"].as_str().unwrap_or_else(|| panic!("{}: {ours}", photo.display()));
+        let bits = hash_bits_apart(hash, theirs["phash"].as_str().unwrap());
+        assert!(bits <= 4, "{}: hash {hash} is {bits} bits from imagehash's {}", photo.display(), theirs["phash"]);
+        worst = worst.max(bits);
+        our_sharpness.push(ours["quality"]["sharpness"].as_f64().unwrap());
+        their_sharpness.push(theirs["sharpness"].as_f64().unwrap());
+    }
+    let rho = spearman(&our_sharpness, &their_sharpness);
+    eprintln!("{} photos: hashes at most {worst} bits from imagehash's; sharpness Spearman {rho:.3}", photos.len());
+    assert!(rho >= 0.85, "sharpness rank order against OpenCV's: Spearman {rho}");
+}
+
+#[test]
+fn blurred_copies_are_flagged_as_the_album_app_flags_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = reference(&["blurred", dir.path().to_str().unwrap()], &camera_photos(12));
+    let copies: Vec<PathBuf> = written.as_array().unwrap().iter().map(|p| PathBuf::from(p.as_str().unwrap())).collect();
+    let ours = analyze(&copies, ServerConfig::local);
+    let theirs = reference(&["measure"], &copies)["photos"].as_array().unwrap().clone();
+    let mut agree = 0;
+    for ((copy, ours), theirs) in copies.iter().zip(&ours).zip(&theirs) {
+        let (blurry, sharpness) = (ours["quality"]["blurry"].as_bool().unwrap(), &ours["quality"]["sharpness"]);
+        eprintln!("calibration: {} ours {sharpness} theirs {}", file_name(copy), theirs["sharpness"]);
+        agree += usize::from(blurry == theirs["blurry"].as_bool().unwrap());
+    }
+    let share = agree as f64 / copies.len() as f64;
+    assert!(share >= 0.95, "the blur flag agrees with the album app's on {agree} of {} copies", copies.len());
+}
+
+#[test]
+fn near_duplicates_of_real_photos_group_by_original_and_distinct_photos_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = reference(&["near_duplicates", dir.path().to_str().unwrap()], &camera_photos(8));
+    let groups: Vec<Vec<PathBuf>> = made["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_array().unwrap().iter().map(|p| PathBuf::from(p.as_str().unwrap())).collect())
+        .collect();
+    // Interleaved, so that no group is a run of neighbours: photo i of every group, then i + 1.
+    let longest = groups.iter().map(Vec::len).max().unwrap();
+    let photos: Vec<PathBuf> =
+        (0..longest).flat_map(|i| groups.iter().filter_map(move |g| g.get(i).cloned())).collect();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).start();
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys }));
+    assert_eq!(status, 200, "{body}");
+    let index_of = |path: &PathBuf| photos.iter().position(|p| p == path).unwrap();
+    let mut expected: Vec<Vec<usize>> = groups
+        .iter()
+        // The 3% crop moves a hash 4 to 16 bits (tools/signals_reference.py's note): past 10 bits
+        // ImageHash's own hashes would not link it either, so it is checked apart below.
+        .map(|g| {
+            let mut members: Vec<usize> =
+                g.iter().filter(|p| !file_name(p).ends_with("_crop.jpg")).map(index_of).collect();
+            members.sort_unstable();
+            members
+        })
+        .collect();
+    expected.sort();
+    let found: Vec<Vec<usize>> = serde_json::from_value(body["album"]["duplicates"].clone()).unwrap();
+    for group in &expected {
+        let holding =
+            found.iter().find(|f| f.contains(&group[0])).unwrap_or_else(|| panic!("{group:?} not grouped: {found:?}"));
+        assert!(group.iter().all(|i| holding.contains(i)), "{group:?} split: {found:?}");
+        let originals = holding.iter().filter(|&&i| expected.iter().any(|g| g[0] == i)).count();
+        assert_eq!(originals, 1, "{holding:?} joins two originals' copies");
+    }
+    // A crop joins its original's group whenever its hash stays within 10 bits of a member's.
+    let hash = |i: usize| body["data"][i]["hash"].as_str().unwrap().to_string();
+    for crop in photos.iter().filter(|p| file_name(p).ends_with("_crop.jpg")) {
+        let i = index_of(crop);
+        let group = expected
+            .iter()
+            .find(|g| file_name(&photos[g[0]]).split('.').next() == file_name(crop).strip_suffix("_crop.jpg"))
+            .unwrap();
+        let near = group.iter().any(|&j| hash_bits_apart(&hash(i), &hash(j)) <= 10);
+        assert_eq!(found.iter().any(|f| f.contains(&i) && f.contains(&group[0])), near, "{}", crop.display());
+    }
+}
+
+#[test]
+fn each_photo_is_fetched_once_and_its_embedding_is_embeds() {
+    let photos = camera_photos(6);
+    let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&fetches);
+    let app = axum::Router::new().route(
+        "/photos/{n}",
+        axum::routing::get(move |axum::extract::Path(n): axum::extract::Path<usize>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let body = bytes[n].clone();
+            async move { body }
+        }),
+    );
+    // By name: the allowlist refuses IP literals.
+    let port = serve_on_thread(app).rsplit(':').next().unwrap().to_string();
+    let base = format!("http://localhost:{port}");
+    let store = store(Vec::<(&str, common::Object)>::new());
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_ALLOWED_SOURCES", &format!("{base}/photos/"))
+        .env("CLIPFN_ALLOW_PRIVATE_SOURCES", "true")
+        .start();
+    let urls: Vec<String> = (0..photos.len()).map(|n| format!("{base}/photos/{n}")).collect();
+    let (status, analyzed) = server.post_json("/v1/analyze", &json!({ "images": urls }));
+    assert_eq!(status, 200, "{analyzed}");
+    assert_eq!(fetches.load(Ordering::SeqCst), photos.len(), "one GET per photo for every signal");
+    let (status, embedded) = server.post_json("/v1/embed", &json!({ "images": urls }));
+    assert_eq!(status, 200, "{embedded}");
+    for (i, photo) in photos.iter().enumerate() {
+        let similarity = cosine(&item(&analyzed, i).unwrap(), &item(&embedded, i).unwrap());
+        assert!(similarity >= 0.999, "{}: cosine {similarity} to /v1/embed's", photo.display());
+    }
+    let (_, without) = server.post_json("/v1/analyze", &json!({ "images": &urls[..1], "embedding": false }));
+    assert!(without["data"][0].get("embedding").is_none() && without["data"][0]["hash"].is_string(), "{without}");
+}
+
+#[test]
+fn a_photo_that_fails_gets_its_error_alone_and_joins_no_group() {
+    let photo = camera_photos(1).remove(0);
+    let copy = std::fs::read(&photo).unwrap();
+    let store = store([
+        ("a.jpg", common::Object::Bytes(copy.clone())),
+        ("b.jpg", common::Object::Bytes(copy)),
+        ("bad.jpg", common::Object::Bytes(b"not a photo".to_vec())),
+    ]);
+    let server = ServerConfig::local(store.path()).start();
+    let (status, body) =
+        server.post_json("/v1/analyze", &json!({ "images": ["a.jpg", "missing.jpg", "bad.jpg", "b.jpg"] }));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"][1]["error"]["code"], "not_found");
+    assert_eq!(body["data"][2]["error"]["code"], "unsupported_format");
+    for failed in [1, 2] {
+        let item = body["data"][failed].as_object().unwrap();
+        assert!(!item.contains_key("hash") && !item.contains_key("quality"), "{item:?}");
+    }
+    assert_eq!(body["album"]["duplicates"], json!([[0, 3]]));
+}
+
+#[test]
+fn labels_are_classifys_and_bad_requests_name_their_problem() {
+    let photos = camera_photos(4);
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let labels = json!(["a beach", "a dog", "a city at night"]);
+    let server =
+        ServerConfig::local(store.path()).env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_TEXT_MODEL")).start();
+    let (status, analyzed) = server.post_json("/v1/analyze", &json!({ "images": keys, "labels": labels, "top_k": 2 }));
+    assert_eq!(status, 200, "{analyzed}");
+    let (status, classified) =
+        server.post_json("/v1/classify", &json!({ "images": keys, "labels": labels, "top_k": 2 }));
+    assert_eq!(status, 200, "{classified}");
+    for i in 0..keys.len() {
+        let (ours, theirs) = (&analyzed["data"][i]["labels"], &classified["data"][i]["labels"]);
+        assert_eq!(ours.as_array().unwrap().len(), 2, "{ours}");
+        for (a, b) in ours.as_array().unwrap().iter().zip(theirs.as_array().unwrap()) {
+            assert_eq!(a["label"], b["label"]);
+            assert!((a["score"].as_f64().unwrap() - b["score"].as_f64().unwrap()).abs() < 1e-4, "{a} {b}");
+        }
+    }
+    let (_, plain) = server.post_json("/v1/analyze", &json!({ "images": keys }));
+    assert!(plain["data"][0].get("labels").is_none(), "labels only when asked for: {plain}");
+    for (body, names) in [
+        (json!({ "images": keys, "label_set": "nope" }), "unknown label_set 'nope'"),
+        (json!({ "images": keys, "labels": labels, "label_set": "x" }), "not both"),
+        (json!({ "images": keys, "top_k": 0 }), "top_k"),
+        (json!({ "labels": labels }), "images"),
+    ] {
+        let (status, answer) = server.post_json("/v1/analyze", &body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(names), "{body}: {answer}");
+    }
+    // Without a text tower, labels are refused as /v1/classify refuses them.
+    let plain_server = ServerConfig::local(store.path()).start();
+    let asked = json!({ "images": keys, "labels": labels });
+    let (analyze_status, analyze_answer) = plain_server.post_json("/v1/analyze", &asked);
+    let (classify_status, classify_answer) = plain_server.post_json("/v1/classify", &asked);
+    assert_eq!(
+        (analyze_status, &analyze_answer["error"]["code"]),
+        (classify_status, &classify_answer["error"]["code"])
+    );
+    assert!(analyze_status >= 400, "{analyze_answer}");
+}
