@@ -30,6 +30,8 @@
 mod coarse_scale;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/knobs.rs"]
+mod knobs;
 
 use std::{
     fmt::Write as _,
@@ -44,11 +46,8 @@ use clipfn::{
 };
 use common::{Server, ServerConfig, camera_photos, gcs_env, setup_var};
 use image::RgbImage;
+use knobs::env_or;
 use serde_json::json;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// Fields of /proc/PID/stat (or, for `thread-self`, this thread's) after the command name, which
 /// may hold spaces and is closed by the last ')': field 3 of proc(5) is index 0 here.
@@ -245,17 +244,14 @@ fn server_env(mut config: ServerConfig) -> ServerConfig {
 }
 
 fn main() {
-    if std::env::var_os("ORT_DYLIB_PATH").is_none() {
-        // SAFETY: first thing in main, before any other thread exists.
-        unsafe { std::env::set_var("ORT_DYLIB_PATH", setup_var("ORT_DYLIB_PATH")) };
-    }
+    // SAFETY: first thing in main, before any other thread exists.
+    unsafe { knobs::set_ort_dylib_path() };
     let seconds: f64 = env_or("CLIPFN_BENCH_SECONDS", 20.0);
     let clients: usize = env_or("CLIPFN_BENCH_CLIENTS", 4);
     let per_request: usize = env_or("CLIPFN_BENCH_PHOTOS_PER_REQUEST", 40);
     // ServerConfig::local runs batch 8, the CPU default.
     let batch: usize = env_or("CLIPFN_BENCH_BATCH", 8);
-    let out = PathBuf::from(env_or("CLIPFN_BENCH_OUT", "target/bench-report".to_string()));
-    std::fs::create_dir_all(&out).unwrap();
+    let out = knobs::out_dir().unwrap();
 
     let camera = camera_photos(usize::MAX);
     let seed_dir = tempfile::tempdir().unwrap();

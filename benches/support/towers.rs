@@ -8,7 +8,7 @@ use clipfn::{
     settings::Settings,
 };
 
-use super::{load_image_model, raw_point};
+use crate::alone::{load_image_model, raw_point};
 
 /// Batch sizes compared: one photo, and the CPU server's batch.
 const BATCHES: [usize; 2] = [1, 8];
