@@ -10,8 +10,8 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     model::{
-        Family, ImageModel, Runtime, TextFiles, TextModel, locate_text_model, read_family, read_image_model,
-        read_weights,
+        Family, HeadFile, Heads, ImageModel, Runtime, TextFiles, TextModel, locate_text_model, read_family,
+        read_image_model, read_weights,
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
@@ -39,10 +39,11 @@ impl Service {
         let storage = Storage::new(Client::new(&settings.sources));
         let (runtime, model) = load_image_model(&storage, settings, &metrics).await?;
         let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
+        let heads = load_heads(&storage, settings, runtime.clone(), &model).await?;
         let text = load_text_model(&storage, settings, runtime, &model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
-        let worker = Arc::new(Worker::start(model, text_model, batch_wait, Arc::clone(&metrics)));
+        let worker = Arc::new(Worker::start(model, text_model, heads, batch_wait, Arc::clone(&metrics)));
         let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&worker), Arc::clone(&metrics));
         let text = match (worker.text_info(), tokenizer) {
             (Some(info), Some(tokenizer)) => {
@@ -163,6 +164,34 @@ async fn load_text_model(
         "text model loaded and warmed up"
     );
     Ok(Some((text, tokenizer)))
+}
+
+/// Loads the heads `CLIPFN_HEADS` names, when it names any, on the image tower's runtime and for
+/// its embeddings.
+async fn load_heads(
+    storage: &Storage,
+    settings: &Settings,
+    mut runtime: Runtime,
+    image: &ImageModel,
+) -> anyhow::Result<Option<Heads>> {
+    let named = settings.model.heads()?;
+    if named.is_empty() {
+        return Ok(None);
+    }
+    let mut files = Vec::with_capacity(named.len());
+    for (name, location) in named {
+        let data = read_weights(storage, &location).await.with_context(|| format!("CLIPFN_HEADS: head '{name}'"))?;
+        files.push(HeadFile { name, location, data });
+    }
+    let (model_settings, dim, batch_size) = (settings.model.clone(), image.info.dim, image.info.batch_size);
+    let span = tracing::Span::current();
+    let heads = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| Heads::load(&mut runtime, &model_settings, files, dim, batch_size))
+    })
+    .await?
+    .context("CLIPFN_HEADS")?;
+    tracing::info!(heads = ?heads.info.names, files = ?heads.info.files, "heads loaded and warmed up");
+    Ok(Some(heads))
 }
 
 /// Reads CLIPFN_LABELS and embeds every set.

@@ -253,3 +253,53 @@ fn labels_are_classifys_and_bad_requests_name_their_problem() {
     );
     assert!(analyze_status >= 400, "{analyze_answer}");
 }
+
+/// The heads run on each photo's embedding as Python's ONNX Runtime runs them on the embedding the
+/// answer gives, by name; /v1/embed is not slowed by them; a head that cannot take the model's
+/// embeddings, or gives more than one output, stops start-up naming it.
+#[test]
+fn heads_score_every_photo_and_a_head_of_the_wrong_shape_stops_start_up() {
+    let photos = camera_photos(3);
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (linear, flat) = (common::model("head-test.onnx"), common::model("head-flat.onnx"));
+    let server =
+        ServerConfig::local(store.path()).env("CLIPFN_HEADS", &format!("aesthetic={linear}, sharp={flat}")).start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys }));
+    assert_eq!(status, 200, "{body}");
+    let embeddings: Vec<Vec<f32>> = (0..keys.len()).map(|i| item(&body, i).unwrap()).collect();
+    for (name, head) in [("aesthetic", &linear), ("sharp", &flat)] {
+        let expected = run_head(head, &embeddings);
+        for (i, want) in expected.iter().enumerate() {
+            let got = body["data"][i]["scores"][name].as_f64().unwrap_or_else(|| panic!("{name}: {body}"));
+            assert!((got - want).abs() < 1e-4, "photo {i}, head {name}: {got} against ONNX Runtime's {want}");
+        }
+    }
+    let (_, embedded) = server.embed(&keys);
+    assert!(embedded["data"][0].get("scores").is_none(), "{embedded}");
+    assert_eq!(server.get("/readyz").1["heads"]["names"], json!(["aesthetic", "sharp"]));
+
+    for (file, says) in [("head-wrong-dim.onnx", "[N, 512]"), ("head-two-outputs.onnx", "2 outputs")] {
+        let path = common::model(file);
+        let stderr = common::failed_start(&[("CLIPFN_HEADS", &format!("bad={path}"))]);
+        assert!(stderr.contains("head 'bad'") && stderr.contains(&path) && stderr.contains(says), "{file}: {stderr}");
+    }
+}
+
+/// `head` run by Python's ONNX Runtime on `embeddings`: one value each.
+fn run_head(head: &str, embeddings: &[Vec<f32>]) -> Vec<f64> {
+    let script = "import json, sys, numpy as np, onnxruntime as ort\n\
+                  s = ort.InferenceSession(sys.argv[1])\n\
+                  x = np.array(json.load(sys.stdin), np.float32)\n\
+                  print(json.dumps(s.run(None, {s.get_inputs()[0].name: x})[0].reshape(-1).tolist()))";
+    let mut child = Command::new(setup_var("CLIPFN_PYTHON"))
+        .args(["-c", script, head])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), embeddings).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    serde_json::from_slice(&output.stdout).unwrap()
+}

@@ -63,16 +63,24 @@ the service's preprocessing can be checked to follow the file.
   --kind siglip-base-vision  exactly SigLIP base's vision tower (92.9M params), one file, for the
                        bench.
 
+  --kind head / head-flat / head-wrong-dim / head-two-outputs  score heads (CLIPFN_HEADS), graphs
+                       on the L2-normalised embedding, input "embedding" float32 [N, dim]:
+                       head: [N,512] -> "score" [N,1] (MatMul + Add); head-flat: [N,512] -> "score"
+                       [N] (+ Sigmoid, Squeeze; other weights); head-wrong-dim: [N,256] -> [N,1] (a
+                       512-dim model refuses it); head-two-outputs: [N,512] -> "score", "aux" (refused:
+                       one output only). --check runs a batch of 3 unit vectors.
+
 Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
                       [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
                       [--dim D] [--check]
        make_models.py --kind siglip2-test|siglip-test [--folder DIR] [--no-config-logits] [--seed N] [--check]
        make_models.py --kind siglip-base-vision [--out PATH] [--check]
+       make_models.py --kind head|head-flat|head-wrong-dim|head-two-outputs [--out PATH] [--seed N] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/
 (graph.py the ONNX builder shared by all, files.py saving and fp16/int8 variants, clip.py the
 image kinds and --folder, clip_text.py, multilingual.py, siglip.py + siglip_tokenizers.py,
-checks.py the --check runs).
+heads.py the score heads and their --check, checks.py the other --check runs).
 """
 import argparse
 import hashlib
@@ -84,7 +92,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
-from models import checks, clip, clip_text, multilingual, siglip  # noqa: E402
+from models import checks, clip, clip_text, heads, multilingual, siglip  # noqa: E402
 from models.files import MODELS_DIR, save  # noqa: E402
 
 DEFAULT_OUT = {
@@ -101,8 +109,8 @@ MODEL_ID = {**clip.MODEL_ID, **clip_text.MODEL_ID, "text-multilingual": multilin
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH),
-                    required=True)
+    ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH)
+                    + list(heads.HEAD_KINDS), required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -117,6 +125,8 @@ def main():
         return main_siglip(ap, a)
     if a.kind in siglip.SIGLIP_BENCH:
         return main_siglip_bench(ap, a)
+    if a.kind in heads.HEAD_KINDS:
+        return main_head(ap, a)
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
@@ -148,6 +158,25 @@ def main():
             print(f"  onnxruntime: out {y.shape}, batch of {len(y)} in {dt*1000:.1f} ms (1 thread), "
                   f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y_last)={cos:.3f}")
     print(f"  built in {t_build:.1f}s")
+
+
+def main_head(ap, a):
+    if a.size != 224 or a.folder or a.preprocess != "clip":
+        ap.error(f"--kind {a.kind} writes one file (--out); no --size, --folder or --preprocess")
+    out = os.path.abspath(a.out or os.path.join(MODELS_DIR, heads.HEAD_KINDS[a.kind]["file"]))
+    model, params = heads.build_head(a.kind, a.seed)
+    onnx.checker.check_model(model, full_check=True)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    save(model, out)
+    sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+    ins = ", ".join(f"{i.name} {[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]}"
+                    for i in model.graph.input)
+    outs = ", ".join(f"{o.name} {[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]}"
+                     for o in model.graph.output)
+    print(f"{a.kind}: {out}\n  {ins} -> {outs}; params={params:,} size={os.path.getsize(out) / 1e3:.1f} kB "
+          f"sha256={sha[:16]}")
+    if a.check:
+        heads.check(out, a.kind)
 
 
 def main_siglip_bench(ap, a):

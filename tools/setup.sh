@@ -80,6 +80,12 @@ model fixed-batch clip-fixed-batch.onnx  # batch dimension fixed at 1: refused a
 model text-test clip-text-test.onnx
 # multilingual text tower + its tokenizer.json (trained on the fixture text)
 model text-multilingual multilingual-text-test.onnx "$REPO/tests/fixtures/multilingual.txt"
+# score heads (CLIPFN_HEADS), beside CLIPFN_TEST_MODEL where the Rust tests look: input
+# "embedding" float32 [N,dim]; the last two must be refused at start-up
+model head head-test.onnx                     # [N,512] -> score [N,1] (MatMul + Add)
+model head-flat head-flat.onnx                # [N,512] -> score [N] (+ Sigmoid, Squeeze)
+model head-wrong-dim head-wrong-dim.onnx      # [N,256] -> score [N,1]: not the model's dim
+model head-two-outputs head-two-outputs.onnx  # [N,512] -> score, aux: one output only
 if (( BENCH )); then
   model vit-b32 vit-b32-random.onnx; model vit-b32-text vit-b32-text-random.onnx
   model siglip-base-vision siglip-base-vision-random.onnx  # SigLIP base's vision tower (93M params)

@@ -1,6 +1,6 @@
 //! `POST /v1/analyze`: every signal the album app derives from a photo, from one fetch and one
-//! decode (the embedding, the labels, the sharpness and the perceptual hash), and the request's
-//! photos grouped into near-duplicates.
+//! decode (the embedding, the labels, the sharpness, the perceptual hash and the heads' scores),
+//! and the request's photos grouped into near-duplicates.
 
 use std::time::Instant;
 
@@ -13,7 +13,7 @@ use super::{
     respond::{Answered, Counts, respond},
     types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, Quality, TimingsMs},
 };
-use crate::album::duplicate_groups;
+use crate::{album::duplicate_groups, pipeline::Wants};
 
 pub(super) async fn analyze(State(state): State<AppState>, body: RequestBody) -> Response {
     respond(&state, "analyze", |started| analyze_request(&state, body, started)).await
@@ -36,7 +36,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         None => None,
     };
 
-    let (results, timings) = photo_results(state, service, &images, deadline, true).await?;
+    let heads = service.pipeline.heads();
+    let wants = Wants { pixels: true, scores: heads.is_some() };
+    let (results, timings) = photo_results(state, service, &images, deadline, wants).await?;
     let signals = &state.settings.signals;
     let hashes: Vec<Option<u64>> =
         results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
@@ -56,11 +58,15 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                     blurry: pixels.sharpness < signals.blur_threshold,
                 }),
                 hash: Some(format!("{:016x}", pixels.hash)),
+                scores: heads
+                    .zip(photo.scores)
+                    .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
                 error: None,
             }
         }
         Err(error) => {
-            AnalyzeItem { index, image, embedding: None, labels: None, quality: None, hash: None, error: Some(error) }
+            let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
+            AnalyzeItem { index, image, embedding, labels, quality, hash, scores, error: Some(error) }
         }
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());

@@ -5,6 +5,8 @@ use std::time::Instant;
 
 use axum::{extract::State, response::Response};
 
+use crate::pipeline::Wants;
+
 use super::{
     AppState,
     error::ApiError,
@@ -34,7 +36,7 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
     // Labels before photos: a bad set answers before any fetch.
     let scored = asked.embed(service, deadline).await?;
 
-    let (results, timings) = photo_results(state, service, &images, deadline, false).await?;
+    let (results, timings) = photo_results(state, service, &images, deadline, Wants::default()).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
         Ok(signals) => ClassifyItem { index, image, labels: Some(scored.best(&signals.embedding)), error: None },

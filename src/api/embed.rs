@@ -9,6 +9,8 @@ use axum::{
 };
 use serde_json::Value;
 
+use crate::pipeline::Wants;
+
 use super::{
     AppState,
     error::ApiError,
@@ -38,7 +40,8 @@ async fn embed_request(state: &AppState, body: RequestBody, started: Instant) ->
 async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -> Answered {
     let images = check_images(images, &state.settings)?;
     let service = state.ready_service()?;
-    let (results, timings) = photo_results(state, service, &images, deadline(&state.settings), false).await?;
+    let (results, timings) =
+        photo_results(state, service, &images, deadline(&state.settings), Wants::default()).await?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let data = per_photo(&images, results, |index, image, result| match result {
         Ok(signals) => Item { index, image, embedding: Some(signals.embedding), error: None },

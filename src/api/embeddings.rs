@@ -9,6 +9,8 @@ use axum::{
 use base64::Engine;
 use serde_json::Value;
 
+use crate::pipeline::Wants;
+
 use super::{
     AppState,
     error::ApiError,
@@ -85,7 +87,7 @@ async fn image_embeddings(state: &AppState, request: EmbeddingsRequest, size: us
     let service = state.ready_service()?;
     let model = service.pipeline.model();
     check_dimensions(request.dimensions, model.dim)?;
-    let (results, _) = photo_results(state, service, &images, deadline(&state.settings), false).await?;
+    let (results, _) = photo_results(state, service, &images, deadline(&state.settings), Wants::default()).await?;
     let data = results
         .into_iter()
         .enumerate()

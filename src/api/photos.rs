@@ -14,7 +14,7 @@ use tracing::Span;
 
 use super::{AppState, error::ApiError, error::ErrorBody, types::TimingsMs};
 use crate::{
-    pipeline::{ItemError, Signals, Timings},
+    pipeline::{ItemError, Signals, Timings, Wants},
     service::Service,
     source,
 };
@@ -22,19 +22,19 @@ use crate::{
 /// A photo's embedding (and pixel signals, when asked for), or its error as the client sees it.
 pub(super) type PhotoResult = Result<Signals, ErrorBody>;
 
-/// Every photo's embedding (and its pixel signals, with `pixel_signals`) or its error (each counted
-/// in the metrics), and the stage timings.
+/// Every photo's embedding (and what else `wants` asks for) or its error (each counted in the
+/// metrics), and the stage timings.
 pub(super) async fn photo_results(
     state: &AppState,
     service: &Service,
     images: &[String],
     deadline: tokio::time::Instant,
-    pixel_signals: bool,
+    wants: Wants,
 ) -> Result<(Vec<PhotoResult>, Timings), ApiError> {
     let span = Span::current();
     span.record("clipfn.images", images.len() as i64);
     let (results, timings) = tokio::select! {
-        done = service.pipeline.embed(images, deadline, pixel_signals) => done?,
+        done = service.pipeline.embed(images, deadline, wants) => done?,
         () = state.give_up.cancelled() => return Err(ApiError::Draining),
     };
     let results: Vec<_> = results

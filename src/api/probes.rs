@@ -35,6 +35,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                 "status": "ready", "model": model, "in_flight_images": service.pipeline.in_flight(),
                 "family": service.family, "text_model": text.map(|t| t.model()),
                 "label_sets": text.map(|t| t.label_set_names()).unwrap_or_default(),
+                "heads": service.pipeline.heads(),
             });
             if model.provider.is_cuda() {
                 // CUDA device 0 is the one the session uses (ort's default device id).

@@ -199,6 +199,9 @@ pub struct AnalyzeItem<'a> {
     /// The perceptual hash, 16 hex digits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
+    /// One score per head (`CLIPFN_HEADS`), by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<std::collections::BTreeMap<&'a str, f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
 }

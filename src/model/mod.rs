@@ -3,8 +3,9 @@
 //! - `runtime`: ONNX Runtime, the execution provider (decided once) and the session builder every
 //!   session uses, through [`Runtime::session`].
 //! - `tower`: the one trait the worker serves every tower through.
-//! - `image`: the image tower and its batch layout; `text`: the text tower; `normalizer`: the
-//!   image tower's normalisation as a graph, for `CLIPFN_NORMALIZE=model`.
+//! - `image`: the image tower and its batch layout; `text`: the text tower; `heads`: the heads on
+//!   the image embedding; `normalizer`: the image tower's normalisation as a graph, for
+//!   `CLIPFN_NORMALIZE=model`.
 //! - `files`, `folder`, `preprocessor`, `family`, `initializers`: reading a model (one file or a
 //!   folder, over storage), its preprocessing and its family's scoring.
 //! - `outputs`: which output is the embedding, read as unit vectors for every tower.
@@ -12,6 +13,7 @@
 mod family;
 mod files;
 mod folder;
+mod heads;
 mod image;
 mod initializers;
 mod normalizer;
@@ -24,10 +26,11 @@ mod tower;
 pub use self::{
     family::{Family, read_family},
     files::{ModelFile, TextFiles, locate_text_model, read_image_model, read_weights},
+    heads::{HeadFile, Heads, HeadsInfo},
     image::{ImageModel, ImageModelInfo, Layout, LoadTimings, PixelBatch, Pixels},
     runtime::{ModelData, Runtime},
     text::{IdType, TextModel, TextModelInfo},
-    tower::{Info, Input, Output, Photos, Texts, Tower, TowerInfo, TowerIo, TowerKind},
+    tower::{Embeddings, Info, Input, Output, Photos, Texts, Tower, TowerInfo, TowerIo, TowerKind},
 };
 
 #[derive(Debug, thiserror::Error)]

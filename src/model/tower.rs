@@ -11,7 +11,7 @@
 
 use image::RgbImage;
 
-use super::{ImageModelInfo, ModelError, TextModelInfo};
+use super::{HeadsInfo, ImageModelInfo, ModelError, TextModelInfo};
 use crate::{observe::metrics::Stage, tokenize::Tokens};
 
 /// Which tower a batch runs on.
@@ -19,6 +19,7 @@ use crate::{observe::metrics::Stage, tokenize::Tokens};
 pub enum TowerKind {
     Image,
     Text,
+    Heads,
 }
 
 impl TowerKind {
@@ -27,6 +28,7 @@ impl TowerKind {
         match self {
             TowerKind::Image => "image",
             TowerKind::Text => "text",
+            TowerKind::Heads => "heads",
         }
     }
 
@@ -35,16 +37,19 @@ impl TowerKind {
         match self {
             TowerKind::Image => Stage::Inference,
             TowerKind::Text => Stage::TextInference,
+            TowerKind::Heads => Stage::Heads,
         }
     }
 
     /// Whether a batch waits up to `batch_wait` to fill. A request's photos reach the queue one by
     /// one as their fetches and decodes end, so a short wait fills the batch; a request's texts are
     /// queued together and someone waits on them, so their batch takes what is queued.
+    /// A photo's embedding reaches the heads as its image batch ends, with its batch-mates': they
+    /// are queued together, so their batch takes what is queued too.
     pub fn waits_to_fill(self) -> bool {
         match self {
             TowerKind::Image => true,
-            TowerKind::Text => false,
+            TowerKind::Text | TowerKind::Heads => false,
         }
     }
 
@@ -53,7 +58,7 @@ impl TowerKind {
     pub fn counts_as_photos(self) -> bool {
         match self {
             TowerKind::Image => true,
-            TowerKind::Text => false,
+            TowerKind::Text | TowerKind::Heads => false,
         }
     }
 }
@@ -95,6 +100,16 @@ impl TowerIo for Texts {
     type Output = Vec<f32>;
     type Info = TextModelInfo;
     const KIND: TowerKind = TowerKind::Text;
+}
+
+/// The image tower's embeddings, for the heads; one score per head each.
+pub enum Embeddings {}
+
+impl TowerIo for Embeddings {
+    type Input = Vec<f32>;
+    type Output = Vec<f32>;
+    type Info = HeadsInfo;
+    const KIND: TowerKind = TowerKind::Heads;
 }
 
 /// What tower `T` takes, gives and is described by.

@@ -29,6 +29,8 @@ pub enum Stage {
     Inference,
     /// A batch of texts on the text tower.
     TextInference,
+    /// A batch of embeddings on the heads.
+    Heads,
 }
 
 impl Stage {
@@ -39,6 +41,7 @@ impl Stage {
             Stage::Queue => "queue",
             Stage::Inference => "inference",
             Stage::TextInference => "text_inference",
+            Stage::Heads => "heads",
         }
     }
 }

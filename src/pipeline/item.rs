@@ -41,6 +41,8 @@ pub struct Signals {
     pub embedding: Vec<f32>,
     /// What its pixels say, when the request asked.
     pub pixels: Option<PixelSignals>,
+    /// One score per head (the worker's `HeadsInfo::names`' order), when the request asked.
+    pub scores: Option<Vec<f32>>,
 }
 
 pub type ItemResult = Result<Signals, ItemError>;

@@ -26,7 +26,7 @@ pub use self::{
 };
 use crate::{
     decode,
-    model::ImageModelInfo,
+    model::{HeadsInfo, ImageModelInfo},
     observe::metrics::{Metrics, Stage},
     preprocess::{Transform, Views, decode_options, decode_views},
     settings::Limits,
@@ -35,6 +35,15 @@ use crate::{
     sys::budget::Budget,
     worker::Worker,
 };
+
+/// What a request wants of its photos beside the embedding.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wants {
+    /// The pixel signals (`signals`), measured on the decode threads.
+    pub pixels: bool,
+    /// The heads' scores, run on the embedding after the image tower.
+    pub scores: bool,
+}
 
 /// One photo through the stages: its result and what was measured on the way.
 pub struct Photo {
@@ -86,24 +95,28 @@ impl Pipeline {
         self.worker.info()
     }
 
+    /// The heads on the embedding, when there are.
+    pub fn heads(&self) -> Option<&HeadsInfo> {
+        self.worker.heads_info()
+    }
+
     /// Photos currently admitted (queued, decoding or fetching).
     pub fn in_flight(&self) -> usize {
         self.admission.in_flight()
     }
 
-    /// Embeds every photo, and measures its pixel signals too when `pixel_signals` (all from the
-    /// one decode), answering each index exactly once and in order. Photos not done by `deadline`
-    /// get `DeadlineExceeded`, and their queued work is withdrawn.
+    /// Embeds every photo, with what else `wants` asks for (all from the one fetch and decode),
+    /// answering each index exactly once and in order. Photos not done by `deadline` get
+    /// `DeadlineExceeded`, and their queued work is withdrawn.
     pub async fn embed(
         &self,
         images: &[String],
         deadline: tokio::time::Instant,
-        pixel_signals: bool,
+        wants: Wants,
     ) -> Result<(Vec<ItemResult>, Timings), Overloaded> {
         let _places = self.admission.admit(images.len())?;
-        let views = Views { square: self.square.clone(), luma: pixel_signals };
         let photos =
-            images.iter().enumerate().map(|(index, image)| self.embed_one(index, image, &views, Some(deadline)));
+            images.iter().enumerate().map(|(index, image)| self.embed_one(index, image, wants, Some(deadline)));
         let mut timings = Timings::default();
         let results = futures::future::join_all(photos)
             .await
@@ -127,10 +140,7 @@ impl Pipeline {
         let places = self.admission.admit(window)?;
         let photos = images.into_iter().enumerate().map(move |(index, image)| {
             let _held_while_the_stream_lives = &places;
-            async move {
-                let views = Views { square: self.square.clone(), luma: false };
-                EmbeddedPhoto { photo: self.embed_one(index, &image, &views, None).await, image }
-            }
+            async move { EmbeddedPhoto { photo: self.embed_one(index, &image, Wants::default(), None).await, image } }
         });
         Ok(futures::stream::iter(photos).buffered(window))
     }
@@ -141,11 +151,11 @@ impl Pipeline {
         &self,
         index: usize,
         image: &str,
-        views: &Views,
+        wants: Wants,
         deadline: Option<tokio::time::Instant>,
     ) -> Photo {
         let mut photo = Photo { result: Err(ItemError::DeadlineExceeded), timings: Timings::default(), bytes: None };
-        let stages = self.stages(index, image, views, &mut photo.timings, &mut photo.bytes);
+        let stages = self.stages(index, image, wants, &mut photo.timings, &mut photo.bytes);
         let result = match deadline {
             Some(deadline) => {
                 tokio::time::timeout_at(deadline, stages).await.unwrap_or(Err(ItemError::DeadlineExceeded))
@@ -161,7 +171,7 @@ impl Pipeline {
         &self,
         index: usize,
         image: &str,
-        views: &Views,
+        wants: Wants,
         timings: &mut Timings,
         size: &mut Option<u64>,
     ) -> ItemResult {
@@ -194,7 +204,8 @@ impl Pipeline {
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
         // keeps of a photo until its embedding comes is its square and a few numbers.
-        let (in_job, views, max_pixels) = (span.clone(), views.clone(), self.max_pixels);
+        let views = Views { square: self.square.clone(), luma: wants.pixels };
+        let (in_job, max_pixels) = (span.clone(), self.max_pixels);
         let (decode_start, viewed) = self
             .decoders
             .run(move || {
@@ -211,9 +222,17 @@ impl Pipeline {
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let embedded = self.worker.embed(square, span).await?;
         timings.queue = Interval::new(queued, embedded.started);
-        timings.inference = Interval::new(embedded.started, embedded.finished);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
-        Ok(Signals { embedding: embedded.output, pixels })
+        // The heads run on the embedding once the image tower has given it.
+        let (scores, finished) = match wants.scores {
+            true => {
+                let scored = self.worker.score(embedded.output.clone()).await?;
+                (Some(scored.output), scored.finished)
+            }
+            false => (None, embedded.finished),
+        };
+        timings.inference = Interval::new(embedded.started, finished);
+        Ok(Signals { embedding: embedded.output, pixels, scores })
     }
 }
 

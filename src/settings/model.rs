@@ -22,6 +22,7 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_INPUT_NAME",
     "CLIPFN_OUTPUT_NAME",
     "CLIPFN_IMAGE_SIZE",
+    "CLIPFN_HEADS",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -54,6 +55,9 @@ pub struct ModelSettings {
     pub output_name: Option<String>,
     #[serde(default)]
     pub image_size: Option<u32>,
+    /// Heads on the image embedding: `name=path-or-URI,...` (see [`ModelSettings::heads`]).
+    #[serde(default)]
+    pub heads: Option<String>,
 }
 
 mod defaults {
@@ -78,7 +82,30 @@ impl ModelSettings {
         if self.model.trim().is_empty() {
             return Err(ConfigError("CLIPFN_MODEL must name an ONNX file, a model folder or an object URI".into()));
         }
-        Ok(())
+        self.heads().map(drop)
+    }
+
+    /// The heads `CLIPFN_HEADS` names, `(name, location)` in its order: `name=path-or-URI` pairs
+    /// split by commas, each name made of letters, digits, `_` and `-`, and used once.
+    pub fn heads(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        let Some(list) = self.heads.as_deref().filter(|list| !list.trim().is_empty()) else { return Ok(Vec::new()) };
+        let mut heads: Vec<(String, String)> = Vec::new();
+        for entry in list.split(',').map(str::trim) {
+            let bad = |why: &str| ConfigError(format!("CLIPFN_HEADS: '{entry}' {why}; write name=path-or-URI,..."));
+            let (name, location) = entry.split_once('=').ok_or_else(|| bad("has no '='"))?;
+            let (name, location) = (name.trim(), location.trim());
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(bad("needs a name of letters, digits, '_' and '-'"));
+            }
+            if location.is_empty() {
+                return Err(bad("names no file"));
+            }
+            if heads.iter().any(|(known, _)| known == name) {
+                return Err(bad("repeats a name"));
+            }
+            heads.push((name.to_string(), location.to_string()));
+        }
+        Ok(heads)
     }
 
     /// Photos per inference run: as set, else 64 on CUDA (the seed's finding: batches of 64 beat
@@ -97,6 +124,32 @@ impl ModelSettings {
         match self.intra_threads {
             0 => super::available_cpus(),
             n => n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::settings::Settings;
+
+    fn heads(value: &str) -> Result<Vec<(String, String)>, String> {
+        let vars = [("CLIPFN_MODEL", "m.onnx"), ("CLIPFN_HEADS", value)];
+        Settings::from_vars(vars.map(|(k, v)| (k.to_string(), v.to_string())))
+            .map(|s| s.model.heads().unwrap())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn heads_are_name_location_pairs_in_order() {
+        let pair = |n: &str, l: &str| (n.to_string(), l.to_string());
+        assert_eq!(
+            heads("aesthetic=gs://b/a.onnx, sharp=/m/s.onnx").unwrap(),
+            [pair("aesthetic", "gs://b/a.onnx"), pair("sharp", "/m/s.onnx")]
+        );
+        assert_eq!(heads(" ").unwrap(), []);
+        for (bad, says) in [("a.onnx", "no '='"), ("a b=x", "a name"), ("a=", "no file"), ("a=x,a=y", "repeats")] {
+            let message = heads(bad).unwrap_err();
+            assert!(message.contains("CLIPFN_HEADS") && message.contains(says), "{bad}: {message}");
         }
     }
 }

@@ -42,7 +42,7 @@ use self::{
     lane::{Job, Lane},
 };
 use crate::{
-    model::{ImageModelInfo, ModelError, Photos, TextModelInfo, Texts, Tower, TowerIo},
+    model::{Embeddings, Heads, HeadsInfo, ImageModelInfo, ModelError, Photos, TextModelInfo, Texts, Tower, TowerIo},
     observe::metrics::Metrics,
 };
 
@@ -68,25 +68,38 @@ pub struct Worker {
     images: Sender<Job<Photos>>,
     /// Present when there is a text tower.
     texts: Option<Sender<Job<Texts>>>,
+    /// Present when there are heads.
+    embeddings: Option<Sender<Job<Embeddings>>>,
     info: ImageModelInfo,
     text_info: Option<TextModelInfo>,
+    heads_info: Option<HeadsInfo>,
     health: Health,
     metrics: Arc<Metrics>,
 }
 
 impl Worker {
-    /// Moves the image tower (and the text tower, when there is one) onto its own worker thread.
-    pub fn start<I, T>(image: I, text: Option<T>, batch_wait: Duration, metrics: Arc<Metrics>) -> Self
+    /// Moves the image tower (and the text tower and the heads, when there are) onto its own
+    /// worker thread.
+    pub fn start<I, T>(
+        image: I,
+        text: Option<T>,
+        heads: Option<Heads>,
+        batch_wait: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self
     where
         I: Tower<Io = Photos>,
         T: Tower<Io = Texts>,
     {
         let info = image.info().clone();
         let text_info = text.as_ref().map(|t| t.info().clone());
+        let heads_info = heads.as_ref().map(|h| h.info().clone());
         let (images, image_lane) = lane::open(image);
         let (texts, text_lane) = text.map(lane::open).unzip();
-        // The serving order: texts first.
-        let lanes: Vec<Box<dyn Lane>> = text_lane.into_iter().chain([image_lane]).collect();
+        let (embeddings, heads_lane) = heads.map(lane::open).unzip();
+        // The serving order: texts first (someone waits on a query), then the heads (their inputs'
+        // photos are done but for them), then photos.
+        let lanes: Vec<Box<dyn Lane>> = text_lane.into_iter().chain(heads_lane).chain([image_lane]).collect();
         let health = Health::default();
         let watched = health.clone();
         metrics.watch_healthy(move || watched.check().is_ok());
@@ -98,7 +111,7 @@ impl Worker {
                 run::run_worker(lanes, batch_wait, &worker_metrics, &worker_health)
             })
             .expect("spawning the model worker thread");
-        Worker { images, texts, info, text_info, health, metrics }
+        Worker { images, texts, embeddings, info, text_info, heads_info, health, metrics }
     }
 
     pub fn info(&self) -> &ImageModelInfo {
@@ -108,6 +121,11 @@ impl Worker {
     /// The text tower, when there is one.
     pub fn text_info(&self) -> Option<&TextModelInfo> {
         self.text_info.as_ref()
+    }
+
+    /// The heads, when there are.
+    pub fn heads_info(&self) -> Option<&HeadsInfo> {
+        self.heads_info.as_ref()
     }
 
     pub fn health(&self) -> &Health {
@@ -129,6 +147,14 @@ impl Worker {
         let texts = self.texts.as_ref().ok_or_else(|| ModelError::Inference("no text model is loaded".into()))?;
         // Texts have no queue span of their own: their wait is a batch at most.
         let result = queue(texts, tokens, Span::none())?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    /// Queues one photo's embedding for the heads and waits for its scores, one per head in
+    /// [`HeadsInfo::names`]' order; dropping the future withdraws it, as for photos.
+    pub async fn score(&self, embedding: Vec<f32>) -> Result<Served<Vec<f32>>, BatchError> {
+        let heads = self.embeddings.as_ref().ok_or_else(|| ModelError::Inference("no heads are loaded".into()))?;
+        let result = queue(heads, embedding, Span::none())?;
         result.await.map_err(|_| BatchError::Stopped)?
     }
 }

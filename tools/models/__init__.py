@@ -10,5 +10,6 @@ seeded random weights: the same seed gives the same bytes, so tests can rely on 
   multilingual.py       the BERT-shaped multilingual text tower and its WordPiece tokenizer.json
   siglip.py             SigLIP / SigLIP 2 towers and model folders, the SigLIP base vision tower
   siglip_tokenizers.py  the SigLIP 2 (BPE) and SigLIP 1 (Unigram) tokenizer files
+  heads.py              score heads (CLIPFN_HEADS): head, head-flat, head-wrong-dim, head-two-outputs
   checks.py             the --check self-tests (ONNX Runtime runs of what was written)
 """
