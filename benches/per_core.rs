@@ -13,6 +13,7 @@
 //!   session set up as the server's, the batch laid out (normalised) by the tower as the worker
 //!   runs it, since "nearly free" is not free: the ceiling with it is `1 / (1/decode + 1/inference)`;
 //! - the server's minor page faults per photo;
+//! - `/v1/analyze`'s CPU per photo against `/v1/embed`'s, their phases in turns on one server;
 //! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs).
 //!
 //! The alone runs take turns with the server's phases (`measure`), so that the machine's drift in
@@ -139,7 +140,13 @@ fn inference_alone(model: &mut ImageModel, batch: usize, seconds: f64) -> Work {
 
 /// The server's photos and CPU-seconds (utime + stime) under a closed loop of `clients` for
 /// `seconds`, with its wall time and minor page faults.
-fn server_phase(server: &Server, keys: &[String], clients: usize, per_request: usize, seconds: f64) -> ServerRun {
+fn server_phase(
+    server: &Server,
+    (keys, endpoint): (&[String], Endpoint),
+    clients: usize,
+    per_request: usize,
+    seconds: f64,
+) -> ServerRun {
     let stat = format!("/proc/{}/stat", server.pid());
     let (cpu_before, faults_before, started) = (cpu_seconds(&stat), minor_faults(&stat), Instant::now());
     let embedded: usize = std::thread::scope(|s| {
@@ -148,7 +155,7 @@ fn server_phase(server: &Server, keys: &[String], clients: usize, per_request: u
                 s.spawn(move || {
                     let mut sent = 0;
                     while started.elapsed().as_secs_f64() < seconds {
-                        sent += embed(server, keys, c * 7 + sent, per_request);
+                        sent += request(server, (keys, endpoint), c * 7 + sent, per_request);
                     }
                     sent
                 })
@@ -163,10 +170,22 @@ fn server_phase(server: &Server, keys: &[String], clients: usize, per_request: u
     }
 }
 
+/// Which endpoint the clients call: `/v1/embed`, or `/v1/analyze` (every pixel signal too, from
+/// the same decode), whose CPU per photo is compared with embed's.
+#[derive(Clone, Copy)]
+enum Endpoint {
+    Embed,
+    Analyze,
+}
+
 /// One request of `per_request` photos from `keys`, starting at `offset`; all must embed.
-fn embed(server: &Server, keys: &[String], offset: usize, per_request: usize) -> usize {
+fn request(server: &Server, (keys, endpoint): (&[String], Endpoint), offset: usize, per_request: usize) -> usize {
     let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
-    let (status, body) = server.post_json("/v1/embed", &json!({ "images": images }));
+    let path = match endpoint {
+        Endpoint::Embed => "/v1/embed",
+        Endpoint::Analyze => "/v1/analyze",
+    };
+    let (status, body) = server.post_json(path, &json!({ "images": images }));
     assert_eq!(status, 200, "{body}");
     assert!(body["data"].as_array().unwrap().iter().all(|item| item["embedding"].is_array()), "{body}");
     per_request
@@ -190,6 +209,8 @@ impl ServerRun {
 #[derive(Default)]
 struct Measured {
     server: ServerRun,
+    /// The same closed loop on `/v1/analyze`, in turns with `server`'s phases.
+    analyze: ServerRun,
     alone_one: Work,
     alone_all: Work,
     inference: Work,
@@ -210,16 +231,21 @@ fn measure(
     (clients, per_request, batch): (usize, usize, usize),
     seconds: f64,
 ) -> Measured {
-    embed(server, keys, 0, per_request); // the first request of each kind of photo pays for lazy set-up
+    // The first request of each kind of photo pays for lazy set-up.
+    request(server, (keys, Endpoint::Embed), 0, per_request);
+    request(server, (keys, Endpoint::Analyze), 0, per_request);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let phase = seconds / (2 * ROUNDS) as f64;
+    let (embed, analyze) = ((keys, Endpoint::Embed), (keys, Endpoint::Analyze));
     let mut m = Measured::default();
     for _ in 0..ROUNDS {
         m.alone_one.add(decode_alone(photos, ALONE_SECONDS, 1));
         m.inference.add(inference_alone(model, batch, INFERENCE_SECONDS));
-        m.server.add(server_phase(server, keys, clients, per_request, phase));
+        m.server.add(server_phase(server, embed, clients, per_request, phase));
+        m.analyze.add(server_phase(server, analyze, clients, per_request, phase));
         m.alone_all.add(decode_alone(photos, ALONE_SECONDS, cpus));
-        m.server.add(server_phase(server, keys, clients, per_request, phase));
+        m.analyze.add(server_phase(server, analyze, clients, per_request, phase));
+        m.server.add(server_phase(server, embed, clients, per_request, phase));
     }
     m
 }
@@ -280,6 +306,13 @@ fn main() {
     )
     .unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    // `/v1/analyze` against `/v1/embed` on the same server and photos, their phases in turns.
+    let mut analyze_md = String::from(
+        "\n## `/v1/analyze` against `/v1/embed`\n\nThe same closed loop, phases of each endpoint in turns on \
+         one server: CPU-seconds per photo (utime + stime), and analyze's over embed's (its pixel signals: the \
+         luma, the hash, the sharpness and the duplicate groups; no heads, no labels).\n\n\
+         | photos | store | embed photos/CPU-s | analyze photos/CPU-s | analyze CPU per photo / embed's |\n|---|---|---|---|---|\n",
+    );
     for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let mean_mp = photos
@@ -322,8 +355,17 @@ fn main() {
                 rate / per_cpu,
             )
             .unwrap();
+            let analyze_per_cpu = m.analyze.work.per_cpu_second();
+            eprintln!("{label}, {store}: analyze {analyze_per_cpu:.0} photos/CPU-s, embed {per_cpu:.0}");
+            writeln!(
+                analyze_md,
+                "| {label} | {store} | {per_cpu:.0} | {analyze_per_cpu:.0} | {:.3} |",
+                per_cpu / analyze_per_cpu
+            )
+            .unwrap();
         }
     }
+    md.push_str(&analyze_md);
     coarse_scale::write(&mut md, &coarse_scale::measure(&camera, &mut model)).unwrap();
     std::fs::write(out.join("per_core.md"), &md).unwrap();
     println!("{md}");

@@ -7,7 +7,9 @@ use std::time::Instant;
 use axum::{extract::State, response::Response};
 
 use super::{
-    AppState, labels,
+    AppState,
+    error::ApiError,
+    labels,
     photos::{per_photo, photo_results, with_server_timing},
     request::{RequestBody, check_body_size, check_images, deadline, json_body},
     respond::{Answered, Counts, respond},
@@ -32,6 +34,15 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let deadline = deadline(&state.settings);
     // Labels before photos, as /v1/classify: a bad set answers before any fetch.
     let scored = match &asked {
+        // Here labels are one signal among several: asking for them where there is no text tower
+        // is a bad request (/v1/classify, which is nothing but labels, is a 404 there).
+        Some(_) if service.text.is_none() => {
+            return Err(ApiError::BadRequest(
+                "labels and label_set need a text tower, and this server has none (CLIPFN_TEXT_MODEL, or a model \
+                 folder with one)"
+                    .into(),
+            ));
+        }
         Some(asked) => Some(asked.embed(service, deadline).await?),
         None => None,
     };
