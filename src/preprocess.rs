@@ -13,7 +13,10 @@
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{GrayImage, RgbImage};
 
-use crate::decode::{DecodeError, DecodeOptions, Decoded, decode};
+use crate::{
+    decode::{DecodeError, DecodeOptions, Decoded, decode},
+    signals::luma_size,
+};
 
 /// CLIP's per-channel statistics (OpenAI CLIP, `_transform`).
 pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
@@ -104,7 +107,8 @@ pub struct Views {
 /// One photo's views.
 pub struct Viewed {
     pub square: RgbImage,
-    /// Present when asked for: the luma of the whole photo as decoded (at its DCT scale).
+    /// Present when asked for: the luma of the whole photo, at the size the pixel signals are
+    /// measured at (`signals::luma_size`).
     pub luma: Option<GrayImage>,
 }
 
@@ -115,7 +119,7 @@ pub struct Viewed {
 pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> Result<Viewed, PreprocessError> {
     let decoded = decode(bytes.as_ref(), &decode_options(&views.square, max_pixels))?;
     drop(bytes);
-    let luma = views.luma.then(|| luma(&decoded.image));
+    let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
     Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma })
 }
 
@@ -127,6 +131,16 @@ pub fn decode_square(
 ) -> Result<RgbImage, PreprocessError> {
     let views = Views { square: transform.clone(), luma: false };
     decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square)
+}
+
+/// The photo box-filtered to the pixel signals' size (as OpenCV's area filter shrinks), then its
+/// luma: in that order, since the resize is fast on RGB and the luma then costs a fraction.
+fn luma_view(image: &RgbImage) -> Result<GrayImage, PreprocessError> {
+    let (width, height) = luma_size(image.width(), image.height());
+    let mut small = RgbImage::new(width, height);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Box));
+    Resizer::new().resize(image, &mut small, &options).map_err(|e| PreprocessError::Resize(e.to_string()))?;
+    Ok(luma(&small))
 }
 
 /// The luma of an RGB image as Pillow's `convert("L")` computes it (ITU-R 601-2 weights, in

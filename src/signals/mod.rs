@@ -1,15 +1,20 @@
 //! Signals of a photo that need only its pixels, no model: the perceptual hash that finds its
 //! duplicates and the sharpness that finds it blurred. Each is a pure function of the photo's luma
-//! as the decode threads have it (`preprocess::luma`, from the one decode, at its DCT scale), and
-//! each is held to its reference in tests/analyze.rs: ImageHash's `phash` of the full-size file, and
-//! the album app's OpenCV Laplacian variance.
+//! view, which the decode threads make from the one decode at the size the sharpness is measured
+//! at (`preprocess::decode_views`, [`luma_size`]: 300 px on the long side; the hash shrinks it
+//! further, to 32 x 32), and each is held to its reference in
+//! tests/analyze.rs: ImageHash's `phash` of the full-size file, and the album app's OpenCV
+//! Laplacian variance.
 
 mod phash;
 mod sharpness;
 
 use image::GrayImage;
 
-pub use self::{phash::phash, sharpness::sharpness};
+pub use self::{
+    phash::phash,
+    sharpness::{measured_size as luma_size, sharpness},
+};
 
 /// What a photo's pixels say without a model.
 #[derive(Debug, Clone, Copy, PartialEq)]

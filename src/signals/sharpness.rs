@@ -9,14 +9,26 @@
 use fast_image_resize::FilterType;
 use image::GrayImage;
 
-/// The long side the luma is resized to before the Laplacian.
+/// The long side the luma is measured at.
 const LONG_SIDE: u32 = 300;
 
+/// Width and height of a `width` x `height` photo resized to [`LONG_SIDE`] on its long side, the
+/// other side cut to whole pixels as the app's `int(w * s)` does.
+pub fn measured_size(width: u32, height: u32) -> (u32, u32) {
+    let long = u64::from(width.max(height).max(1));
+    let size = |side: u32| (u64::from(side) * u64::from(LONG_SIDE) / long).max(1) as u32;
+    (size(width), size(height))
+}
+
+/// The sharpness of `luma`, resized first unless it is at [`measured_size`] already (the luma
+/// view the decode threads make is).
 pub fn sharpness(luma: &GrayImage) -> f64 {
-    let (width, height) = luma.dimensions();
-    let long = width.max(height);
-    let size = |side: u32| (u64::from(side) * u64::from(LONG_SIDE) / u64::from(long)).max(1) as u32;
-    laplacian_variance(&super::shrink(luma, size(width), size(height), FilterType::Box))
+    let (width, height) = measured_size(luma.width(), luma.height());
+    if luma.dimensions() == (width, height) {
+        laplacian_variance(luma)
+    } else {
+        laplacian_variance(&super::shrink(luma, width, height, FilterType::Box))
+    }
 }
 
 /// `cv2.Laplacian(img, cv2.CV_64F).var()`: the kernel [[0, 1, 0], [1, -4, 1], [0, 1, 0]] with
@@ -44,12 +56,19 @@ fn laplacian_variance(luma: &GrayImage) -> f64 {
     let (mut sum, mut squares) = (0i64, 0i64);
     for y in 0..height as isize {
         let (above, here, below) = (row(y - 1), row(y), row(y + 1));
-        for x in 0..width {
-            let (left, right) = (here[reflect(x as isize - 1, width)], here[reflect(x as isize + 1, width)]);
+        let mut add = |x: usize, left: u8, right: u8| {
             let value =
                 i64::from(above[x]) + i64::from(below[x]) + i64::from(left) + i64::from(right) - 4 * i64::from(here[x]);
             sum += value;
             squares += value * value;
+        };
+        // The edge columns reflect; the columns between read their neighbours straight.
+        add(0, here[reflect(-1, width)], here[reflect(1, width)]);
+        for x in 1..width.saturating_sub(1) {
+            add(x, here[x - 1], here[x + 1]);
+        }
+        if width > 1 {
+            add(width - 1, here[width - 2], here[reflect(width as isize, width)]);
         }
     }
     let count = (width * height) as f64;
