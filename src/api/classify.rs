@@ -29,7 +29,7 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
     )?;
     check_body_size(size, &request.images, &state.settings)?;
     let images = check_images(request.images, &state.settings)?;
-    let asked = labels::asked(request.labels, request.label_set, request.top_k, &state.settings)?
+    let asked = labels::asked(request.labels, &state.settings)?
         .ok_or_else(|| ApiError::BadRequest(r#"body must hold "labels" or "label_set""#.into()))?;
     let service = state.ready_service()?;
     let deadline = deadline(&state.settings);

@@ -4,9 +4,11 @@
 
 use std::borrow::Cow;
 
-use serde_json::Value;
-
-use super::{error::ApiError, request::string_list, types::LabelScore};
+use super::{
+    error::ApiError,
+    request::string_list,
+    types::{LabelScore, LabelsRequest},
+};
 use crate::{
     embedding::Scoring,
     service::Service,
@@ -36,12 +38,8 @@ pub(super) struct Scored<'a> {
 }
 
 /// The request's `labels` / `label_set` / `top_k`; `None` when it names neither.
-pub(super) fn asked(
-    labels: Option<Value>,
-    label_set: Option<String>,
-    top_k: Option<i64>,
-    settings: &Settings,
-) -> Result<Option<Asked>, ApiError> {
+pub(super) fn asked(request: LabelsRequest, settings: &Settings) -> Result<Option<Asked>, ApiError> {
+    let LabelsRequest { labels, label_set, top_k } = request;
     let top_k = match top_k {
         None => DEFAULT_TOP_K,
         Some(k) if k >= 1 => k as usize,

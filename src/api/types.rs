@@ -127,6 +127,13 @@ pub struct Usage {
 #[derive(Debug, Deserialize)]
 pub struct ClassifyRequest {
     pub images: Vec<String>,
+    #[serde(flatten)]
+    pub labels: LabelsRequest,
+}
+
+/// The labels a request scores its photos against (`/v1/classify`, `/v1/analyze`).
+#[derive(Debug, Deserialize)]
+pub struct LabelsRequest {
     #[serde(default)]
     pub labels: Option<Value>,
     #[serde(default)]
@@ -167,12 +174,8 @@ pub struct AnalyzeRequest {
     /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
     #[serde(default)]
     pub embedding: Option<bool>,
-    #[serde(default)]
-    pub labels: Option<Value>,
-    #[serde(default)]
-    pub label_set: Option<String>,
-    #[serde(default)]
-    pub top_k: Option<i64>,
+    #[serde(flatten)]
+    pub labels: LabelsRequest,
 }
 
 #[derive(Serialize)]

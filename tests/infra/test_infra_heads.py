@@ -103,19 +103,27 @@ def linear_state(w, b, prefix, shared=False):
     return _state_dict([(prefix + "weight", weight), (prefix + "bias", bias)], [prefix.rstrip(".")] if prefix else [])
 
 
-def write_pth(path, state, name="archive"):
-    """torch.save's zip layout (torch >= 1.6)."""
+def _pickle_state(state, buf, legacy=False):
+    """Pickles `state` into `buf` as torch.save does, tensors' storages by persistent id (the
+    legacy layout's id has one more field); returns the storages by key."""
     storages = {}
     with _torch_names() as torch:
         class Pickler(pickle.Pickler):
             def persistent_id(self, obj):
                 if isinstance(obj, _Storage):
                     storages[obj.key] = obj
-                    return ("storage", torch.FloatStorage, obj.key, "cpu", obj.array.size)
+                    found = ("storage", torch.FloatStorage, obj.key, "cpu", obj.array.size)
+                    return found + (None,) if legacy else found
                 return None
 
-        buf = io.BytesIO()
         Pickler(buf, protocol=2).dump(state)
+    return storages
+
+
+def write_pth(path, state, name="archive"):
+    """torch.save's zip layout (torch >= 1.6)."""
+    buf = io.BytesIO()
+    storages = _pickle_state(state, buf)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
         z.writestr(f"{name}/data.pkl", buf.getvalue())
         z.writestr(f"{name}/byteorder", "little")
@@ -127,21 +135,12 @@ def write_pth(path, state, name="archive"):
 
 def write_legacy_pth(path, state):
     """torch.save's layout before 1.6 (_use_new_zipfile_serialization=False)."""
-    storages = {}
-    with _torch_names() as torch:
-        class Pickler(pickle.Pickler):
-            def persistent_id(self, obj):
-                if isinstance(obj, _Storage):
-                    storages[obj.key] = obj
-                    return ("storage", torch.FloatStorage, obj.key, "cpu", obj.array.size, None)
-                return None
-
-        buf = io.BytesIO()
-        for header in (0x1950A86A20F9469CFC6C, 1001,
-                       {"protocol_version": 1001, "little_endian": True,
-                        "type_sizes": {"short": 2, "int": 4, "long": 4}}):
-            pickle.dump(header, buf, protocol=2)
-        Pickler(buf, protocol=2).dump(state)
+    buf = io.BytesIO()
+    for header in (0x1950A86A20F9469CFC6C, 1001,
+                   {"protocol_version": 1001, "little_endian": True,
+                    "type_sizes": {"short": 2, "int": 4, "long": 4}}):
+        pickle.dump(header, buf, protocol=2)
+    storages = _pickle_state(state, buf, legacy=True)
     keys = sorted(storages)
     pickle.dump(keys, buf, protocol=2)
     for key in keys:
