@@ -224,12 +224,11 @@ impl Pipeline {
         timings.queue = Interval::new(queued, embedded.started);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
         // The heads run on the embedding once the image tower has given it.
-        let (scores, finished) = match wants.scores {
-            true => {
-                let scored = self.worker.score(embedded.output.clone()).await?;
-                (Some(scored.output), scored.finished)
-            }
-            false => (None, embedded.finished),
+        let (scores, finished) = if wants.scores {
+            let scored = self.worker.score(embedded.output.clone()).await?;
+            (Some(scored.output), scored.finished)
+        } else {
+            (None, embedded.finished)
         };
         timings.inference = Interval::new(embedded.started, finished);
         Ok(Signals { embedding: embedded.output, pixels, scores })
