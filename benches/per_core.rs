@@ -329,7 +329,7 @@ fn main() {
             std::fs::copy(photo, bucket.join(&name)).unwrap();
             keys.push(name);
         }
-        let (_gcs, gcs_port) = common::start_fake_gcs(data.path());
+        let (_gcs, gcs_port) = common::start_fake_gcs(data.path(), None);
         let local = || server_env(ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()));
         let stores =
             [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];

@@ -187,7 +187,7 @@ impl Loopback {
     fn start(photos: &[PathBuf]) -> anyhow::Result<Loopback> {
         let data = tempfile::tempdir()?;
         let keys = load::seed_gcs(photos, data.path());
-        let (gcs, gcs_port) = common::start_fake_gcs(data.path());
+        let (gcs, gcs_port) = common::start_fake_gcs(data.path(), None);
         let runtime = tokio::runtime::Runtime::new()?;
         Ok(Loopback { runtime, _gcs: gcs, gcs_port, keys, _data: data })
     }

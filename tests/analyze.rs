@@ -1,20 +1,16 @@
 //! `/v1/analyze` end to end over HTTP on loopback: the real binary, the test model, real photos,
 //! each signal held to its independent reference (tools/signals_reference.py: ImageHash's phash of
 //! the full-size file, the album app's OpenCV sharpness and blur test), the duplicate groups on
-//! near-duplicates made from real photos, and one fetch per photo.
+//! near-duplicates made from real photos, and one fetch per photo (the GCS emulator's count).
 
 mod common;
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
 };
 
-use common::{ServerConfig, camera_photos, cosine, file_name, item, serve_on_thread, setup_var, store, store_named};
+use common::{ServerConfig, camera_photos, cosine, file_name, item, setup_var, store, store_named};
 use serde_json::{Value, json};
 
 /// tools/signals_reference.py's answer for `args`.
@@ -154,36 +150,30 @@ fn near_duplicates_of_real_photos_group_by_original_and_distinct_photos_do_not()
 #[test]
 fn each_photo_is_fetched_once_and_its_embedding_is_embeds() {
     let photos = camera_photos(6);
-    let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&fetches);
-    let app = axum::Router::new().route(
-        "/photos/{n}",
-        axum::routing::get(move |axum::extract::Path(n): axum::extract::Path<usize>| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            let body = bytes[n].clone();
-            async move { body }
-        }),
-    );
-    // By name: the allowlist refuses IP literals.
-    let port = serve_on_thread(app).rsplit(':').next().unwrap().to_string();
-    let base = format!("http://localhost:{port}");
-    let store = store(Vec::<(&str, common::Object)>::new());
-    let server = ServerConfig::local(store.path())
-        .env("CLIPFN_ALLOWED_SOURCES", &format!("{base}/photos/"))
-        .env("CLIPFN_ALLOW_PRIVATE_SOURCES", "true")
-        .start();
-    let urls: Vec<String> = (0..photos.len()).map(|n| format!("{base}/photos/{n}")).collect();
-    let (status, analyzed) = server.post_json("/v1/analyze", &json!({ "images": urls }));
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir(data.path().join("album")).unwrap();
+    for (n, photo) in photos.iter().enumerate() {
+        std::fs::copy(photo, data.path().join(format!("album/{n}.jpg"))).unwrap();
+    }
+    let log = data.path().join("emulator.log");
+    let (_gcs, port) = common::start_fake_gcs(data.path(), Some(&log));
+    let server = common::gcs_env(ServerConfig::local(Path::new("/")), port).env("CLIPFN_STORE", "gs://album").start();
+    let keys: Vec<String> = (0..photos.len()).map(|n| format!("{n}.jpg")).collect();
+    let (status, analyzed) = server.post_json("/v1/analyze", &json!({ "images": keys }));
     assert_eq!(status, 200, "{analyzed}");
-    assert_eq!(fetches.load(Ordering::SeqCst), photos.len(), "one GET per photo for every signal");
-    let (status, embedded) = server.post_json("/v1/embed", &json!({ "images": urls }));
+    // The emulator logs a line per request it serves (object_store escapes the key's dot).
+    let log = std::fs::read_to_string(&log).unwrap().replace("%2E", ".");
+    for n in 0..photos.len() {
+        let gets = log.lines().filter(|line| line.contains(&format!("GET /album/{n}.jpg "))).count();
+        assert_eq!(gets, 1, "photo {n}: one GET for every signal; the emulator's log:\n{log}");
+    }
+    let (status, embedded) = server.post_json("/v1/embed", &json!({ "images": keys }));
     assert_eq!(status, 200, "{embedded}");
     for (i, photo) in photos.iter().enumerate() {
         let similarity = cosine(&item(&analyzed, i).unwrap(), &item(&embedded, i).unwrap());
         assert!(similarity >= 0.999, "{}: cosine {similarity} to /v1/embed's", photo.display());
     }
-    let (_, without) = server.post_json("/v1/analyze", &json!({ "images": &urls[..1], "embedding": false }));
+    let (_, without) = server.post_json("/v1/analyze", &json!({ "images": &keys[..1], "embedding": false }));
     assert!(without["data"][0].get("embedding").is_none() && without["data"][0]["hash"].is_string(), "{without}");
 }
 
@@ -297,4 +287,69 @@ fn run_head(head: &str, embeddings: &[Vec<f32>]) -> Vec<f64> {
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success());
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Stored embeddings in place of photos: the labels and scores their photos got, with no store
+/// to fetch from (the server's is empty), nothing measured on pixels in the answer, and a bad
+/// vector or a request that leaves nothing to compute refused, naming it.
+#[test]
+fn stored_embeddings_get_their_photos_labels_and_scores_without_a_fetch() {
+    let photos = camera_photos(3);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let labels = json!(["a beach", "a dog", "a city at night"]);
+    let config = |store: &Path| {
+        ServerConfig::local(store)
+            .env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_TEXT_MODEL"))
+            .env("CLIPFN_HEADS", &format!("aesthetic={}", common::model("head-test.onnx")))
+    };
+    let photo_store = store_named(&photos);
+    let (status, from_photos) =
+        config(photo_store.path()).start().post_json("/v1/analyze", &json!({ "images": keys, "labels": labels }));
+    assert_eq!(status, 200, "{from_photos}");
+    // Stored as a caller would, one scaled: the server normalises as its image tower does.
+    let mut stored: Vec<Vec<f32>> = (0..keys.len()).map(|i| item(&from_photos, i).unwrap()).collect();
+    stored[1].iter_mut().for_each(|x| *x *= 3.0);
+
+    let empty = store(Vec::<(&str, common::Object)>::new());
+    let server = config(empty.path()).start();
+    let (status, analyzed) = server.post_json("/v1/analyze", &json!({ "embeddings": stored, "labels": labels }));
+    assert_eq!(status, 200, "{analyzed}");
+    let (status, classified) = server.post_json("/v1/classify", &json!({ "embeddings": stored, "labels": labels }));
+    assert_eq!(status, 200, "{classified}");
+    assert!(analyzed.get("album").is_none(), "no hashes, no groups: {analyzed}");
+    for i in 0..keys.len() {
+        let (ours, theirs) = (&analyzed["data"][i], &from_photos["data"][i]);
+        let item = ours.as_object().unwrap();
+        for absent in ["image", "embedding", "quality", "hash", "error"] {
+            assert!(!item.contains_key(absent), "{absent}: {ours}");
+        }
+        let close = |a: &Value, b: &Value| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-4;
+        assert!(close(&ours["scores"]["aesthetic"], &theirs["scores"]["aesthetic"]), "{ours} {theirs}");
+        for labelled in [ours, &classified["data"][i]] {
+            for (a, b) in labelled["labels"].as_array().unwrap().iter().zip(theirs["labels"].as_array().unwrap()) {
+                assert!(a["label"] == b["label"] && close(&a["score"], &b["score"]), "{labelled} {theirs}");
+            }
+        }
+    }
+    assert_eq!(analyzed["timings_ms"]["fetch"], 0.0, "{analyzed}");
+
+    let mut short = stored.clone();
+    short[2].pop();
+    let zeros = vec![vec![0.0f32; stored[0].len()]];
+    for (path, body, names) in [
+        ("/v1/analyze", json!({ "embeddings": short, "labels": labels }), "embeddings[2] has 511 values"),
+        ("/v1/classify", json!({ "embeddings": zeros, "labels": labels }), "embeddings[0] is all zeros"),
+        ("/v1/classify", json!({ "embeddings": [], "labels": labels }), "embeddings must hold 1 to"),
+        ("/v1/analyze", json!({ "embeddings": stored, "images": keys }), "not both"),
+        ("/v1/classify", json!({ "labels": labels }), r#""images" or "embeddings""#),
+    ] {
+        let (status, answer) = server.post_json(path, &body);
+        assert_eq!(status, 400, "{path} {body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(names), "{path}: {answer}");
+    }
+    // Without heads, stored embeddings and no labels leave nothing to compute.
+    let plain = ServerConfig::local(empty.path()).start();
+    let (status, answer) = plain.post_json("/v1/analyze", &json!({ "embeddings": stored }));
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("labels and head scores only"), "{answer}");
 }

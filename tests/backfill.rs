@@ -114,14 +114,16 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
     manifest.extend(bad.iter().map(|(key, _)| key.to_string()));
     manifest.extend(["".into(), "   ".into(), copies[0].0.clone(), format!("{}\r", copies[1].0), bad[2].0.into()]);
     std::fs::write(data.path().join("photos/manifest.txt"), manifest.join("\n")).unwrap();
-    let (_gcs, port) = start_fake_gcs(data.path());
+    let (_gcs, port) = start_fake_gcs(data.path(), None);
     let out_dir = tempfile::tempdir().unwrap();
     let out = format!("file://{}", out_dir.path().display());
+    let heads = format!("aesthetic={}", common::model("head-test.onnx"));
     let run = |index: u32| {
         let (index, count) = (index.to_string(), TASKS.to_string());
         let args = ["--manifest", "gs://photos/manifest.txt", "--out", &out];
         // Cloud Run's variables pick the task.
-        backfill(port, &args, &[("CLOUD_RUN_TASK_INDEX", &index), ("CLOUD_RUN_TASK_COUNT", &count)])
+        let envs = [("CLOUD_RUN_TASK_INDEX", &*index), ("CLOUD_RUN_TASK_COUNT", &count), ("CLIPFN_HEADS", &heads)];
+        backfill(port, &args, &envs)
     };
 
     // Three tasks at once; task 1 is killed as soon as its first chunk is there.
@@ -175,10 +177,13 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
     assert_eq!(duck["embedded"], copies.len());
     assert_eq!(duck["errors"]["forbidden"], 2);
 
-    // Embeddings equal what /v1/embed returns for the same photos.
-    let server = gcs_env(ServerConfig::local(Path::new("/")), port).env("CLIPFN_STORE", "gs://photos").start();
+    // Every signal equals what /v1/analyze answers for the same photos.
+    let server = gcs_env(ServerConfig::local(Path::new("/")), port)
+        .env("CLIPFN_STORE", "gs://photos")
+        .env("CLIPFN_HEADS", &heads)
+        .start();
     let originals: Vec<&str> = (0..photos.len()).map(|j| copies[j].0.as_str()).collect();
-    let (status, body) = server.embed(&originals);
+    let (status, body) = server.post_json("/v1/analyze", &serde_json::json!({ "images": originals }));
     assert_eq!(status, 200, "{body}");
     let dim = body["dim"].as_u64().unwrap();
     assert!(read["files"].as_array().unwrap().iter().all(|f| f["model"] == body["model"] && f["dim"] == dim));
@@ -192,8 +197,26 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
             .map(|v| v.as_f64().unwrap() as f32)
             .collect();
         let similarity = cosine(&api, &row);
-        assert!(similarity >= 0.9999, "{key}: cosine {similarity} against /v1/embed");
+        assert!(similarity >= 0.9999, "{key}: cosine {similarity} against /v1/analyze");
+        let (row, api) = (by_key[key.as_str()][0], &body["data"][*j]);
+        assert_eq!(row["hash"], api["hash"], "{key}");
+        let close = |a: &Value, b: &Value| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-4;
+        assert!(close(&row["sharpness"], &api["quality"]["sharpness"]), "{key}: {row} {api}");
+        assert!(close(&row["scores"]["aesthetic"], &api["scores"]["aesthetic"]), "{key}: {row} {api}");
     }
+    for (key, _) in bad {
+        let row = by_key[key][0];
+        assert!(row["hash"].is_null() && row["sharpness"].is_null() && row["scores"].is_null(), "{row}");
+    }
+    // docs/deploy.md's near-duplicates query links the copies of each photo, and only them.
+    let pairs = duck["near_duplicates"].as_array().unwrap();
+    let original: HashMap<&str, usize> = copies.iter().map(|(key, j)| (key.as_str(), *j)).collect();
+    for pair in pairs {
+        assert_eq!(original[pair[0].as_str().unwrap()], original[pair[1].as_str().unwrap()], "{pair}");
+    }
+    let copies_of = |j: usize| copies.iter().filter(|(_, of)| *of == j).count();
+    let expected_pairs: usize = (0..photos.len()).map(|j| copies_of(j) * (copies_of(j) - 1) / 2).sum();
+    assert_eq!(pairs.len(), expected_pairs, "every two copies of a photo are a pair");
     let sizes: BTreeMap<usize, u64> =
         (0..photos.len()).map(|j| (j, std::fs::metadata(&photos[j]).unwrap().len())).collect();
     for (key, j) in &copies {

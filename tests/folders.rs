@@ -155,7 +155,7 @@ fn a_folder_loads_from_a_bucket_prefix() {
     for file in ["onnx/vision_model.onnx", "onnx/vision_model_quantized.onnx", "preprocessor_config.json"] {
         std::fs::copy(folder.join(file), bucket.join(file)).unwrap();
     }
-    let (_gcs, port) = start_fake_gcs(data.path());
+    let (_gcs, port) = start_fake_gcs(data.path(), None);
     let store = tempfile::tempdir().unwrap();
     let server = gcs_env(ServerConfig::local(store.path()), port).env("CLIPFN_MODEL", "gs://models/clip-test/").start();
     let model = &server.get("/readyz").1["model"];

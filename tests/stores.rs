@@ -24,7 +24,7 @@ fn gcs_keys_uris_allowlist_and_model_from_the_emulator() {
     put(&data.path().join("photos"), "other/c.jpg", &b);
     put(&data.path().join("shared"), "c.jpg", &b);
     put(&data.path().join("models"), "clip-test.onnx", &std::fs::read(setup_var("CLIPFN_TEST_MODEL")).unwrap());
-    let (_gcs, port) = start_fake_gcs(data.path());
+    let (_gcs, port) = start_fake_gcs(data.path(), None);
 
     let server = gcs_env(ServerConfig::local(Path::new("/")), port)
         .env("CLIPFN_STORE", "gs://photos/user")

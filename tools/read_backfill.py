@@ -4,8 +4,10 @@
 Usage: read_backfill.py DIR
 
 {"files": [{"name", "model", "dim", "rows"}],            per file, from pyarrow's Parquet metadata
- "rows": [{"key", "embedding", "error_code", "bytes"}],  every row, from pyarrow
- "duckdb": {"rows", "distinct_keys", "embedded", "errors": {code: n}, "dims": [...]}}
+ "rows": [{"key", "embedding", "error_code", "bytes",    every row, from pyarrow; the hash as the
+           "hash", "sharpness", "scores"}],              API writes it (16 hex digits)
+ "duckdb": {"rows", "distinct_keys", "embedded", "errors": {code: n}, "dims": [...],
+            "near_duplicates": [[key, key, bits], ...]}}  docs/deploy.md's query, run as written there
 
 tests/backfill.rs runs it: both readers must accept the files and agree on what they hold.
 """
@@ -16,6 +18,21 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "deploy.md"
+
+
+def near_duplicates_query(files: str) -> str:
+    """docs/deploy.md's near-duplicates query (its sql block that sets `files`), reading `files`."""
+    blocks = DOCS.read_text().split("```sql\n")[1:]
+    query = next(block.split("```")[0] for block in blocks if block.startswith("SET VARIABLE files"))
+    _, rest = query.split("\n", 1)
+    return f"SET VARIABLE files = '{files}';\n{rest}"
+
+
+def hex_hash(value):
+    """The int64 column's 64 bits as the API's 16 hex digits."""
+    return None if value is None else format(value & (2**64 - 1), "016x")
 
 
 def main() -> None:
@@ -31,7 +48,11 @@ def main() -> None:
             "dim": int(meta.get(b"clipfn.dim", b"0")),
             "rows": table.num_rows,
         })
-        rows += table.select(["key", "embedding", "error_code", "bytes"]).to_pylist()
+        columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness"]
+        columns += ["scores"] if "scores" in table.column_names else []
+        for row in table.select(columns).to_pylist():
+            row["hash"] = hex_hash(row["hash"])
+            rows.append(row)
 
     glob = str(folder / "**" / "*.parquet")
     con = duckdb.connect()
@@ -44,10 +65,12 @@ def main() -> None:
     dims = [d for (d,) in con.execute(
         "SELECT DISTINCT len(embedding) FROM read_parquet(?) WHERE embedding IS NOT NULL", [glob]
     ).fetchall()]
+    near_duplicates = [list(pair) for pair in con.execute(near_duplicates_query(glob)).fetchall()]
     print(json.dumps({
         "files": files,
         "rows": rows,
-        "duckdb": {"rows": total, "distinct_keys": distinct, "embedded": embedded, "errors": errors, "dims": dims},
+        "duckdb": {"rows": total, "distinct_keys": distinct, "embedded": embedded, "errors": errors, "dims": dims,
+                   "near_duplicates": near_duplicates},
     }))
 
 

@@ -1,6 +1,7 @@
 //! `POST /v1/analyze`: every signal the album app derives from a photo, from one fetch and one
 //! decode (the embedding, the labels, the sharpness, the perceptual hash and the heads' scores),
-//! and the request's photos grouped into near-duplicates.
+//! and the request's photos grouped into near-duplicates. Stored embeddings in place of photos get
+//! the labels and the scores.
 
 use std::time::Instant;
 
@@ -10,9 +11,10 @@ use super::{
     AppState,
     error::ApiError,
     labels,
-    photos::{per_photo, photo_results, with_server_timing},
-    request::{RequestBody, check_body_size, check_images, deadline, json_body},
-    respond::{Answered, Counts, respond},
+    photos::with_server_timing,
+    request::{RequestBody, deadline, json_body},
+    respond::{Answered, respond},
+    subjects::Subjects,
     types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, Quality, TimingsMs},
 };
 use crate::{album::duplicate_groups, pipeline::Wants};
@@ -25,56 +27,64 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let (request, size): (AnalyzeRequest, _) = json_body(
         body,
         &state.settings,
-        r#"{"images": ["key", ...]}, optionally with "labels": [...] or "label_set": "NAME", "top_k", "embedding": false"#,
+        r#"{"images": ["key", ...]} (or "embeddings": [[...], ...]), optionally with "labels": [...] or "label_set": "NAME", "top_k", "embedding": false"#,
     )?;
-    check_body_size(size, &request.images, &state.settings)?;
-    let images = check_images(request.images, &state.settings)?;
+    let subjects = Subjects::new(request.images, request.embeddings, size, &state.settings)?;
     let asked = labels::asked(request.labels, &state.settings)?;
     let service = state.ready_service()?;
+    subjects.check_dim(service.pipeline.model().dim)?;
+    let heads = service.pipeline.heads();
+    // Labels are one signal among several here: asking for them where there is no text tower is a
+    // bad request (/v1/classify, which is nothing but labels, is a 404 there). So is asking
+    // nothing of stored embeddings, which have only labels and scores to give.
+    if asked.is_some() && service.text.is_none() {
+        return Err(ApiError::BadRequest(
+            "labels and label_set need a text tower, and this server has none (CLIPFN_TEXT_MODEL, or a model folder \
+             with one)"
+                .into(),
+        ));
+    }
+    if subjects.are_stored() && asked.is_none() && heads.is_none() {
+        return Err(ApiError::BadRequest(
+            "stored embeddings get labels and head scores only: name labels or a label_set (this server has no \
+             heads, CLIPFN_HEADS)"
+                .into(),
+        ));
+    }
     let deadline = deadline(&state.settings);
     // Labels before photos, as /v1/classify: a bad set answers before any fetch.
     let scored = match &asked {
-        // Here labels are one signal among several: asking for them where there is no text tower
-        // is a bad request (/v1/classify, which is nothing but labels, is a 404 there).
-        Some(_) if service.text.is_none() => {
-            return Err(ApiError::BadRequest(
-                "labels and label_set need a text tower, and this server has none (CLIPFN_TEXT_MODEL, or a model \
-                 folder with one)"
-                    .into(),
-            ));
-        }
         Some(asked) => Some(asked.embed(service, deadline).await?),
         None => None,
     };
 
-    let heads = service.pipeline.heads();
-    let wants = Wants { pixels: true, scores: heads.is_some() };
-    let (results, timings) = photo_results(state, service, &images, deadline, wants).await?;
+    let wants = Wants { pixels: !subjects.are_stored(), scores: heads.is_some() };
+    let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
-    let hashes: Vec<Option<u64>> =
-        results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
-    let album = Album { duplicates: duplicate_groups(&hashes, signals.duplicate_bits) };
-    let errors = results.iter().filter(|r| r.is_err()).count();
-    let with_embedding = request.embedding.unwrap_or(true);
-    let data = per_photo(&images, results, |index, image, result| match result {
-        Ok(photo) => {
-            let pixels = photo.pixels.expect("the pipeline measures pixel signals when asked");
-            AnalyzeItem {
-                index,
-                image,
-                labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
-                embedding: with_embedding.then_some(photo.embedding),
-                quality: Some(Quality {
-                    sharpness: pixels.sharpness,
-                    blurry: pixels.sharpness < signals.blur_threshold,
-                }),
-                hash: Some(format!("{:016x}", pixels.hash)),
-                scores: heads
-                    .zip(photo.scores)
-                    .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
-                error: None,
-            }
-        }
+    let album = (!subjects.are_stored()).then(|| {
+        let hashes: Vec<Option<u64>> =
+            results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
+        Album { duplicates: duplicate_groups(&hashes, signals.duplicate_bits) }
+    });
+    let counts = subjects.counts(&results);
+    // A stored embedding is the caller's own: it is not sent back.
+    let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
+    let data = subjects.answers(results, |index, image, result| match result {
+        Ok(photo) => AnalyzeItem {
+            index,
+            image,
+            labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
+            embedding: with_embedding.then_some(photo.embedding),
+            quality: photo.pixels.map(|pixels| Quality {
+                sharpness: pixels.sharpness,
+                blurry: pixels.sharpness < signals.blur_threshold,
+            }),
+            hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
+            scores: heads
+                .zip(photo.scores)
+                .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
+            error: None,
+        },
         Err(error) => {
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
             AnalyzeItem { index, image, embedding, labels, quality, hash, scores, error: Some(error) }
@@ -86,5 +96,5 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         AnalyzeResponse { model: &model.id, dim: model.dim, data, album, timings_ms: &timings_ms },
         &timings_ms,
     );
-    Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
+    Ok((response, counts))
 }

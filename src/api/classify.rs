@@ -1,5 +1,6 @@
 //! `POST /v1/classify`: zero-shot categories, each photo's best labels, scored against a label set
-//! or labels given here by the text tower's embeddings.
+//! or labels given here by the text tower's embeddings. Stored embeddings in place of photos make
+//! it a text-only call.
 
 use std::time::Instant;
 
@@ -11,9 +12,10 @@ use super::{
     AppState,
     error::ApiError,
     labels,
-    photos::{per_photo, photo_results, with_server_timing},
-    request::{RequestBody, check_body_size, check_images, deadline, json_body},
-    respond::{Answered, Counts, respond},
+    photos::with_server_timing,
+    request::{RequestBody, deadline, json_body},
+    respond::{Answered, respond},
+    subjects::Subjects,
     types::{ClassifyItem, ClassifyRequest, ClassifyResponse, TimingsMs},
 };
 
@@ -25,20 +27,20 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
     let (request, size): (ClassifyRequest, _) = json_body(
         body,
         &state.settings,
-        r#"{"images": ["key", ...], "labels": ["beach", ...]} or {"images": [...], "label_set": "NAME"}"#,
+        r#"{"images": ["key", ...], "labels": ["beach", ...]} or {"embeddings": [[...], ...], "label_set": "NAME"}"#,
     )?;
-    check_body_size(size, &request.images, &state.settings)?;
-    let images = check_images(request.images, &state.settings)?;
+    let subjects = Subjects::new(request.images, request.embeddings, size, &state.settings)?;
     let asked = labels::asked(request.labels, &state.settings)?
         .ok_or_else(|| ApiError::BadRequest(r#"body must hold "labels" or "label_set""#.into()))?;
     let service = state.ready_service()?;
+    subjects.check_dim(service.pipeline.model().dim)?;
     let deadline = deadline(&state.settings);
     // Labels before photos: a bad set answers before any fetch.
     let scored = asked.embed(service, deadline).await?;
 
-    let (results, timings) = photo_results(state, service, &images, deadline, Wants::default()).await?;
-    let errors = results.iter().filter(|r| r.is_err()).count();
-    let data = per_photo(&images, results, |index, image, result| match result {
+    let (results, timings) = subjects.results(state, service, deadline, Wants::default()).await?;
+    let counts = subjects.counts(&results);
+    let data = subjects.answers(results, |index, image, result| match result {
         Ok(signals) => ClassifyItem { index, image, labels: Some(scored.best(&signals.embedding)), error: None },
         Err(error) => ClassifyItem { index, image, labels: None, error: Some(error) },
     });
@@ -47,5 +49,5 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
         ClassifyResponse { model: &service.pipeline.model().id, data, timings_ms: &timings_ms },
         &timings_ms,
     );
-    Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
+    Ok((response, counts))
 }

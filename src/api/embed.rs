@@ -14,9 +14,10 @@ use crate::pipeline::Wants;
 use super::{
     AppState,
     error::ApiError,
-    photos::{per_photo, photo_results, with_server_timing},
+    photos::with_server_timing,
     request::{RequestBody, check_body_size, check_images, deadline, json_body, string_list},
     respond::{Answered, Counts, respond},
+    subjects::Subjects,
     types::{EmbedRequest, EmbedResponse, Item, TextEmbedResponse, TextItem, TimingsMs},
 };
 
@@ -38,12 +39,11 @@ async fn embed_request(state: &AppState, body: RequestBody, started: Instant) ->
 
 /// The embed response for photos.
 async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -> Answered {
-    let images = check_images(images, &state.settings)?;
+    let photos = Subjects::Photos(check_images(images, &state.settings)?);
     let service = state.ready_service()?;
-    let (results, timings) =
-        photo_results(state, service, &images, deadline(&state.settings), Wants::default()).await?;
-    let errors = results.iter().filter(|r| r.is_err()).count();
-    let data = per_photo(&images, results, |index, image, result| match result {
+    let (results, timings) = photos.results(state, service, deadline(&state.settings), Wants::default()).await?;
+    let counts = photos.counts(&results);
+    let data = photos.answers(results, |index, image, result| match result {
         Ok(signals) => Item { index, image, embedding: Some(signals.embedding), error: None },
         Err(error) => Item { index, image, embedding: None, error: Some(error) },
     });
@@ -53,7 +53,7 @@ async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -
         EmbedResponse { model: &model.id, dim: model.dim, data, timings_ms: &timings_ms },
         &timings_ms,
     );
-    Ok((response, Counts { images: images.len(), errors, ..Counts::default() }))
+    Ok((response, counts))
 }
 
 /// The embed response for texts.

@@ -21,6 +21,7 @@ mod photos;
 mod probes;
 mod request;
 mod respond;
+mod subjects;
 mod types;
 
 use std::{

@@ -1,9 +1,7 @@
 //! Answering for photos, shared by the endpoints that take them (`/v1/embed`, `/v1/classify`,
-//! `/v1/analyze`):
-//! every photo through the pipeline, each photo's error as the client sees it and as the log
-//! records it, one answer per photo in input order, and the stage timings in a header.
-
-use std::borrow::Cow;
+//! `/v1/analyze`, `/v1/embeddings`): every photo through the pipeline, each photo's error as the
+//! client sees it and as the log records it, and the stage timings in a header. One answer per
+//! photo, in input order, is `subjects`' job.
 
 use axum::{
     Json,
@@ -54,7 +52,7 @@ pub(super) async fn photo_results(
 /// A photo's error for the client. The detail goes to the log line (with the trace id), not to
 /// the client; the reference itself stays out of the log. `not_found` and `deadline_exceeded` have
 /// no detail beyond their code.
-fn photo_error(index: usize, image: &str, e: &ItemError) -> ErrorBody {
+pub(super) fn photo_error(index: usize, image: &str, e: &ItemError) -> ErrorBody {
     let shown = source::shown(image);
     let (code, message) = e.code_and_message(&shown);
     if !code.is_self_explanatory() {
@@ -65,20 +63,6 @@ fn photo_error(index: usize, image: &str, e: &ItemError) -> ErrorBody {
         tracing::warn!(index, code = code.as_str(), error = %detail, "photo failed");
     }
     ErrorBody { code: code.as_str(), message }
-}
-
-/// One answer per photo, in order, from its index, its reference as shown and its result.
-pub(super) fn per_photo<'a, T>(
-    images: &'a [String],
-    results: Vec<PhotoResult>,
-    answer: impl Fn(usize, Cow<'a, str>, PhotoResult) -> T,
-) -> Vec<T> {
-    images
-        .iter()
-        .zip(results)
-        .enumerate()
-        .map(|(index, (image, result))| answer(index, source::shown(image), result))
-        .collect()
 }
 
 /// `body` with its stage timings also in a `Server-Timing` header, for browser and proxy tooling.

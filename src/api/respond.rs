@@ -15,6 +15,8 @@ use crate::observe::metrics::{Metrics, Outcome};
 pub(super) struct Counts {
     pub(super) images: usize,
     pub(super) texts: usize,
+    /// Stored embeddings, in place of photos.
+    pub(super) embeddings: usize,
     /// Photos that got an error.
     pub(super) errors: usize,
 }
@@ -40,9 +42,9 @@ fn answer(metrics: &Metrics, endpoint: &'static str, started: Instant, outcome: 
     let elapsed = started.elapsed();
     let total_ms = millis(elapsed);
     match outcome {
-        Ok((response, Counts { images, texts, errors })) => {
+        Ok((response, Counts { images, texts, embeddings, errors })) => {
             metrics.request(Outcome::Ok, elapsed);
-            tracing::info!(status = 200, images, texts, errors, total_ms, "{endpoint} request");
+            tracing::info!(status = 200, images, texts, embeddings, errors, total_ms, "{endpoint} request");
             response
         }
         Err(e) => {

@@ -30,8 +30,10 @@ pub struct EmbedResponse<'a> {
 #[derive(Serialize)]
 pub struct Item<'a> {
     pub index: usize,
-    /// The reference as sent, shortened for data URIs and without a URL's query.
-    pub image: Cow<'a, str>,
+    /// The reference as sent, shortened for data URIs and without a URL's query; none for a
+    /// stored embedding (`/v1/classify`, `/v1/analyze`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,9 +126,13 @@ pub struct Usage {
     pub total_tokens: usize,
 }
 
+/// Photos, or embeddings stored earlier (never both), and the labels to score them against.
 #[derive(Debug, Deserialize)]
 pub struct ClassifyRequest {
-    pub images: Vec<String>,
+    #[serde(default)]
+    pub images: Option<Vec<String>>,
+    #[serde(default)]
+    pub embeddings: Option<Vec<Vec<f32>>>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
 }
@@ -154,7 +160,8 @@ pub struct ClassifyResponse<'a> {
 pub struct ClassifyItem<'a> {
     pub index: usize,
     /// As in `Item`.
-    pub image: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub labels: Option<Vec<LabelScore<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -167,10 +174,15 @@ pub struct LabelScore<'a> {
     pub score: f32,
 }
 
-/// `/v1/analyze`'s body: the photos, and what to derive beside the embedding.
+/// `/v1/analyze`'s body: the photos (or embeddings stored earlier, never both), and what to
+/// derive beside the embedding.
 #[derive(Debug, Deserialize)]
 pub struct AnalyzeRequest {
-    pub images: Vec<String>,
+    #[serde(default)]
+    pub images: Option<Vec<String>>,
+    /// Stored embeddings get labels and scores only: what needs pixels needs the photo.
+    #[serde(default)]
+    pub embeddings: Option<Vec<Vec<f32>>>,
     /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
     #[serde(default)]
     pub embedding: Option<bool>,
@@ -183,7 +195,9 @@ pub struct AnalyzeResponse<'a> {
     pub model: &'a str,
     pub dim: usize,
     pub data: Vec<AnalyzeItem<'a>>,
-    pub album: Album,
+    /// Absent for stored embeddings: the groups need the photos' hashes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub album: Option<Album>,
     pub timings_ms: &'a TimingsMs,
 }
 
@@ -192,7 +206,8 @@ pub struct AnalyzeResponse<'a> {
 pub struct AnalyzeItem<'a> {
     pub index: usize,
     /// As in `Item`.
-    pub image: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,7 @@ pub use self::{
 };
 use crate::{
     decode,
+    embedding::l2_normalized,
     model::{HeadsInfo, ImageModelInfo},
     observe::metrics::{Metrics, Stage},
     preprocess::{Transform, Views, decode_options, decode_views},
@@ -129,20 +130,46 @@ impl Pipeline {
         Ok((results, timings))
     }
 
-    /// Embeds a long run of photos (backfill) through the same stages, with no deadline: at most
-    /// `window` photos in flight, results in input order. The window's queue places are taken once,
-    /// up front, and held while the stream lives.
+    /// Embeds a long run of photos (backfill) through the same stages, with what else `wants` asks
+    /// for and no deadline: at most `window` photos in flight, results in input order. The window's
+    /// queue places are taken once, up front, and held while the stream lives.
     pub fn embed_all(
         &self,
         images: Vec<String>,
         window: usize,
+        wants: Wants,
     ) -> Result<impl Stream<Item = EmbeddedPhoto> + '_, Overloaded> {
         let places = self.admission.admit(window)?;
         let photos = images.into_iter().enumerate().map(move |(index, image)| {
             let _held_while_the_stream_lives = &places;
-            async move { EmbeddedPhoto { photo: self.embed_one(index, &image, Wants::default(), None).await, image } }
+            async move { EmbeddedPhoto { photo: self.embed_one(index, &image, wants, None).await, image } }
         });
         Ok(futures::stream::iter(photos).buffered(window))
+    }
+
+    /// Labels and scores for embeddings the caller stored earlier, in place of photos: no fetch,
+    /// no decode, no image tower. Each is L2-normalised as the image tower's are; the heads run on
+    /// it when `wants.scores`, under `deadline` as photos are.
+    pub async fn stored(
+        &self,
+        embeddings: Vec<Vec<f32>>,
+        deadline: tokio::time::Instant,
+        wants: Wants,
+    ) -> (Vec<ItemResult>, Timings) {
+        let started = Instant::now();
+        let scored = embeddings.into_iter().map(|embedding| async move {
+            let embedding = l2_normalized(embedding);
+            let scores = if wants.scores {
+                let scored = tokio::time::timeout_at(deadline, self.worker.score(embedding.clone()));
+                Some(scored.await.map_err(|_| ItemError::DeadlineExceeded)??.output)
+            } else {
+                None
+            };
+            Ok(Signals { embedding, pixels: None, scores })
+        });
+        let results = futures::future::join_all(scored).await;
+        let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
+        (results, timings)
     }
 
     /// One photo through the stages, by `deadline` when there is one. A photo cut off by it keeps

@@ -52,8 +52,9 @@ pub fn file_name(path: &Path) -> &str {
     path.file_name().unwrap().to_str().unwrap()
 }
 
-/// fake-gcs-server on loopback serving `data` (one folder per bucket).
-pub fn start_fake_gcs(data: &Path) -> (Proc, u16) {
+/// fake-gcs-server on loopback serving `data` (one folder per bucket); with `log`, its log (a line
+/// per request) goes to that file.
+pub fn start_fake_gcs(data: &Path, log: Option<&Path>) -> (Proc, u16) {
     spawn_on_free_port("fake-gcs-server", |port| {
         let mut command = Command::new(setup_var("CLIPFN_FAKE_GCS_BIN"));
         // object_store reads BASE/BUCKET/KEY, which the emulator serves only for its public host.
@@ -69,7 +70,13 @@ pub fn start_fake_gcs(data: &Path) -> (Proc, u16) {
             &public_host,
         ]);
         command.args(["-backend", "memory", "-data"]).arg(data);
-        command.stdout(Stdio::null()).stderr(Stdio::null());
+        match log {
+            Some(log) => {
+                let file = std::fs::File::create(log).unwrap();
+                command.stdout(file.try_clone().unwrap()).stderr(file)
+            }
+            None => command.stdout(Stdio::null()).stderr(Stdio::null()),
+        };
         command
     })
 }

@@ -1,5 +1,6 @@
 //! `clipfn backfill`: embeds a whole listing as one task of a Cloud Run Job or AWS Batch array job,
-//! writing Parquet under `--out`. It is a second entry point and a second sink on the same
+//! writing Parquet under `--out`: each photo's embedding, its perceptual hash and sharpness, and the
+//! heads' scores, from one fetch and one decode as `/v1/analyze` gives them. It is a second entry point and a second sink on the same
 //! pipeline as the server (source -> decode -> model worker -> model), with no HTTP.
 //!
 //! A task takes its share of the keys ([`shard`]), drops those that already have a row under
@@ -25,7 +26,7 @@ use self::{
 };
 use crate::{
     observe::telemetry::Telemetry,
-    pipeline::{EmbeddedPhoto, Pipeline},
+    pipeline::{EmbeddedPhoto, Pipeline, Wants},
     service::Service,
     settings::Settings,
     storage::{Client, Storage},
@@ -99,7 +100,8 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     // files there must match.
     let service = Service::load(&settings, telemetry.metrics()).await?;
     let pipeline = &service.pipeline;
-    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone()));
+    let heads = pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default();
+    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), heads));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();
     keys.retain(|key| !existing.done.contains(key));
@@ -135,7 +137,7 @@ async fn embed(
     let dim = pipeline.model().dim;
     let mut progress = Progress::start(keys.len() as u64);
     let mut chunks = pipeline
-        .embed_all(keys, settings.limits.max_queued_images)?
+        .embed_all(keys, settings.limits.max_queued_images, Wants { pixels: true, scores: pipeline.heads().is_some() })?
         .map(row)
         .inspect(|row| progress.record(row.error.as_ref().map(|(code, _)| *code)))
         .chunks(chunk_size);
@@ -158,14 +160,14 @@ async fn embed(
 }
 
 fn row(EmbeddedPhoto { image, photo }: EmbeddedPhoto) -> Row {
-    let (embedding, error) = match photo.result {
-        Ok(signals) => (Some(signals.embedding), None),
+    let (signals, error) = match photo.result {
+        Ok(signals) => (Some(signals), None),
         Err(e) => {
             let (code, message) = e.code_and_message(&image);
             (None, Some((code.as_str(), message)))
         }
     };
-    Row { key: image, embedding, error, bytes: photo.bytes }
+    Row { key: image, signals, error, bytes: photo.bytes }
 }
 
 #[cfg(test)]

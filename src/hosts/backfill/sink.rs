@@ -5,11 +5,12 @@
 use std::{collections::HashSet, sync::Arc};
 
 use arrow_array::{
-    ArrayRef, RecordBatch,
-    builder::{Float32Builder, Int64Builder, ListBuilder, StringBuilder},
+    ArrayRef, RecordBatch, StructArray,
+    builder::{Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder},
     cast::AsArray,
 };
-use arrow_schema::{DataType, Field, Schema};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, Field, Fields, Schema};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt, future::BoxFuture};
 use object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -28,7 +29,7 @@ use parquet::{
 };
 
 use super::{BackfillError, shard::Task};
-use crate::storage::Prefix;
+use crate::{pipeline::Signals, storage::Prefix};
 
 /// File metadata keys: the model that made the embeddings, and their length.
 pub const MODEL_KEY: &str = "clipfn.model";
@@ -40,7 +41,8 @@ const SCAN_CONCURRENCY: usize = 16;
 /// One photo's row.
 pub struct Row {
     pub key: String,
-    pub embedding: Option<Vec<f32>>,
+    /// The embedding, the pixel signals and the heads' scores; none on error.
+    pub signals: Option<Signals>,
     pub error: Option<(&'static str, String)>,
     pub bytes: Option<u64>,
 }
@@ -60,11 +62,13 @@ pub struct Output {
     prefix: Prefix,
     task: Task,
     model: String,
+    /// The heads' names, a `scores` field each.
+    heads: Arc<[String]>,
 }
 
 impl Output {
-    pub fn new(prefix: Prefix, task: Task, model: String) -> Self {
-        Output { prefix, task, model }
+    pub fn new(prefix: Prefix, task: Task, model: String, heads: Vec<String>) -> Self {
+        Output { prefix, task, model, heads: heads.into() }
     }
 
     /// Checks every Parquet file under `--out` was made by this model, and collects the keys
@@ -98,8 +102,8 @@ impl Output {
 
     /// Encodes one chunk and puts it as `task-IIIII-of-CCCCC-chunk-NNNNNN.parquet`.
     pub async fn write(&self, chunk: u32, dim: usize, rows: Vec<Row>) -> Result<(), BackfillError> {
-        let model = self.model.clone();
-        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim))
+        let (model, heads) = (self.model.clone(), Arc::clone(&self.heads));
+        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &heads))
             .await
             .map_err(|e| self.error(e))?
             .map_err(|e| self.error(e))?;
@@ -193,28 +197,44 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 }
 
 /// The columns: `key`, `embedding` (list of float32, null on error), `error_code` and
-/// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched).
-fn schema() -> Schema {
-    Schema::new(vec![
+/// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched),
+/// `hash` (the perceptual hash's 64 bits as int64: `printf('%016x', hash)` is the API's hex) and
+/// `sharpness` (null on error), and with heads, `scores` (a float32 field per head).
+fn schema(heads: &[String]) -> Schema {
+    let mut fields = vec![
         Field::new("key", DataType::Utf8, false),
         Field::new("embedding", DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))), true),
         Field::new("error_code", DataType::Utf8, true),
         Field::new("error_message", DataType::Utf8, true),
         Field::new("bytes", DataType::Int64, true),
-    ])
+        Field::new("hash", DataType::Int64, true),
+        Field::new("sharpness", DataType::Float64, true),
+    ];
+    if !heads.is_empty() {
+        fields.push(Field::new("scores", DataType::Struct(score_fields(heads)), true));
+    }
+    Schema::new(fields)
 }
 
-fn encode(rows: &[Row], model: &str, dim: usize) -> Result<Vec<u8>, parquet::errors::ParquetError> {
+fn score_fields(heads: &[String]) -> Fields {
+    heads.iter().map(|name| Field::new(name, DataType::Float32, true)).collect()
+}
+
+fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String]) -> Result<Vec<u8>, ParquetError> {
     let mut keys = StringBuilder::new();
     let mut embeddings = ListBuilder::with_capacity(Float32Builder::with_capacity(rows.len() * dim), rows.len());
     let mut codes = StringBuilder::new();
     let mut messages = StringBuilder::new();
     let mut bytes = Int64Builder::with_capacity(rows.len());
+    let mut hashes = Int64Builder::with_capacity(rows.len());
+    let mut sharpness = Float64Builder::with_capacity(rows.len());
+    let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
     for row in rows {
         keys.append_value(&row.key);
-        match &row.embedding {
-            Some(values) => {
-                embeddings.values().append_slice(values);
+        let signals = row.signals.as_ref();
+        match signals {
+            Some(signals) => {
+                embeddings.values().append_slice(&signals.embedding);
                 embeddings.append(true);
             }
             None => embeddings.append_null(),
@@ -222,15 +242,31 @@ fn encode(rows: &[Row], model: &str, dim: usize) -> Result<Vec<u8>, parquet::err
         codes.append_option(row.error.as_ref().map(|(code, _)| *code));
         messages.append_option(row.error.as_ref().map(|(_, message)| message));
         bytes.append_option(row.bytes.map(|b| b as i64));
+        let pixels = signals.and_then(|signals| signals.pixels);
+        // The same 64 bits, read as a signed integer: the type SQL engines xor and bit_count.
+        hashes.append_option(pixels.map(|pixels| pixels.hash as i64));
+        sharpness.append_option(pixels.map(|pixels| pixels.sharpness));
+        let row_scores = signals.and_then(|signals| signals.scores.as_deref());
+        for (head, builder) in scores.iter_mut().enumerate() {
+            builder.append_option(row_scores.map(|scores| scores[head]));
+        }
     }
-    let columns: Vec<ArrayRef> = vec![
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(keys.finish()),
         Arc::new(embeddings.finish()),
         Arc::new(codes.finish()),
         Arc::new(messages.finish()),
         Arc::new(bytes.finish()),
+        Arc::new(hashes.finish()),
+        Arc::new(sharpness.finish()),
     ];
-    let batch = RecordBatch::try_new(Arc::new(schema()), columns)?;
+    if !heads.is_empty() {
+        let scored =
+            NullBuffer::from_iter(rows.iter().map(|row| row.signals.as_ref().is_some_and(|s| s.scores.is_some())));
+        let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
+        columns.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
+    }
+    let batch = RecordBatch::try_new(Arc::new(schema(heads)), columns)?;
     let properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_key_value_metadata(Some(vec![
@@ -247,9 +283,13 @@ fn encode(rows: &[Row], model: &str, dim: usize) -> Result<Vec<u8>, parquet::err
 
 #[cfg(test)]
 mod tests {
-    use arrow_array::Array;
+    use arrow_array::{
+        Array,
+        types::{Float32Type, Float64Type, Int64Type},
+    };
 
     use super::*;
+    use crate::signals::PixelSignals;
 
     #[test]
     fn file_names_name_task_and_chunk_and_parse_back() {
@@ -262,22 +302,46 @@ mod tests {
     }
 
     #[test]
-    fn rows_round_trip_with_model_metadata() {
+    fn rows_round_trip_with_model_metadata_and_every_signal() {
+        let pixels = PixelSignals { hash: 0xfedc_ba98_7654_3210, sharpness: 412.5 };
+        let signals = Signals { embedding: vec![0.6, 0.8], pixels: Some(pixels), scores: Some(vec![5.5, 0.25]) };
         let rows = vec![
-            Row { key: "a.jpg".into(), embedding: Some(vec![0.6, 0.8]), error: None, bytes: Some(1234) },
-            Row { key: "b.jpg".into(), embedding: None, error: Some(("not_found", "no object".into())), bytes: None },
+            Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },
+            Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "no object".into())), bytes: None },
         ];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2).unwrap());
+        let heads = ["aesthetic".to_string(), "sharp".to_string()];
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &heads).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
         assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
         assert!(kv.contains(&KeyValue::new(DIM_KEY.into(), "2".to_string())));
         let batch = builder.build().unwrap().next().unwrap().unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let embedding = batch.column(1).as_list::<i32>();
+        let column = |name: &str| batch.column_by_name(name).unwrap();
+        let embedding = column("embedding").as_list::<i32>();
         assert!(embedding.is_valid(0) && embedding.is_null(1));
         let first = embedding.value(0);
-        assert_eq!(first.as_primitive::<arrow_array::types::Float32Type>().values().to_vec(), vec![0.6, 0.8]);
-        assert_eq!(batch.column(2).as_string::<i32>().iter().collect::<Vec<_>>(), vec![None, Some("not_found")]);
+        assert_eq!(first.as_primitive::<Float32Type>().values().to_vec(), vec![0.6, 0.8]);
+        assert_eq!(column("error_code").as_string::<i32>().iter().collect::<Vec<_>>(), vec![None, Some("not_found")]);
+        let hashes = column("hash").as_primitive::<Int64Type>();
+        assert_eq!((hashes.value(0) as u64, hashes.is_null(1)), (0xfedc_ba98_7654_3210, true));
+        assert_eq!(
+            column("sharpness").as_primitive::<Float64Type>().iter().collect::<Vec<_>>(),
+            vec![Some(412.5), None]
+        );
+        let scores = column("scores").as_struct();
+        assert!(scores.is_valid(0) && scores.is_null(1));
+        let sharp = scores.column_by_name("sharp").unwrap().as_primitive::<Float32Type>();
+        assert_eq!(sharp.value(0), 0.25);
+    }
+
+    #[test]
+    fn without_heads_there_is_no_scores_column() {
+        let rows =
+            vec![Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "x".into())), bytes: None }];
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[]).unwrap());
+        let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["key", "embedding", "error_code", "error_message", "bytes", "hash", "sharpness"]);
     }
 }
