@@ -186,6 +186,9 @@ pub struct AnalyzeRequest {
     /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
     #[serde(default)]
     pub embedding: Option<bool>,
+    /// `false` skips the faces where face models are loaded; `true` where none are is a 400.
+    #[serde(default)]
+    pub faces: Option<bool>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
 }
@@ -220,8 +223,27 @@ pub struct AnalyzeItem<'a> {
     /// One score per head (`CLIPFN_HEADS`), by name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scores: Option<std::collections::BTreeMap<&'a str, f32>>,
+    /// The photo's faces, best first (with face models, unless the request said `"faces": false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faces: Option<Vec<FaceItem>>,
+    /// Why the photo has no `faces` when a face model tripped on it; its other signals stand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faces_error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+}
+
+/// One face, in pixels of the upright photo at its full size.
+#[derive(Serialize)]
+pub struct FaceItem {
+    /// `[x1, y1, x2, y2]`.
+    #[serde(rename = "box")]
+    pub bbox: [f32; 4],
+    pub score: f32,
+    /// Left eye, right eye, nose, left and right mouth corners, as `[x, y]`.
+    pub landmarks: [[f32; 2]; 5],
+    /// The recognizer's, of unit length.
+    pub embedding: Vec<f32>,
 }
 
 #[derive(Serialize)]
@@ -235,4 +257,15 @@ pub struct Quality {
 pub struct Album {
     /// Groups of input indices whose photos are near-duplicates.
     pub duplicates: Vec<Vec<usize>>,
+    /// The faces grouped into people, largest first (when faces were found for the request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub people: Option<Vec<PersonItem>>,
+}
+
+/// One person: faces as `[photo index, face index]`.
+#[derive(Serialize)]
+pub struct PersonItem {
+    pub faces: Vec<[usize; 2]>,
+    /// The face closest to the person's centre.
+    pub representative: [usize; 2],
 }

@@ -1,0 +1,197 @@
+//! Faces in `/v1/analyze` end to end over HTTP on loopback: the real binary, generated face models
+//! of both detector formats (tools/models/faces.py: SCRFD and YuNet, and an ArcFace-format
+//! recognizer), real photos, each face held to the independent Python reference
+//! (tools/faces_reference.py: Pillow, NumPy, scikit-image's similarity, OpenCV's warp, ONNX
+//! Runtime) and the people to scikit-learn's DBSCAN on the same embeddings.
+
+mod common;
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use common::{ServerConfig, camera_photos, file_name, resized_jpegs, setup_var, store_named};
+use serde_json::{Value, json};
+
+/// tools/faces_reference.py's answer.
+fn reference(args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
+    let mut child = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/faces_reference.py"))
+        .args(args)
+        .args(paths)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(value) = stdin {
+        serde_json::to_writer(&mut input, value).unwrap();
+    }
+    input.flush().unwrap();
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "faces_reference.py {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `/v1/analyze` over `photos` (one store, one request) on a server with the face models in
+/// `folder`.
+fn analyze(photos: &[PathBuf], folder: &str) -> Value {
+    let store = store_named(photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_FACE_MODEL", folder).start();
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys }));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn floats(value: &Value) -> Vec<f32> {
+    value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
+}
+
+fn iou(a: &[f32], b: &[f32]) -> f32 {
+    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let area = |r: &[f32]| (r[2] - r[0]) * (r[3] - r[1]);
+    w * h / (area(a) + area(b) - w * h)
+}
+
+/// How our faces on one photo compare with the reference's: (reference faces, matched, worst box
+/// corner distance over the photo's long side, worst score difference, worst embedding cosine).
+fn compare(ours: &[Value], theirs: &[Value], long_side: f32) -> (usize, usize, f32, f32, f32) {
+    let (mut matched, mut corner, mut score, mut cosine) = (0, 0.0f32, 0.0f32, 1.0f32);
+    for face in theirs {
+        let bbox = floats(&face["box"]);
+        let Some(mine) =
+            ours.iter().max_by(|a, b| iou(&floats(&a["box"]), &bbox).total_cmp(&iou(&floats(&b["box"]), &bbox)))
+        else {
+            continue;
+        };
+        if iou(&floats(&mine["box"]), &bbox) < 0.5 {
+            continue;
+        }
+        matched += 1;
+        let corners = floats(&mine["box"]).iter().zip(&bbox).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        corner = corner.max(corners / long_side);
+        score = score.max((mine["score"].as_f64().unwrap() - face["score"].as_f64().unwrap()).abs() as f32);
+        cosine = cosine.min(common::cosine(&floats(&mine["embedding"]), &floats(&face["embedding"])));
+    }
+    (theirs.len(), matched, corner, score, cosine)
+}
+
+#[test]
+fn faces_follow_the_reference_for_both_detector_formats() {
+    let photos = camera_photos(8);
+    for (format, folder) in
+        [("scrfd", setup_var("CLIPFN_TEST_FACES_SCRFD")), ("yunet", setup_var("CLIPFN_TEST_FACES_YUNET"))]
+    {
+        let body = analyze(&photos, &folder);
+        let expected = reference(&["detect", &folder], &photos, None);
+        let (mut total, mut matched, mut found) = (0, 0, 0);
+        let (mut corner, mut score, mut cosine) = (0.0f32, 0.0f32, 1.0f32);
+        for (i, photo) in photos.iter().enumerate() {
+            let theirs = expected[i]["faces"].as_array().unwrap();
+            let ours = body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{format}: {}", body["data"][i]));
+            let long_side = expected[i]["width"].as_f64().unwrap().max(expected[i]["height"].as_f64().unwrap()) as f32;
+            let (n, m, c, s, e) = compare(ours, theirs, long_side);
+            eprintln!("{format} {}: {} ours, {n} reference, {m} matched", photo.display(), ours.len());
+            let scores: Vec<f64> = ours.iter().map(|f| f["score"].as_f64().unwrap()).collect();
+            assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+            (total, matched, found) = (total + n, matched + m, found + ours.len());
+            (corner, score, cosine) = (corner.max(c), score.max(s), cosine.min(e));
+        }
+        eprintln!(
+            "{format}: {matched} of {total} reference faces matched ({found} ours); worst corner {:.4} of the long \
+             side, score {score:.4}, cosine {cosine:.4}",
+            corner
+        );
+        assert!(total >= 5, "{format}: the generated detector should find faces on real photos ({total})");
+        assert!(matched as f32 >= 0.9 * total as f32, "{format}: {matched} of {total} matched");
+        assert!(found as f32 <= 1.1 * total as f32 + 1.0, "{format}: {found} found against {total}");
+        assert!(corner < 0.01 && score < 0.05 && cosine > 0.95, "{format}: {corner} {score} {cosine}");
+    }
+}
+
+/// A photo and its 70% copy: their faces are the same people, and the people are scikit-learn's
+/// DBSCAN on the answer's own face embeddings.
+#[test]
+fn people_are_dbscans_and_a_copys_faces_join_their_originals() {
+    let photos = camera_photos(4);
+    let dir = tempfile::tempdir().unwrap();
+    let copies = resized_jpegs(&photos, dir.path(), "small-", 92, |w, h| (w * 7 / 10, h * 7 / 10));
+    let all: Vec<PathBuf> = photos.iter().chain(&copies).cloned().collect();
+    let body = analyze(&all, &setup_var("CLIPFN_TEST_FACES_SCRFD"));
+    let mut faces = Vec::new();
+    let mut embeddings = Vec::new();
+    for (photo, item) in body["data"].as_array().unwrap().iter().enumerate() {
+        for (face, value) in item["faces"].as_array().unwrap().iter().enumerate() {
+            faces.push([photo, face]);
+            embeddings.push(value["embedding"].clone());
+        }
+    }
+    assert!(faces.len() >= 4, "{faces:?}");
+    let labels = reference(&["people", "--eps", "0.5", "--min-samples", "2"], &[], Some(&json!(embeddings)));
+    let labels: Vec<i64> = labels["labels"].as_array().unwrap().iter().map(|l| l.as_i64().unwrap()).collect();
+    let people = body["album"]["people"].as_array().unwrap();
+    let person_of =
+        |face: [usize; 2]| people.iter().position(|p| p["faces"].as_array().unwrap().iter().any(|f| f == &json!(face)));
+    // The same partition: two faces share a person exactly when scikit-learn gives them one label.
+    for (a, fa) in faces.iter().enumerate() {
+        assert_eq!(person_of(*fa).is_none(), labels[a] == -1, "{fa:?}: {labels:?}");
+        for (b, fb) in faces.iter().enumerate() {
+            let same_label = labels[a] != -1 && labels[a] == labels[b];
+            assert_eq!(person_of(*fa).is_some() && person_of(*fa) == person_of(*fb), same_label, "{fa:?} {fb:?}");
+        }
+    }
+    let sizes: Vec<usize> = people.iter().map(|p| p["faces"].as_array().unwrap().len()).collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "largest first: {sizes:?}");
+    for person in people {
+        assert!(person["faces"].as_array().unwrap().contains(&person["representative"]), "{person}");
+    }
+    // Each original's best face finds its copy's best face in the same person.
+    let n = photos.len();
+    for i in 0..n {
+        if body["data"][i]["faces"].as_array().unwrap().is_empty() {
+            continue;
+        }
+        assert!(person_of([i, 0]).is_some() && person_of([i, 0]) == person_of([i + n, 0]), "photo {i}: {people:?}");
+    }
+}
+
+#[test]
+fn faces_can_be_left_out_and_bad_face_models_stop_start_up_naming_the_file() {
+    let photos = camera_photos(2);
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let folder = setup_var("CLIPFN_TEST_FACES_YUNET");
+    let server = ServerConfig::local(store.path()).env("CLIPFN_FACE_MODEL", &folder).start();
+    let (_, without) = server.post_json("/v1/analyze", &json!({ "images": keys, "faces": false }));
+    assert!(without["data"][0].get("faces").is_none() && without["album"].get("people").is_none(), "{without}");
+    let ready = server.get("/readyz").1;
+    assert_eq!(ready["faces"]["detector"]["format"], "yunet", "{ready}");
+    assert_eq!(ready["faces"]["recognizer"]["dim"], 512, "{ready}");
+
+    let plain = ServerConfig::local(store.path()).start();
+    let (status, answer) = plain.post_json("/v1/analyze", &json!({ "images": keys, "faces": true }));
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("CLIPFN_FACE_MODEL"), "{answer}");
+
+    for (bad, part, says) in [
+        (setup_var("CLIPFN_TEST_FACE_DETECTOR_BAD"), "detection", "neither detector format"),
+        (setup_var("CLIPFN_TEST_FACE_RECOGNIZER_BAD"), "recognition", "112"),
+    ] {
+        let broken = tempfile::tempdir().unwrap();
+        for other in ["detection", "recognition"] {
+            let from =
+                if other == part { PathBuf::from(&bad) } else { Path::new(&folder).join(other).join("model.onnx") };
+            std::fs::create_dir(broken.path().join(other)).unwrap();
+            std::fs::copy(from, broken.path().join(other).join("model.onnx")).unwrap();
+        }
+        let stderr = common::failed_start(&[("CLIPFN_FACE_MODEL", broken.path().to_str().unwrap())]);
+        let file = broken.path().join(part).join("model.onnx");
+        assert!(stderr.contains(file.to_str().unwrap()) && stderr.contains(says), "{part}: {stderr}");
+    }
+}
