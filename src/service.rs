@@ -216,11 +216,11 @@ async fn load_faces(
         anyhow::Ok((location, data))
     };
     let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
-    let (model_settings, batch_size, min_score) =
-        (settings.model.clone(), image.info.batch_size, settings.faces.face_min_score);
+    let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
+    let limits = (settings.faces.face_min_score, settings.faces.max_faces);
     let span = tracing::Span::current();
     let faces = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, min_score, batch_size))
+        span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, limits, batch_size))
     })
     .await?
     .context("CLIPFN_FACE_MODEL")?;

@@ -82,39 +82,37 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
     let data = subjects.answers(results, |index, image, result| match result {
-        Ok(photo) => AnalyzeItem {
-            index,
-            labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
-            embedding: with_embedding.then_some(photo.embedding),
-            quality: photo.pixels.map(|pixels| Quality {
-                sharpness: pixels.sharpness,
-                blurry: pixels.sharpness < signals.blur_threshold,
-            }),
-            hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
-            scores: heads
-                .zip(photo.scores)
-                .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
-            faces: photo.faces.as_ref().and_then(|faces| faces.as_ref().ok()).map(|faces| {
-                faces
-                    .iter()
-                    .map(|face| FaceItem {
-                        bbox: face.bbox,
-                        score: face.score,
-                        landmarks: face.landmarks,
-                        embedding: face.embedding.clone(),
-                    })
-                    .collect()
-            }),
-            faces_error: photo
-                .faces
-                .and_then(Result::err)
-                .map(|e| photo_error(index, image.as_deref().unwrap_or_default(), &e)),
-            image,
-            error: None,
-        },
+        Ok(photo) => {
+            let (faces, faces_left_out, faces_error) = match photo.faces {
+                Some(Ok(found)) => {
+                    let left_out = Some(found.left_out).filter(|&n| n > 0);
+                    (Some(found.faces.into_iter().map(FaceItem::from).collect()), left_out, None)
+                }
+                Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
+                None => (None, None, None),
+            };
+            AnalyzeItem {
+                index,
+                labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
+                embedding: with_embedding.then_some(photo.embedding),
+                quality: photo.pixels.map(|pixels| Quality {
+                    sharpness: pixels.sharpness,
+                    blurry: pixels.sharpness < signals.blur_threshold,
+                }),
+                hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
+                scores: heads
+                    .zip(photo.scores)
+                    .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
+                faces,
+                faces_left_out,
+                faces_error,
+                image,
+                error: None,
+            }
+        }
         Err(error) => {
-            let (embedding, labels, quality, hash, scores, faces, faces_error) =
-                (None, None, None, None, None, None, None);
+            let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
+            let (faces, faces_left_out, faces_error) = (None, None, None);
             AnalyzeItem {
                 index,
                 image,
@@ -124,6 +122,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 hash,
                 scores,
                 faces,
+                faces_left_out,
                 faces_error,
                 error: Some(error),
             }
@@ -149,7 +148,9 @@ fn album(results: &[PhotoResult], state: &AppState, with_faces: bool) -> Album {
             .iter()
             .enumerate()
             .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
-            .flat_map(|(photo, faces)| faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..])))
+            .flat_map(|(photo, found)| {
+                found.faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..]))
+            })
             .collect();
         let settings = &state.settings.faces;
         people(&faces, settings.face_max_distance, settings.face_min_faces)

@@ -226,11 +226,20 @@ pub struct AnalyzeItem<'a> {
     /// The photo's faces, best first (with face models, unless the request said `"faces": false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faces: Option<Vec<FaceItem>>,
+    /// Faces found beyond CLIPFN_MAX_FACES and left out (the lowest scores); absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faces_left_out: Option<usize>,
     /// Why the photo has no `faces` when a face model tripped on it; its other signals stand.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faces_error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+}
+
+impl From<crate::pipeline::Face> for FaceItem {
+    fn from(crate::pipeline::Face { bbox, score, landmarks, embedding }: crate::pipeline::Face) -> Self {
+        FaceItem { bbox, score, landmarks, embedding }
+    }
 }
 
 /// One face, in pixels of the upright photo at its full size.

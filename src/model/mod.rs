@@ -26,7 +26,8 @@ mod tower;
 
 pub use self::{
     faces::{
-        Detection, DetectorFormat, DetectorInfo, FaceDetector, FaceFiles, FaceModels, FaceRecognizer, RecognizerInfo,
+        Detection, Detections, DetectorFormat, DetectorInfo, FaceDetector, FaceFiles, FaceModels, FaceRecognizer,
+        RecognizerInfo,
     },
     family::{Family, read_family},
     files::{ModelFile, TextFiles, locate_text_model, read_image_model, read_weights},

@@ -10,7 +10,7 @@
 
 use image::RgbImage;
 
-use super::{Detection, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, RecognizerInfo, TextModelInfo};
+use super::{Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, RecognizerInfo, TextModelInfo};
 use crate::{observe::metrics::Stage, preprocess::FaceCanvas, tokenize::Tokens};
 
 /// Which tower a batch runs on.
@@ -117,7 +117,7 @@ pub enum Canvases {}
 
 impl TowerIo for Canvases {
     type Input = FaceCanvas;
-    type Output = Vec<Detection>;
+    type Output = Detections;
     type Info = DetectorInfo;
     const KIND: TowerKind = TowerKind::FaceDetector;
 }

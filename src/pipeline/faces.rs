@@ -4,11 +4,19 @@
 
 use super::{ItemError, Pipeline};
 use crate::{
-    model::Detection,
+    model::{Detection, Detections},
     preprocess::{FaceCanvas, aligned_face},
 };
 
-/// One face of a photo, in pixels of the upright photo at its full size.
+/// A photo's faces, best first, and how many more `CLIPFN_MAX_FACES` left out.
+#[derive(Debug, Clone, Default)]
+pub struct Faces {
+    pub faces: Vec<Face>,
+    pub left_out: usize,
+}
+
+/// One face of a photo, in pixels of the upright photo at its full size: its box clipped to the
+/// photo (its crop keeps what lay outside, black).
 #[derive(Debug, Clone)]
 pub struct Face {
     /// `[x1, y1, x2, y2]`.
@@ -22,12 +30,12 @@ pub struct Face {
 
 impl Pipeline {
     /// The faces on `canvas`, best first.
-    pub(super) async fn find_faces(&self, canvas: FaceCanvas) -> Result<Vec<Face>, ItemError> {
-        let scale = canvas.scale;
+    pub(super) async fn find_faces(&self, canvas: FaceCanvas) -> Result<Faces, ItemError> {
+        let (scale, (width, height)) = (canvas.scale, canvas.full_size);
         let pixels = std::sync::Arc::clone(&canvas.image);
-        let detections = self.worker.detect(canvas).await?.output;
+        let Detections { faces: detections, left_out } = self.worker.detect(canvas).await?.output;
         if detections.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Faces { faces: Vec::new(), left_out });
         }
         let landmarks: Vec<[[f32; 2]; 5]> = detections.iter().map(|d| d.landmarks).collect();
         let (_, crops) = self
@@ -36,17 +44,19 @@ impl Pipeline {
             .await;
         let crops: Vec<image::RgbImage> = crops?;
         let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;
-        detections
+        let bounds = [width as f32, height as f32, width as f32, height as f32];
+        let faces = detections
             .into_iter()
             .zip(embeddings)
             .map(|(Detection { bbox, score, landmarks }, embedded)| {
                 Ok(Face {
-                    bbox: bbox.map(|v| v / scale),
+                    bbox: std::array::from_fn(|i| (bbox[i] / scale).clamp(0.0, bounds[i])),
                     score,
                     landmarks: landmarks.map(|[x, y]| [x / scale, y / scale]),
                     embedding: embedded?.output,
                 })
             })
-            .collect()
+            .collect::<Result<_, ItemError>>()?;
+        Ok(Faces { faces, left_out })
     }
 }

@@ -4,7 +4,7 @@
 //! can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source paths, so it goes to
 //! the log (with the request's trace id) and never to the client.
 
-use super::Face;
+use super::Faces;
 use crate::{
     decode::DecodeError, preprocess::PreprocessError, signals::PixelSignals, source::SourceError,
     storage::StorageError, worker::BatchError,
@@ -46,7 +46,7 @@ pub struct Signals {
     pub scores: Option<Vec<f32>>,
     /// The photo's faces, best first, when the request asked; their own error when a face model
     /// tripped on the photo.
-    pub faces: Option<Result<Vec<Face>, ItemError>>,
+    pub faces: Option<Result<Faces, ItemError>>,
 }
 
 pub type ItemResult = Result<Signals, ItemError>;

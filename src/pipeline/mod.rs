@@ -22,7 +22,7 @@ use tracing::{Instrument, field::Empty, info_span};
 use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
-    faces::Face,
+    faces::{Face, Faces},
     item::{ItemError, ItemResult, Signals},
     timings::{Interval, Timings},
 };

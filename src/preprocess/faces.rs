@@ -27,6 +27,8 @@ pub struct FaceCanvas {
     /// Canvas pixels per pixel of the upright full-size photo: a canvas position divided by it is
     /// the photo's.
     pub scale: f32,
+    /// The upright full-size photo's width and height.
+    pub full_size: (u32, u32),
 }
 
 /// `image` (the decode of an upright `full_size` photo, at whatever DCT scale) resized into the
@@ -45,7 +47,7 @@ pub fn canvas(image: &RgbImage, full_size: (u32, u32), side: u32) -> Result<Face
     Resizer::new().resize(image, &mut resized, &options).map_err(|e| PreprocessError::Resize(e.to_string()))?;
     let mut canvas = RgbImage::new(side, side);
     image::imageops::replace(&mut canvas, &resized, 0, 0);
-    Ok(FaceCanvas { image: Arc::new(canvas), scale: new_height as f32 / height as f32 })
+    Ok(FaceCanvas { image: Arc::new(canvas), scale: new_height as f32 / height as f32, full_size })
 }
 
 /// The face with these `landmarks` (canvas pixels) aligned to the ArcFace template: the least-squares

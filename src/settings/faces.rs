@@ -6,8 +6,13 @@ use serde::Deserialize;
 use super::ConfigError;
 
 /// The variables of [`FaceSettings`], one per field and in the fields' order (see `variables`).
-pub(super) const VARIABLES: &[&str] =
-    &["CLIPFN_FACE_MODEL", "CLIPFN_FACE_MIN_SCORE", "CLIPFN_FACE_MAX_DISTANCE", "CLIPFN_FACE_MIN_FACES"];
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_FACE_MODEL",
+    "CLIPFN_FACE_MIN_SCORE",
+    "CLIPFN_MAX_FACES",
+    "CLIPFN_FACE_MAX_DISTANCE",
+    "CLIPFN_FACE_MIN_FACES",
+];
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct FaceSettings {
@@ -18,6 +23,9 @@ pub struct FaceSettings {
     /// Detections scoring under this are dropped (Immich's 0.7).
     #[serde(default = "defaults::min_score")]
     pub face_min_score: f32,
+    /// The most faces a photo answers, best first; a noise photo can make thousands of detections.
+    #[serde(default = "defaults::max_faces")]
+    pub max_faces: usize,
     /// DBSCAN's eps over the faces' cosine distances (Immich's 0.5).
     #[serde(default = "defaults::max_distance")]
     pub face_max_distance: f32,
@@ -30,6 +38,9 @@ pub struct FaceSettings {
 mod defaults {
     pub fn min_score() -> f32 {
         0.7
+    }
+    pub fn max_faces() -> usize {
+        50
     }
     pub fn max_distance() -> f32 {
         0.5
@@ -49,6 +60,9 @@ impl FaceSettings {
                 "CLIPFN_FACE_MAX_DISTANCE is a cosine distance: over 0, at most 2, got {}",
                 self.face_max_distance
             )));
+        }
+        if self.max_faces == 0 {
+            return Err(ConfigError("CLIPFN_MAX_FACES must be at least 1 (unset CLIPFN_FACE_MODEL for none)".into()));
         }
         if self.face_min_faces == 0 {
             return Err(ConfigError("CLIPFN_FACE_MIN_FACES must be at least 1".into()));

@@ -44,7 +44,7 @@ use self::{
 };
 use crate::{
     model::{
-        Canvases, Detection, DetectorInfo, Embeddings, FaceCrops, FaceModels, Heads, HeadsInfo, ImageModelInfo,
+        Canvases, Detections, DetectorInfo, Embeddings, FaceCrops, FaceModels, Heads, HeadsInfo, ImageModelInfo,
         ModelError, Photos, RecognizerInfo, TextModelInfo, Texts, Tower, TowerIo,
     },
     observe::metrics::Metrics,
@@ -198,7 +198,7 @@ impl Worker {
     }
 
     /// Queues one photo's canvas for the face detector and waits for its faces, best first.
-    pub async fn detect(&self, canvas: FaceCanvas) -> Result<Served<Vec<Detection>>, BatchError> {
+    pub async fn detect(&self, canvas: FaceCanvas) -> Result<Served<Detections>, BatchError> {
         let result = queue(&self.face_lanes()?.canvases, canvas, Span::none())?;
         result.await.map_err(|_| BatchError::Stopped)?
     }

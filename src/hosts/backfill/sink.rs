@@ -303,7 +303,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) 
         for (head, builder) in scores.iter_mut().enumerate() {
             builder.append_option(row_scores.map(|scores| scores[head]));
         }
-        append_faces(&mut found, signals.and_then(|signals| signals.faces.as_ref()?.as_deref().ok()));
+        append_faces(&mut found, signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
     }
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(keys.finish()),
@@ -346,7 +346,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::signals::PixelSignals;
+    use crate::{pipeline::Faces, signals::PixelSignals};
 
     #[test]
     fn file_names_name_task_and_chunk_and_parse_back() {
@@ -366,7 +366,7 @@ mod tests {
             embedding: vec![0.6, 0.8],
             pixels: Some(pixels),
             scores: Some(vec![5.5, 0.25]),
-            faces: Some(Ok(vec![face])),
+            faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
         };
         let rows = vec![
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },

@@ -25,6 +25,9 @@ const DEFAULT_SIDE: u32 = 640;
 const SCRFD_IOU: f32 = 0.4;
 const YUNET_IOU: f32 = 0.3;
 const YUNET_STRIDES: [u32; 3] = [8, 16, 32];
+/// Candidates kept for suppression, best first (OpenCV's `top_k`): a noise photo can pass the score
+/// threshold at every anchor, and suppression is quadratic.
+const MAX_CANDIDATES: usize = 5000;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
@@ -42,6 +45,15 @@ pub struct DetectorInfo {
     /// The canvas side it takes.
     pub side: u32,
     pub min_score: f32,
+    /// The most faces a canvas answers (CLIPFN_MAX_FACES).
+    pub max_faces: usize,
+}
+
+/// The faces found on one canvas, best first, and how many more the cap left out.
+#[derive(Debug, Clone)]
+pub struct Detections {
+    pub faces: Vec<Detection>,
+    pub left_out: usize,
 }
 
 impl TowerInfo for DetectorInfo {
@@ -67,7 +79,7 @@ impl FaceDetector {
         settings: &ModelSettings,
         data: &ModelData,
         file: String,
-        min_score: f32,
+        (min_score, max_faces): (f32, usize),
     ) -> Result<Self, ModelError> {
         let session = runtime.session(settings, data).map_err(|e| refuse("detector", &file, e))?;
         let [input] = session.inputs() else {
@@ -79,7 +91,7 @@ impl FaceDetector {
         let names: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
         let (format, outputs) = recognise(names).map_err(|why| refuse("detector", &file, why))?;
         let input = input.name().to_string();
-        let info = DetectorInfo { file, format, side, min_score };
+        let info = DetectorInfo { file, format, side, min_score, max_faces };
         let pixels = vec![0.0; 3 * (side * side) as usize];
         let mut detector = FaceDetector { session, input, outputs, info, pixels, _environment: runtime.environment() };
         detector.check().map_err(|e| refuse("detector", &detector.info.file, format!("the warm-up failed: {e}")))?;
@@ -100,7 +112,7 @@ impl FaceDetector {
         }
     }
 
-    fn detect(&mut self, canvas: &FaceCanvas) -> Result<Vec<Detection>, ModelError> {
+    fn detect(&mut self, canvas: &FaceCanvas) -> Result<Detections, ModelError> {
         self.lay_out(canvas);
         let side = i64::from(self.info.side);
         let input =
@@ -111,13 +123,20 @@ impl FaceDetector {
             let (_, values) = outputs[name.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
             tensors.push(values);
         }
-        let (found, iou, plus_one) = match &self.info.format {
+        let (mut found, iou, plus_one) = match &self.info.format {
             DetectorFormat::Scrfd { strides, anchors } => {
                 (decode_scrfd(&tensors, strides, *anchors, self.info.side, self.info.min_score)?, SCRFD_IOU, true)
             }
             DetectorFormat::Yunet => (decode_yunet(&tensors, self.info.side, self.info.min_score)?, YUNET_IOU, false),
         };
-        Ok(suppress(found, iou, plus_one, canvas.scale))
+        if found.len() > MAX_CANDIDATES {
+            found.select_nth_unstable_by(MAX_CANDIDATES, |a, b| b.score.total_cmp(&a.score));
+            found.truncate(MAX_CANDIDATES);
+        }
+        let mut faces = suppress(found, iou, plus_one, canvas.scale);
+        let left_out = faces.len().saturating_sub(self.info.max_faces);
+        faces.truncate(self.info.max_faces);
+        Ok(Detections { faces, left_out })
     }
 }
 
@@ -129,13 +148,14 @@ impl Tower for FaceDetector {
         &self.info
     }
 
-    fn run(&mut self, canvases: &[&FaceCanvas]) -> Result<Vec<Vec<Detection>>, ModelError> {
+    fn run(&mut self, canvases: &[&FaceCanvas]) -> Result<Vec<Detections>, ModelError> {
         canvases.iter().map(|canvas| self.detect(canvas)).collect()
     }
 
     fn check(&mut self) -> Result<(), ModelError> {
         let side = self.info.side;
-        self.detect(&FaceCanvas { image: image::RgbImage::new(side, side).into(), scale: 1.0 }).map(drop)
+        let canvas = FaceCanvas { image: image::RgbImage::new(side, side).into(), scale: 1.0, full_size: (side, side) };
+        self.detect(&canvas).map(drop)
     }
 }
 

@@ -15,7 +15,7 @@ mod nms;
 mod recognizer;
 
 pub use self::{
-    detector::{DetectorFormat, DetectorInfo, FaceDetector},
+    detector::{Detections, DetectorFormat, DetectorInfo, FaceDetector},
     recognizer::{FaceRecognizer, RecognizerInfo},
 };
 use super::{ModelData, ModelError, Runtime};
@@ -50,11 +50,11 @@ impl FaceModels {
         runtime: &mut Runtime,
         settings: &ModelSettings,
         files: FaceFiles,
-        min_score: f32,
+        (min_score, max_faces): (f32, usize),
         batch_size: usize,
     ) -> Result<Self, ModelError> {
         let (location, data) = files.detector;
-        let detector = FaceDetector::load(runtime, settings, &data, location, min_score)?;
+        let detector = FaceDetector::load(runtime, settings, &data, location, (min_score, max_faces))?;
         let (location, data) = files.recognizer;
         let recognizer = FaceRecognizer::load(runtime, settings, &data, location, batch_size)?;
         Ok(FaceModels { detector, recognizer })
