@@ -59,59 +59,85 @@ fn iou(a: &[f32], b: &[f32]) -> f32 {
     w * h / (area(a) + area(b) - w * h)
 }
 
-/// How our faces on one photo compare with the reference's: (reference faces, matched, worst box
-/// corner distance over the photo's long side, worst score difference, worst embedding cosine).
-fn compare(ours: &[Value], theirs: &[Value], long_side: f32) -> (usize, usize, f32, f32, f32) {
-    let (mut matched, mut corner, mut score, mut cosine) = (0, 0.0f32, 0.0f32, 1.0f32);
-    for face in theirs {
-        let bbox = floats(&face["box"]);
-        let Some(mine) =
-            ours.iter().max_by(|a, b| iou(&floats(&a["box"]), &bbox).total_cmp(&iou(&floats(&b["box"]), &bbox)))
-        else {
-            continue;
-        };
-        if iou(&floats(&mine["box"]), &bbox) < 0.5 {
-            continue;
-        }
-        matched += 1;
-        let corners = floats(&mine["box"]).iter().zip(&bbox).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-        corner = corner.max(corners / long_side);
-        score = score.max((mine["score"].as_f64().unwrap() - face["score"].as_f64().unwrap()).abs() as f32);
-        cosine = cosine.min(common::cosine(&floats(&mine["embedding"]), &floats(&face["embedding"])));
-    }
-    (theirs.len(), matched, corner, score, cosine)
+/// How our faces compare with the reference's, over many photos.
+#[derive(Debug, Default)]
+struct Agreement {
+    reference: usize,
+    ours: usize,
+    /// Reference faces with one of ours over them (IoU at least 0.5).
+    matched: usize,
+    /// Of those, the faces whose box or landmarks are further than 2 px or 2% of the box's size,
+    /// or whose embedding is under 0.98 in cosine to the reference's.
+    off: usize,
+    worst_score: f32,
+    worst_cosine: f32,
 }
 
+impl Agreement {
+    fn add(&mut self, ours: &[Value], theirs: &[Value]) {
+        (self.reference, self.ours) = (self.reference + theirs.len(), self.ours + ours.len());
+        for face in theirs {
+            let bbox = floats(&face["box"]);
+            let overlap = |mine: &&Value| iou(&floats(&mine["box"]), &bbox);
+            let Some(mine) = ours.iter().max_by(|a, b| overlap(a).total_cmp(&overlap(b))) else { continue };
+            if overlap(&mine) < 0.5 {
+                continue;
+            }
+            self.matched += 1;
+            let within = 2f32.max(0.02 * (bbox[2] - bbox[0]).max(bbox[3] - bbox[1]));
+            let points = |f: &Value| {
+                let mut all = floats(&f["box"]);
+                f["landmarks"].as_array().unwrap().iter().for_each(|p| all.extend(floats(p)));
+                all
+            };
+            let off = points(mine).iter().zip(points(face)).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            let score = (mine["score"].as_f64().unwrap() - face["score"].as_f64().unwrap()).abs() as f32;
+            self.worst_score = self.worst_score.max(score);
+            let cosine = common::cosine(&floats(&mine["embedding"]), &floats(&face["embedding"]));
+            self.worst_cosine = if self.matched == 1 { cosine } else { self.worst_cosine.min(cosine) };
+            if off > within || cosine < 0.98 {
+                self.off += 1;
+                eprintln!("  a face of {:.0} px off by {off:.1} px, cosine {cosine:.4}", bbox[2] - bbox[0]);
+            }
+        }
+    }
+}
+
+/// Camera photos (decoded at a DCT scale: larger than the canvas needs) and a small portrait in
+/// its seven EXIF orientations, every face against the reference decoding as clipfn decodes
+/// (`--draft`: the same DCT scale), then against the reference's full-size decode.
 #[test]
 fn faces_follow_the_reference_for_both_detector_formats() {
-    let photos = camera_photos(8);
+    let pillow = PathBuf::from(setup_var("CLIPFN_PILLOW_IMAGES_DIR"));
+    let mut photos = camera_photos(8);
+    photos.extend((2..=8).map(|o| pillow.join(format!("hopper_orientation_{o}.jpg"))));
     for (format, folder) in
         [("scrfd", setup_var("CLIPFN_TEST_FACES_SCRFD")), ("yunet", setup_var("CLIPFN_TEST_FACES_YUNET"))]
     {
         let body = analyze(&photos, &folder);
-        let expected = reference(&["detect", &folder], &photos, None);
-        let (mut total, mut matched, mut found) = (0, 0, 0);
-        let (mut corner, mut score, mut cosine) = (0.0f32, 0.0f32, 1.0f32);
+        let (same_decode, full_size) =
+            (reference(&["detect", &folder, "--draft"], &photos, None), reference(&["detect", &folder], &photos, None));
+        let (mut strict, mut loose) = (Agreement::default(), Agreement::default());
         for (i, photo) in photos.iter().enumerate() {
-            let theirs = expected[i]["faces"].as_array().unwrap();
             let ours = body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{format}: {}", body["data"][i]));
-            let long_side = expected[i]["width"].as_f64().unwrap().max(expected[i]["height"].as_f64().unwrap()) as f32;
-            let (n, m, c, s, e) = compare(ours, theirs, long_side);
-            eprintln!("{format} {}: {} ours, {n} reference, {m} matched", photo.display(), ours.len());
             let scores: Vec<f64> = ours.iter().map(|f| f["score"].as_f64().unwrap()).collect();
-            assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
-            (total, matched, found) = (total + n, matched + m, found + ours.len());
-            (corner, score, cosine) = (corner.max(c), score.max(s), cosine.min(e));
+            assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{}: best first: {scores:?}", photo.display());
+            strict.add(ours, same_decode[i]["faces"].as_array().unwrap());
+            loose.add(ours, full_size[i]["faces"].as_array().unwrap());
         }
-        eprintln!(
-            "{format}: {matched} of {total} reference faces matched ({found} ours); worst corner {:.4} of the long \
-             side, score {score:.4}, cosine {cosine:.4}",
-            corner
-        );
-        assert!(total >= 5, "{format}: the generated detector should find faces on real photos ({total})");
-        assert!(matched as f32 >= 0.9 * total as f32, "{format}: {matched} of {total} matched");
-        assert!(found as f32 <= 1.1 * total as f32 + 1.0, "{format}: {found} found against {total}");
-        assert!(corner < 0.01 && score < 0.05 && cosine > 0.95, "{format}: {corner} {score} {cosine}");
+        eprintln!("{format}: against the same decode {strict:?}; against the full-size decode {loose:?}");
+        assert!(strict.reference >= 20, "{format}: the generated detector should find faces ({strict:?})");
+        // Every reference face; at most one in 50 more of ours (a score at the threshold, an IoU at
+        // the suppression's limit, moved by the resizer's rounding).
+        assert_eq!(strict.matched, strict.reference, "{format}: {strict:?}");
+        assert!(strict.ours <= strict.reference + strict.reference / 50, "{format}: {strict:?}");
+        // One face in 40 may be off: the generated detectors' regressions amplify the decoders'
+        // and resizers' last-bit differences on fine texture (two YuNet faces of 91, side by side
+        // on one photo: one 2.6 px off, the other's crop 1.5 px off and its cosine 0.95).
+        assert!(strict.off <= strict.reference / 40, "{format}: {strict:?}");
+        assert!(strict.worst_score <= 0.02, "{format}: {strict:?}");
+        // A DCT-scaled decode moves some of these (fragile, generated) detectors' peaks by a cell.
+        assert!(loose.matched as f32 >= 0.85 * loose.reference as f32, "{format}: {loose:?}");
     }
 }
 
