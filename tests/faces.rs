@@ -122,10 +122,19 @@ fn faces_follow_the_reference_for_both_detector_formats() {
             let ours = body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{format}: {}", body["data"][i]));
             let scores: Vec<f64> = ours.iter().map(|f| f["score"].as_f64().unwrap()).collect();
             assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{}: best first: {scores:?}", photo.display());
+            let (width, height) =
+                (same_decode[i]["width"].as_f64().unwrap(), same_decode[i]["height"].as_f64().unwrap());
+            for face in ours {
+                let b = floats(&face["box"]);
+                let inside = b[0] >= 0.0 && b[1] >= 0.0 && b[2] as f64 <= width && b[3] as f64 <= height;
+                assert!(inside, "{}: boxes are clipped to the photo: {b:?}", photo.display());
+            }
             strict.add(ours, same_decode[i]["faces"].as_array().unwrap());
             loose.add(ours, full_size[i]["faces"].as_array().unwrap());
         }
         eprintln!("{format}: against the same decode {strict:?}; against the full-size decode {loose:?}");
+        let none = body["data"].as_array().unwrap().iter().filter(|item| item["faces"] == json!([])).count();
+        assert!(none >= 1, "{format}: a photo without faces answers \"faces\": []");
         assert!(strict.reference >= 20, "{format}: the generated detector should find faces ({strict:?})");
         // Every reference face; at most one in 50 more of ours (a score at the threshold, an IoU at
         // the suppression's limit, moved by the resizer's rounding).
@@ -220,4 +229,29 @@ fn faces_can_be_left_out_and_bad_face_models_stop_start_up_naming_the_file() {
         let file = broken.path().join(part).join("model.onnx");
         assert!(stderr.contains(file.to_str().unwrap()) && stderr.contains(says), "{part}: {stderr}");
     }
+}
+
+/// A noise photo passes the score threshold everywhere: its faces are capped at CLIPFN_MAX_FACES,
+/// the best kept, and the answer says how many were left out.
+#[test]
+fn a_noise_photo_is_capped_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let noise = image::RgbImage::from_fn(640, 480, |_, _| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        image::Rgb([state as u8, (state >> 8) as u8, (state >> 16) as u8])
+    });
+    noise.save(dir.path().join("noise.png")).unwrap();
+    let server = ServerConfig::local(dir.path())
+        .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .env("CLIPFN_FACE_MIN_SCORE", "0.05")
+        .env("CLIPFN_MAX_FACES", "3")
+        .start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": ["noise.png"] }));
+    assert_eq!(status, 200, "{body}");
+    let item = &body["data"][0];
+    assert_eq!(item["faces"].as_array().unwrap().len(), 3, "{item}");
+    assert!(item["faces_left_out"].as_u64().unwrap() > 0, "{item}");
 }
