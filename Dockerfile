@@ -24,10 +24,13 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # What the image decoders build against (tools/setup-formats.sh): libjpeg-turbo and libheif are
 # built from their bundled sources with cmake (nasm for libjpeg-turbo's SIMD); libheif decodes
 # HEVC with libde265 and AV1 with dav1d. g++ comes with the rust image.
+# A package Debian patches in bookworm-security is pinned to its upstream version and Debian
+# revision with any security revision ('+deb12u*', '~deb12u*'): each security update removes the
+# revision before it from the archive (tests/infra/test_infra_apt_pins.py).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         cmake=3.25.1-1 nasm=2.16.01-1 pkg-config=1.8.1-1 \
-        libde265-dev=1.0.11-1+deb12u4 libdav1d-dev=1.0.0-2+deb12u1 \
+        'libde265-dev=1.0.11-1+deb12u*' 'libdav1d-dev=1.0.0-2+deb12u*' \
     && rm -rf /var/lib/apt/lists/*
 
 # HEIC and AVIF are cargo features, on in the images.
@@ -69,9 +72,10 @@ RUN touch src/main.rs \
 FROM debian:bookworm-slim AS wheels
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# ca-certificates: any security revision of 20250419 (as the build stage's pins).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        ca-certificates=20250419~deb12u2 python3-pip=23.0.1+dfsg-1 \
+        'ca-certificates=20250419~deb12u*' python3-pip=23.0.1+dfsg-1 \
     && rm -rf /var/lib/apt/lists/*
 
 ############################################################################

@@ -4,7 +4,8 @@
 #   2. terraform fmt -check on terraform/ (hclwrite.Format via infra/hclfmt,
 #      installed with `npm ci` on first use)
 #   3. pytest tests/infra (Terraform pins and their mutations, Dockerfile pins,
-#      k6 script, local-stack emulator, shell scripts; shellcheck is installed
+#      Debian pins that take security revisions (test_infra_apt_pins.py), k6
+#      script, local-stack emulator, shell scripts; shellcheck is installed
 #      from Debian on first use when this runs as root)
 #   4. only with CLIPFN_INFRA_SMOKE=1: infra/k6/smoke.sh (needs a built clipfn)
 # Runs every step, then exits non-zero if any failed.

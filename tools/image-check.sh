@@ -16,6 +16,9 @@
 #   tools/image-check.sh                  everything (tools/test.sh runs it)
 #   CLIPFN_IMAGES_KEEP=1 tools/image-check.sh   keep dockerd's data (images, cache) for a rerun
 #   CLIPFN_IMAGES_ONLY=cpu tools/image-check.sh  only some of the images (none: the bases only)
+#   tools/image-check.sh --then CMD [ARG...]     steps 1-4 and 6, with CMD in place of the checks
+#                                               (run with DOCKER_HOST set to this dockerd;
+#                                               infra/soak.sh --image uses it)
 #
 # Settings: CLIPFN_BIN (the test build, default target/debug/clipfn), the .cache/clipfn.env
 # variables from tools/setup.sh (ORT_DYLIB_PATH, CLIPFN_FAKE_GCS_BIN, CLIPFN_TEST_MODEL,
@@ -27,6 +30,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
+THEN=()
+if [[ ${1:-} == --then ]]; then
+  shift
+  (($#)) || { echo "image-check: --then needs a command" >&2; exit 2; }
+  THEN=("$@")
+elif (($#)); then
+  echo "image-check: unknown argument $1 (see the comment at the top)" >&2
+  exit 2
+fi
 
 # Settings from tools/setup.sh, for variables not already set.
 # shellcheck disable=SC1091 # linted on its own (tests/infra)
@@ -59,7 +71,8 @@ fi
 for v in CLIPFN_FAKE_GCS_BIN ORT_DYLIB_PATH CLIPFN_TEST_MODEL CLIPFN_TEST_FOLDER CLIPFN_PHOTOS_DIR; do
   [[ -n ${!v:-} ]] || { echo "image-check: $v is not set: run tools/setup.sh first" >&2; exit 1; }
 done
-[[ -x $CLIPFN_BIN ]] || { echo "image-check: no test build at $CLIPFN_BIN: run cargo test first" >&2; exit 1; }
+# The test build is the checks' reference; a --then command does without it.
+((${#THEN[@]})) || [[ -x $CLIPFN_BIN ]] || { echo "image-check: no test build at $CLIPFN_BIN: run cargo test first" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/clipfn-image-check.XXXXXX)
 dockerd_pid=
@@ -177,6 +190,11 @@ images=()
 [[ ,$ONLY, == *,cuda13,* ]] && { build clipfn-check:cuda13 -f Dockerfile.cuda --build-arg CUDA=13; images+=(cuda13); }
 log "images built in $(took "$t") s; dockerd's data root holds $(du -sh "$DATA_ROOT" 2>/dev/null | cut -f1)"
 
+if ((${#THEN[@]})); then
+  log "running ${THEN[*]} (DOCKER_HOST=$DOCKER_HOST)"
+  "${THEN[@]}"
+  exit
+fi
 ((${#images[@]})) || { log "no image selected (CLIPFN_IMAGES_ONLY=$ONLY): bases only"; exit 0; }
 
 # 5. The checks.
