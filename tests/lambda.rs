@@ -117,3 +117,21 @@ fn serves_invocations_from_a_lambda_runtime_api_peer() {
         check(&events_dir.join(format!("{name}.json")), &answer.body);
     }
 }
+
+/// `/v1/analyze` with faces through the Lambda path: the same router, so the same faces and people.
+#[test]
+fn faces_come_through_replay() {
+    let store = sample_store();
+    let output = clipfn(store.path())
+        .env("CLIPFN_FACE_MODEL", common::setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .arg("replay")
+        .arg(common::repo().join("events/apigw-v2-analyze-one-bad.json"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
+    let line = &lines(output.stdout)[0];
+    let body: Value = serde_json::from_str(line["response"]["body"].as_str().unwrap()).unwrap();
+    assert!(body["data"][0]["faces"].is_array() && body["data"][2]["faces"].is_array(), "{body}");
+    assert!(body["data"][1].get("faces").is_none() && body["data"][1]["error"].is_object(), "{body}");
+    assert!(body["album"]["people"].is_array(), "{body}");
+}

@@ -35,6 +35,7 @@ pub const TOOLING: &[&str] = &[
     "CLIPFN_BIN",
     "CLIPFN_DEMO_MODEL",
     "CLIPFN_DEMO_PHOTOS",
+    "CLIPFN_DOCKER",
     "CLIPFN_GCS_CREDENTIALS",
     "CLIPFN_GCS_PORT",
     "CLIPFN_GCS_URL",
