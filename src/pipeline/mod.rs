@@ -21,7 +21,7 @@ use tracing::{Instrument, field::Empty, info_span};
 use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
-    item::{ItemError, ItemResult, Signals},
+    item::{ItemCode, ItemError, ItemResult, Signals},
     timings::{Interval, Timings},
 };
 use crate::{
