@@ -36,7 +36,17 @@ use super::{
     )),
     responses(
         (status = 200, description = "An item per photo (`EmbedResponse`) or per text (`TextEmbedResponse`)",
-            body = EmbedAnswer, headers(("Server-Timing" = String, description = "The photos' stage timings"))),
+            body = EmbedAnswer, headers(("Server-Timing" = String, description = "The photos' stage timings")),
+            links(
+                ("classify_stored" = (operation_id = "classify", description = "Labels for the first item's \
+                    embedding, stored by the caller: no fetch, no image inference", request_body = json!({
+                        "embeddings": ["$response.body#/data/0/embedding"], "labels": ["beach", "city", "food"]
+                    }))),
+                ("analyze_stored" = (operation_id = "analyze", description = "Labels and head scores for the first \
+                    item's embedding, stored by the caller", request_body = json!({
+                        "embeddings": ["$response.body#/data/0/embedding"], "labels": ["beach", "city", "food"]
+                    })))
+            )),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 413, response = BodyTooLarge),

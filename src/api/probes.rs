@@ -22,7 +22,6 @@ use crate::observe::gpu;
     path = "/healthz",
     tag = "probes",
     summary = "Whether the process can serve",
-    description = "",
     responses(
         (status = 200, description = "The process can serve (also while the model loads)", body = Health),
         (status = 503, description = "Restart the instance: its model worker died or its model fails", body = Health),
@@ -45,7 +44,6 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     path = "/readyz",
     tag = "probes",
     summary = "Whether to send work, and what runs",
-    description = "",
     responses(
         (status = 200, description = "Send work: the model is loaded and warmed up", body = Ready),
         (status = 503, description = "Send no work: loading, draining or unhealthy", body = NotReady),
@@ -84,7 +82,6 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     path = "/metrics",
     tag = "probes",
     summary = "The metrics, as Prometheus text",
-    description = "",
     responses((status = 200, description = "The `clipfn_*` metrics", content_type = "text/plain", body = String))
 )]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
