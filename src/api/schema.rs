@@ -24,34 +24,41 @@ fn one_of<'a>(values: impl IntoIterator<Item = &'a str>) -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::String).enum_values(Some(values))
 }
 
-/// As [`one_of`], or null (which the request types read as absent).
-fn one_of_or_null(values: &[&str]) -> ObjectBuilder {
-    let values = values.iter().map(|v| Value::from(*v)).chain([Value::Null]);
-    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::String, Type::Null])).enum_values(Some(values))
+/// A named string enum of the document: a type for `value_type`, from a list the code keeps.
+macro_rules! string_enum {
+    ($(#[doc = $doc:literal])+ $name:ident = $values:expr;) => {
+        $(#[doc = $doc])+
+        pub struct $name;
+
+        impl PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                one_of($values).description(Some(concat!($($doc),+).trim())).into()
+            }
+        }
+
+        impl ToSchema for $name {}
+    };
 }
 
-/// The per-photo error codes, as `ItemCode` lists them.
-pub struct PhotoErrorCode;
-
-impl PartialSchema for PhotoErrorCode {
-    fn schema() -> RefOr<Schema> {
-        let description = "Why one photo has no answer (README, \"API\"); the other photos are answered.";
-        one_of(ItemCode::ALL.map(ItemCode::as_str)).description(Some(description)).into()
-    }
+string_enum! {
+    /// Why one photo has no answer (README, "API"); the other photos are answered.
+    PhotoErrorCode = ItemCode::ALL.map(ItemCode::as_str);
 }
 
-impl ToSchema for PhotoErrorCode {}
-
-/// The whole-request error codes, as `ApiError::CODES` lists them.
-pub struct ErrorCode;
-
-impl PartialSchema for ErrorCode {
-    fn schema() -> RefOr<Schema> {
-        one_of(ApiError::CODES.map(|(_, code)| code)).into()
-    }
+string_enum! {
+    /// Why the request was refused: the same code for the same cause, whatever the message says.
+    ErrorCode = ApiError::CODES.map(|(_, code)| code);
 }
 
-impl ToSchema for ErrorCode {}
+string_enum! {
+    /// `float` (the default), or `base64`: little-endian float32 bytes.
+    EncodingFormat = ["float", "base64"];
+}
+
+string_enum! {
+    /// `text` (the default), or `image`: `input` holds photo references.
+    Modality = ["text", "image"];
+}
 
 /// One photo's error, in its item.
 #[derive(ToSchema)]
@@ -123,14 +130,6 @@ pub(super) fn labels() -> Schema {
         .unique_items(true)
         .description(Some(description))
         .into()
-}
-
-pub(super) fn encoding_format() -> Schema {
-    one_of_or_null(&["float", "base64"]).description(Some("`float` (the default), or `base64`")).into()
-}
-
-pub(super) fn modality() -> Schema {
-    one_of_or_null(&["text", "image"]).description(Some("`text` (the default), or `image`")).into()
 }
 
 pub(super) fn list_object() -> Schema {

@@ -42,11 +42,13 @@ pub struct Item<'a> {
     /// The reference as sent, shortened for data URIs and without a URL's query; none for a
     /// stored embedding (`/v1/classify`, `/v1/analyze`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::PhotoError>)]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
 }
 
@@ -107,14 +109,14 @@ pub struct EmbeddingsRequest {
     #[schema(schema_with = schema::embeddings_input)]
     pub input: Value,
     #[serde(default)]
-    #[schema(schema_with = schema::encoding_format)]
+    #[schema(value_type = Option<schema::EncodingFormat>)]
     pub encoding_format: Option<String>,
     /// Must be the model's own dim if given.
     #[serde(default)]
     pub dimensions: Option<usize>,
     /// `text` (the default) or `image`: `input` then holds photo references, as Infinity takes them.
     #[serde(default)]
-    #[schema(schema_with = schema::modality)]
+    #[schema(value_type = Option<schema::Modality>)]
     pub modality: Option<String>,
 }
 
@@ -187,11 +189,13 @@ pub struct ClassifyItem<'a> {
     pub index: usize,
     /// As in `Item`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub labels: Option<Vec<LabelScore<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::PhotoError>)]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
 }
 
@@ -227,6 +231,7 @@ pub struct AnalyzeResponse<'a> {
     pub data: Vec<AnalyzeItem<'a>>,
     /// Absent for stored embeddings: the groups need the photos' hashes.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub album: Option<Album>,
     pub timings_ms: &'a TimingsMs,
 }
@@ -237,22 +242,27 @@ pub struct AnalyzeItem<'a> {
     pub index: usize,
     /// As in `Item`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub labels: Option<Vec<LabelScore<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub quality: Option<Quality>,
     /// The perceptual hash, 16 hex digits.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[0-9a-f]{16}$")]
+    #[schema(nullable = false, pattern = "^[0-9a-f]{16}$")]
     pub hash: Option<String>,
     /// One score per head (`CLIPFN_HEADS`), by name.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub scores: Option<std::collections::BTreeMap<&'a str, f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::PhotoError>)]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
 }
 
