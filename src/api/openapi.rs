@@ -20,10 +20,7 @@ use super::{
     analyze, classify, embed, embeddings,
     error::ErrorResponse,
     probes,
-    schema::{
-        BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, PhotoErrorCode, ServerError, TextDeadline,
-        Unavailable,
-    },
+    schema::{BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
 };
 use crate::settings::Settings;
 
@@ -46,7 +43,7 @@ use crate::settings::Settings;
         openapi_json
     ),
     components(
-        schemas(ErrorResponse, PhotoErrorCode),
+        schemas(ErrorResponse),
         responses(
             BadRequest,
             NotFound,

@@ -113,8 +113,8 @@ impl ToSchema for EmbedAnswer {
 pub(super) fn embeddings_input() -> Schema {
     let texts = ArrayBuilder::new().items(String::schema()).min_items(Some(1));
     let description = "A text, or a list of texts (1 to CLIPFN_MAX_TEXTS, of at most CLIPFN_MAX_TEXT_CHARS \
-                       characters each); with \"modality\": \"image\", a list of 1 to CLIPFN_MAX_IMAGES photo \
-                       references. Token arrays are refused.";
+                       characters each); with \"modality\": \"image\", a photo reference or a list of 1 to \
+                       CLIPFN_MAX_IMAGES. Token arrays are refused.";
     OneOfBuilder::new().item(String::schema()).item(texts).description(Some(description)).into()
 }
 
@@ -156,6 +156,7 @@ pub struct Health {
     #[schema(schema_with = health_status)]
     status: String,
     /// Why it is unhealthy.
+    #[schema(nullable = false)]
     reason: Option<String>,
 }
 
