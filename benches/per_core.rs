@@ -171,21 +171,24 @@ fn server_phase(
 }
 
 /// Which endpoint the clients call: `/v1/embed`, or `/v1/analyze` (every pixel signal too, from
-/// the same decode), whose CPU per photo is compared with embed's.
-#[derive(Clone, Copy)]
+/// the same decode), whose CPU per photo is compared with embed's, without and with faces.
+#[derive(Clone, Copy, PartialEq)]
 enum Endpoint {
     Embed,
     Analyze,
+    AnalyzeFaces,
 }
 
 /// One request of `per_request` photos from `keys`, starting at `offset`; all must embed.
 fn request(server: &Server, (keys, endpoint): (&[String], Endpoint), offset: usize, per_request: usize) -> usize {
     let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
-    let path = match endpoint {
-        Endpoint::Embed => "/v1/embed",
-        Endpoint::Analyze => "/v1/analyze",
+    let (path, body) = match endpoint {
+        Endpoint::Embed => ("/v1/embed", json!({ "images": images })),
+        Endpoint::Analyze | Endpoint::AnalyzeFaces => {
+            ("/v1/analyze", json!({ "images": images, "faces": endpoint == Endpoint::AnalyzeFaces }))
+        }
     };
-    let (status, body) = server.post_json(path, &json!({ "images": images }));
+    let (status, body) = server.post_json(path, &body);
     assert_eq!(status, 200, "{body}");
     assert!(body["data"].as_array().unwrap().iter().all(|item| item["embedding"].is_array()), "{body}");
     per_request
@@ -211,6 +214,8 @@ struct Measured {
     server: ServerRun,
     /// The same closed loop on `/v1/analyze`, in turns with `server`'s phases.
     analyze: ServerRun,
+    /// And on `/v1/analyze` with faces (the SCRFD-format test models).
+    faces: ServerRun,
     alone_one: Work,
     alone_all: Work,
     inference: Work,
@@ -234,9 +239,10 @@ fn measure(
     // The first request of each kind of photo pays for lazy set-up.
     request(server, (keys, Endpoint::Embed), 0, per_request);
     request(server, (keys, Endpoint::Analyze), 0, per_request);
+    request(server, (keys, Endpoint::AnalyzeFaces), 0, per_request);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let phase = seconds / (2 * ROUNDS) as f64;
-    let (embed, analyze) = ((keys, Endpoint::Embed), (keys, Endpoint::Analyze));
+    let (embed, analyze, faces) = ((keys, Endpoint::Embed), (keys, Endpoint::Analyze), (keys, Endpoint::AnalyzeFaces));
     let mut m = Measured::default();
     for _ in 0..ROUNDS {
         m.alone_one.add(decode_alone(photos, ALONE_SECONDS, 1));
@@ -246,6 +252,9 @@ fn measure(
         m.alone_all.add(decode_alone(photos, ALONE_SECONDS, cpus));
         m.analyze.add(server_phase(server, analyze, clients, per_request, phase));
         m.server.add(server_phase(server, embed, clients, per_request, phase));
+        m.faces.add(server_phase(server, faces, clients, per_request, phase));
+        m.analyze.add(server_phase(server, analyze, clients, per_request, phase));
+        m.faces.add(server_phase(server, faces, clients, per_request, phase));
     }
     m
 }
@@ -313,6 +322,16 @@ fn main() {
          luma, the hash, the sharpness and the duplicate groups; no heads, no labels).\n\n\
          | photos | store | embed photos/CPU-s | analyze photos/CPU-s | analyze CPU per photo / embed's |\n|---|---|---|---|---|\n",
     );
+    // Faces: `/v1/analyze` with and without them, in turns on the same server; what the detector and
+    // the recognizer took on the worker (wall time, from the stage metrics), and the peak RSS.
+    let mut faces_md = String::from(
+        "\n## `/v1/analyze` with faces\n\nThe same closed loop with `\"faces\": true` and `false` in turns on one \
+         server with the SCRFD-format test models (tools/models/faces.py): CPU-seconds per photo, the worker's \
+         wall time per photo on the detector and the recognizer (its warm-up request included), and the server's \
+         peak RSS after all phases.\n\n\
+         | photos | store | analyze photos/CPU-s | with faces photos/CPU-s | CPU per photo, with / without | \
+         detector ms/photo | recognizer ms/photo | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n",
+    );
     for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let mean_mp = photos
@@ -330,7 +349,10 @@ fn main() {
             keys.push(name);
         }
         let (_gcs, gcs_port) = common::start_fake_gcs(data.path(), None);
-        let local = || server_env(ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()));
+        let local = || {
+            server_env(ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
+                .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        };
         let stores =
             [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];
         for (store, config) in stores {
@@ -363,9 +385,25 @@ fn main() {
                 per_cpu / analyze_per_cpu
             )
             .unwrap();
+            let metrics = common::scrape(&server);
+            let stage = |name: &str| {
+                common::series(&metrics, "clipfn_stage_duration_seconds_sum", &[("stage", name)]) * 1000.0
+                    / m.faces.work.photos
+            };
+            let faces_per_cpu = m.faces.work.per_cpu_second();
+            writeln!(
+                faces_md,
+                "| {label} | {store} | {analyze_per_cpu:.0} | {faces_per_cpu:.0} | {:.2} | {:.1} | {:.1} | {:.0} |",
+                analyze_per_cpu / faces_per_cpu,
+                stage("face_detection"),
+                stage("face_recognition"),
+                common::status_bytes(&server.pid().to_string(), "VmHWM") / 1048576.0,
+            )
+            .unwrap();
         }
     }
     md.push_str(&analyze_md);
+    md.push_str(&faces_md);
     coarse_scale::write(&mut md, &coarse_scale::measure(&camera, &mut model)).unwrap();
     std::fs::write(out.join("per_core.md"), &md).unwrap();
     println!("{md}");

@@ -10,8 +10,8 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     model::{
-        Family, HeadFile, Heads, ImageModel, Runtime, TextFiles, TextModel, locate_text_model, read_family,
-        read_image_model, read_weights,
+        FaceFiles, FaceModels, Family, HeadFile, Heads, ImageModel, Runtime, TextFiles, TextModel, locate_text_model,
+        read_family, read_image_model, read_weights,
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
@@ -20,7 +20,7 @@ use crate::{
     storage::{Client, Storage},
     text::{Text, TextEncoder, parse_sets},
     tokenize::{JsonTokenizer, Tokenizer},
-    worker::{Unhealthy, Worker},
+    worker::{OptionalTowers, Unhealthy, Worker},
 };
 
 pub struct Service {
@@ -40,10 +40,17 @@ impl Service {
         let (runtime, model) = load_image_model(&storage, settings, &metrics).await?;
         let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
         let heads = load_heads(&storage, settings, runtime.clone(), &model).await?;
+        let faces = load_faces(&storage, settings, runtime.clone(), &model).await?;
         let text = load_text_model(&storage, settings, runtime, &model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
-        let worker = Arc::new(Worker::start(model, text_model, heads, batch_wait, Arc::clone(&metrics)));
+        let worker = Arc::new(Worker::start(
+            model,
+            text_model,
+            OptionalTowers { heads, faces },
+            batch_wait,
+            Arc::clone(&metrics),
+        ));
         let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&worker), Arc::clone(&metrics));
         let text = match (worker.text_info(), tokenizer) {
             (Some(info), Some(tokenizer)) => {
@@ -192,6 +199,34 @@ async fn load_heads(
     .context("CLIPFN_HEADS")?;
     tracing::info!(heads = ?heads.info.names, files = ?heads.info.files, "heads loaded and warmed up");
     Ok(Some(heads))
+}
+
+/// Loads the face detector and recognizer from the folder `CLIPFN_FACE_MODEL` names, when it names
+/// one, on the image tower's runtime; the recognizer batches as the image tower does.
+async fn load_faces(
+    storage: &Storage,
+    settings: &Settings,
+    mut runtime: Runtime,
+    image: &ImageModel,
+) -> anyhow::Result<Option<FaceModels>> {
+    let Some(folder) = &settings.faces.face_model else { return Ok(None) };
+    let read = async |part: &str| {
+        let location = format!("{}/{part}/model.onnx", folder.trim_end_matches('/'));
+        let data = read_weights(storage, &location).await.with_context(|| format!("CLIPFN_FACE_MODEL: {location}"))?;
+        anyhow::Ok((location, data))
+    };
+    let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
+    let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
+    let limits = (settings.faces.face_min_score, settings.faces.max_faces);
+    let span = tracing::Span::current();
+    let faces = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, limits, batch_size))
+    })
+    .await?
+    .context("CLIPFN_FACE_MODEL")?;
+    let (detector, recognizer) = (&faces.detector.info, &faces.recognizer.info);
+    tracing::info!(detector = ?detector, recognizer = ?recognizer, "face models loaded and warmed up");
+    Ok(Some(faces))
 }
 
 /// Reads CLIPFN_LABELS and embeds every set.

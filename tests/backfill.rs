@@ -118,11 +118,17 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = format!("file://{}", out_dir.path().display());
     let heads = format!("aesthetic={}", common::model("head-test.onnx"));
+    let faces = setup_var("CLIPFN_TEST_FACES_SCRFD");
     let run = |index: u32| {
         let (index, count) = (index.to_string(), TASKS.to_string());
         let args = ["--manifest", "gs://photos/manifest.txt", "--out", &out];
         // Cloud Run's variables pick the task.
-        let envs = [("CLOUD_RUN_TASK_INDEX", &*index), ("CLOUD_RUN_TASK_COUNT", &count), ("CLIPFN_HEADS", &heads)];
+        let envs = [
+            ("CLOUD_RUN_TASK_INDEX", &*index),
+            ("CLOUD_RUN_TASK_COUNT", &count),
+            ("CLIPFN_HEADS", &heads),
+            ("CLIPFN_FACE_MODEL", &faces),
+        ];
         backfill(port, &args, &envs)
     };
 
@@ -181,6 +187,7 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
     let server = gcs_env(ServerConfig::local(Path::new("/")), port)
         .env("CLIPFN_STORE", "gs://photos")
         .env("CLIPFN_HEADS", &heads)
+        .env("CLIPFN_FACE_MODEL", &faces)
         .start();
     let originals: Vec<&str> = (0..photos.len()).map(|j| copies[j].0.as_str()).collect();
     let (status, body) = server.post_json("/v1/analyze", &serde_json::json!({ "images": originals }));
@@ -203,10 +210,17 @@ fn three_tasks_one_killed_and_rerun_give_every_key_one_row() {
         let close = |a: &Value, b: &Value| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-4;
         assert!(close(&row["sharpness"], &api["quality"]["sharpness"]), "{key}: {row} {api}");
         assert!(close(&row["scores"]["aesthetic"], &api["scores"]["aesthetic"]), "{key}: {row} {api}");
+        let (row_faces, api_faces) = (row["faces"].as_array().unwrap(), api["faces"].as_array().unwrap());
+        assert_eq!(row_faces.len(), api_faces.len(), "{key}");
+        for (a, b) in row_faces.iter().zip(api_faces) {
+            assert!(close(&a["score"], &b["score"]) && close(&a["box"][2], &b["box"][2]), "{key}: {a} {b}");
+            assert_eq!(a["embedding"].as_array().unwrap().len(), b["embedding"].as_array().unwrap().len());
+        }
     }
     for (key, _) in bad {
         let row = by_key[key][0];
-        assert!(row["hash"].is_null() && row["sharpness"].is_null() && row["scores"].is_null(), "{row}");
+        let nothing = ["hash", "sharpness", "scores", "faces"].iter().all(|column| row[column].is_null());
+        assert!(nothing, "{row}");
     }
     // docs/deploy.md's near-duplicates query links the copies of each photo, and only them.
     let pairs = duck["near_duplicates"].as_array().unwrap();

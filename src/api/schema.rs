@@ -70,6 +70,17 @@ pub struct PhotoError {
     message: String,
 }
 
+/// A face of the request: `[photo index, face index]`.
+pub struct FaceRef;
+
+impl PartialSchema for FaceRef {
+    fn schema() -> RefOr<Schema> {
+        ArrayBuilder::new().items(usize::schema()).min_items(Some(2)).max_items(Some(2)).into()
+    }
+}
+
+impl ToSchema for FaceRef {}
+
 /// An embedding an earlier answer gave: the model's dim of finite float32 values, not all zero.
 pub struct StoredEmbedding;
 
@@ -189,6 +200,9 @@ pub struct Ready {
     /// The heads of `CLIPFN_HEADS` (`names`, `files`, `dim`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     heads: Value,
+    /// The face models (`detector`, `recognizer`, `max_distance`, `min_faces`); null without them.
+    #[schema(value_type = Option<Object>, required = true)]
+    faces: Value,
     /// On CUDA only: the GPU's name and memory, or the `error` reading them.
     #[schema(value_type = Object, required = false)]
     gpu: Value,

@@ -220,6 +220,9 @@ pub struct AnalyzeRequest {
     /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
     #[serde(default)]
     pub embedding: Option<bool>,
+    /// `false` skips the faces where face models are loaded; `true` where none are is a 400.
+    #[serde(default)]
+    pub faces: Option<bool>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
 }
@@ -261,9 +264,42 @@ pub struct AnalyzeItem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub scores: Option<std::collections::BTreeMap<&'a str, f32>>,
+    /// The photo's faces, best first (with face models, unless the request said `"faces": false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub faces: Option<Vec<FaceItem>>,
+    /// Faces found beyond CLIPFN_MAX_FACES and left out (the lowest scores); absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub faces_left_out: Option<usize>,
+    /// Why the photo has no `faces` when a face model tripped on it; its other signals stand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
+    pub faces_error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
+}
+
+impl From<crate::pipeline::Face> for FaceItem {
+    fn from(crate::pipeline::Face { bbox, score, landmarks, embedding }: crate::pipeline::Face) -> Self {
+        FaceItem { bbox, score, landmarks, embedding }
+    }
+}
+
+/// One face, in pixels of the upright photo at its full size.
+#[derive(Serialize, ToSchema)]
+pub struct FaceItem {
+    /// `[x1, y1, x2, y2]`.
+    #[serde(rename = "box")]
+    #[schema(min_items = 4, max_items = 4)]
+    pub bbox: [f32; 4],
+    pub score: f32,
+    /// Left eye, right eye, nose, left and right mouth corners, as `[x, y]`.
+    #[schema(min_items = 5, max_items = 5)]
+    pub landmarks: [[f32; 2]; 5],
+    /// The recognizer's, of unit length.
+    pub embedding: Vec<f32>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -277,4 +313,18 @@ pub struct Quality {
 pub struct Album {
     /// Groups of input indices whose photos are near-duplicates.
     pub duplicates: Vec<Vec<usize>>,
+    /// The faces grouped into people, largest first (when faces were found for the request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub people: Option<Vec<PersonItem>>,
+}
+
+/// One person: faces as `[photo index, face index]`.
+#[derive(Serialize, ToSchema)]
+pub struct PersonItem {
+    #[schema(value_type = Vec<schema::FaceRef>)]
+    pub faces: Vec<[usize; 2]>,
+    /// The face closest to the person's centre.
+    #[schema(value_type = schema::FaceRef)]
+    pub representative: [usize; 2],
 }

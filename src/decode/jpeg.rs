@@ -118,10 +118,16 @@ fn open(bytes: &[u8], options: &DecodeOptions) -> Result<(Handle, u32, u32), Dec
 /// step kept the cosine at 0.998 mean, 0.993 worst (0.9999 before), inside the decode gate of 0.995
 /// and 0.985, and took 17-30% off decode + preprocess (`cargo bench --bench per_core`). At 80% the
 /// worst photo fell to 0.989.
-pub fn scale_denom(width: u32, height: u32, target: Option<u32>) -> u32 {
+/// A view that needs a long side (the face detector's canvas) holds that side to the same 90%.
+pub fn scale_denom(width: u32, height: u32, target: Option<u32>, long_target: Option<u32>) -> u32 {
     let Some(target) = target else { return 1 };
-    let (short, least) = (width.min(height), (target * 9).div_ceil(10));
-    [8, 4, 2].into_iter().find(|d| short.div_ceil(*d) >= least).unwrap_or(1)
+    let least = |target: u32| (target * 9).div_ceil(10);
+    let (short, long) = (width.min(height), width.max(height));
+    let covers = |d: u32| {
+        short.div_ceil(d) >= least(target)
+            && long_target.is_none_or(|long_target| long.div_ceil(d) >= least(long_target))
+    };
+    [8, 4, 2].into_iter().find(|d| covers(*d)).unwrap_or(1)
 }
 
 /// CMYK JPEGs are stored inverted (Adobe's convention, which Pillow assumes for every CMYK JPEG:
@@ -158,7 +164,7 @@ impl Handle {
     /// The DCT scale to decode this header's image at (lossless JPEG has no DCT to scale).
     fn scale_denom(&self, width: u32, height: u32, options: &DecodeOptions) -> u32 {
         let lossless = self.get(tj::TJPARAM_TJPARAM_LOSSLESS) != 0;
-        if lossless { 1 } else { scale_denom(width, height, options.target_short_side) }
+        if lossless { 1 } else { scale_denom(width, height, options.target_short_side, options.target_long_side) }
     }
 
     fn cmyk(&self) -> bool {
@@ -203,16 +209,19 @@ mod tests {
 
     #[test]
     fn picks_the_smallest_scale_that_covers_the_input() {
-        assert_eq!(scale_denom(4000, 3000, Some(224)), 8); // 500x375
-        assert_eq!(scale_denom(3000, 4000, Some(224)), 8);
-        assert_eq!(scale_denom(1792, 1792, Some(224)), 8); // exactly 224
-        assert_eq!(scale_denom(1784, 2000, Some(224)), 8); // 223 at 1/8: a 1.004x upscale
-        assert_eq!(scale_denom(1280, 853, Some(224)), 4); // 214 at 1/4, not 427 at 1/2
-        assert_eq!(scale_denom(1609, 2000, Some(224)), 8); // ceil(201.1) = 202 rows: 90% of 224
-        assert_eq!(scale_denom(1608, 2000, Some(224)), 4); // 201 at 1/8: under 90%
-        assert_eq!(scale_denom(1000, 800, Some(224)), 2); // 400 at 1/2, 200 at 1/4 (under 90%)
-        assert_eq!(scale_denom(400, 300, Some(224)), 1);
-        assert_eq!(scale_denom(4000, 3000, None), 1);
+        assert_eq!(scale_denom(4000, 3000, Some(224), None), 8); // 500x375
+        assert_eq!(scale_denom(3000, 4000, Some(224), None), 8);
+        assert_eq!(scale_denom(1792, 1792, Some(224), None), 8); // exactly 224
+        assert_eq!(scale_denom(1784, 2000, Some(224), None), 8); // 223 at 1/8: a 1.004x upscale
+        assert_eq!(scale_denom(1280, 853, Some(224), None), 4); // 214 at 1/4, not 427 at 1/2
+        assert_eq!(scale_denom(1609, 2000, Some(224), None), 8); // ceil(201.1) = 202 rows: 90% of 224
+        assert_eq!(scale_denom(1608, 2000, Some(224), None), 4); // 201 at 1/8: under 90%
+        assert_eq!(scale_denom(1000, 800, Some(224), None), 2); // 400 at 1/2, 200 at 1/4 (under 90%)
+        assert_eq!(scale_denom(400, 300, Some(224), None), 1);
+        assert_eq!(scale_denom(4000, 3000, None, None), 1);
+        // The face canvas's 640 on the long side: 1000 at 1/4 covers it, 500 at 1/8 does not.
+        assert_eq!(scale_denom(4000, 3000, Some(224), Some(640)), 4);
+        assert_eq!(scale_denom(1280, 853, Some(224), Some(640)), 2);
     }
 
     #[test]

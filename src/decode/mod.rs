@@ -59,17 +59,19 @@ pub struct DecodeOptions {
     /// (1/8, 1/4, 1/2) whose short side is still at least 90% of this (`jpeg::scale_denom`).
     /// `None` decodes at full size.
     pub target_short_side: Option<u32>,
+    /// The long side a view needs (the face detector's canvas), held to the same 90%.
+    pub target_long_side: Option<u32>,
 }
 
 impl DecodeOptions {
     /// Decoding just large enough for a `size` x `size` model input.
     pub fn for_input(size: u32, max_pixels: u64) -> Self {
-        DecodeOptions { max_pixels, target_short_side: Some(size) }
+        DecodeOptions { max_pixels, target_short_side: Some(size), target_long_side: None }
     }
 
     /// Decoding at full size (what the reference does; for comparisons and benchmarks).
     pub fn full_size(max_pixels: u64) -> Self {
-        DecodeOptions { max_pixels, target_short_side: None }
+        DecodeOptions { max_pixels, target_short_side: None, target_long_side: None }
     }
 }
 

@@ -4,12 +4,13 @@
 //!   session uses, through [`Runtime::session`].
 //! - `tower`: the one trait the worker serves every tower through.
 //! - `image`: the image tower and its batch layout; `text`: the text tower; `heads`: the heads on
-//!   the image embedding; `normalizer`: the image tower's normalisation as a graph, for
+//!   the image embedding; `faces`: the face detector and recognizer; `normalizer`: the image tower's normalisation as a graph, for
 //!   `CLIPFN_NORMALIZE=model`.
 //! - `files`, `folder`, `preprocessor`, `family`, `initializers`: reading a model (one file or a
 //!   folder, over storage), its preprocessing and its family's scoring.
 //! - `outputs`: which output is the embedding, read as unit vectors for every tower.
 
+mod faces;
 mod family;
 mod files;
 mod folder;
@@ -24,13 +25,19 @@ mod text;
 mod tower;
 
 pub use self::{
+    faces::{
+        Detection, Detections, DetectorFormat, DetectorInfo, FaceDetector, FaceFiles, FaceModels, FaceRecognizer,
+        RecognizerInfo,
+    },
     family::{Family, read_family},
     files::{ModelFile, TextFiles, locate_text_model, read_image_model, read_weights},
     heads::{HeadFile, Heads, HeadsInfo},
     image::{ImageModel, ImageModelInfo, Layout, LoadTimings, PixelBatch, Pixels},
     runtime::{ModelData, Runtime},
     text::{IdType, TextModel, TextModelInfo},
-    tower::{Embeddings, Info, Input, Output, Photos, Texts, Tower, TowerInfo, TowerIo, TowerKind},
+    tower::{
+        Canvases, Embeddings, FaceCrops, Info, Input, Output, Photos, Texts, Tower, TowerInfo, TowerIo, TowerKind,
+    },
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -5,14 +5,13 @@
 //!
 //! A tower's [`TowerIo`] ([`Photos`] or [`Texts`]) fixes its input, its output, its description
 //! and its [`TowerKind`], which says once what the worker does differently per tower (its span
-//! name, its metrics stage, whether a batch waits to fill) rather than asking each tower. Both
-//! towers so far give one embedding per input; a face detector's output will be boxes, and its
-//! `TowerIo` will say so.
+//! name, its metrics stage, whether a batch waits to fill) rather than asking each tower. Most
+//! towers give one vector per input; the face detector gives a list of faces per canvas.
 
 use image::RgbImage;
 
-use super::{HeadsInfo, ImageModelInfo, ModelError, TextModelInfo};
-use crate::{observe::metrics::Stage, tokenize::Tokens};
+use super::{Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, RecognizerInfo, TextModelInfo};
+use crate::{observe::metrics::Stage, preprocess::FaceCanvas, tokenize::Tokens};
 
 /// Which tower a batch runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +19,8 @@ pub enum TowerKind {
     Image,
     Text,
     Heads,
+    FaceDetector,
+    FaceRecognizer,
 }
 
 impl TowerKind {
@@ -29,6 +30,8 @@ impl TowerKind {
             TowerKind::Image => "image",
             TowerKind::Text => "text",
             TowerKind::Heads => "heads",
+            TowerKind::FaceDetector => "face_detector",
+            TowerKind::FaceRecognizer => "face_recognizer",
         }
     }
 
@@ -38,6 +41,8 @@ impl TowerKind {
             TowerKind::Image => Stage::Inference,
             TowerKind::Text => Stage::TextInference,
             TowerKind::Heads => Stage::Heads,
+            TowerKind::FaceDetector => Stage::FaceDetection,
+            TowerKind::FaceRecognizer => Stage::FaceRecognition,
         }
     }
 
@@ -45,21 +50,16 @@ impl TowerKind {
     /// one as their fetches and decodes end, so a short wait fills the batch; a request's texts are
     /// queued together and someone waits on them, so their batch takes what is queued.
     /// A photo's embedding reaches the heads as its image batch ends, with its batch-mates': they
-    /// are queued together, so their batch takes what is queued too.
+    /// are queued together, so their batch takes what is queued too; so are a photo's face crops.
+    /// The detector takes one canvas at a time.
     pub fn waits_to_fill(self) -> bool {
-        match self {
-            TowerKind::Image => true,
-            TowerKind::Text | TowerKind::Heads => false,
-        }
+        matches!(self, TowerKind::Image)
     }
 
     /// Whether its inputs count in the queue-depth gauge and the batch-size histogram, which are
     /// about photos: what the admission limit and CLIPFN_BATCH_SIZE are set for.
     pub fn counts_as_photos(self) -> bool {
-        match self {
-            TowerKind::Image => true,
-            TowerKind::Text | TowerKind::Heads => false,
-        }
+        matches!(self, TowerKind::Image)
     }
 }
 
@@ -110,6 +110,26 @@ impl TowerIo for Embeddings {
     type Output = Vec<f32>;
     type Info = HeadsInfo;
     const KIND: TowerKind = TowerKind::Heads;
+}
+
+/// Photos letterboxed onto the face detector's canvas; the faces found on each, best first.
+pub enum Canvases {}
+
+impl TowerIo for Canvases {
+    type Input = FaceCanvas;
+    type Output = Detections;
+    type Info = DetectorInfo;
+    const KIND: TowerKind = TowerKind::FaceDetector;
+}
+
+/// Faces aligned to the recognizer's 112 x 112 template; one unit-length embedding each.
+pub enum FaceCrops {}
+
+impl TowerIo for FaceCrops {
+    type Input = RgbImage;
+    type Output = Vec<f32>;
+    type Info = RecognizerInfo;
+    const KIND: TowerKind = TowerKind::FaceRecognizer;
 }
 
 /// What tower `T` takes, gives and is described by.

@@ -31,6 +31,10 @@ pub enum Stage {
     TextInference,
     /// A batch of embeddings on the heads.
     Heads,
+    /// A canvas on the face detector.
+    FaceDetection,
+    /// A batch of aligned faces on the face recognizer.
+    FaceRecognition,
 }
 
 impl Stage {
@@ -42,6 +46,8 @@ impl Stage {
             Stage::Inference => "inference",
             Stage::TextInference => "text_inference",
             Stage::Heads => "heads",
+            Stage::FaceDetection => "face_detection",
+            Stage::FaceRecognition => "face_recognition",
         }
     }
 }

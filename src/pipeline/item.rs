@@ -4,6 +4,7 @@
 //! can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source paths, so it goes to
 //! the log (with the request's trace id) and never to the client.
 
+use super::Faces;
 use crate::{
     decode::DecodeError, preprocess::PreprocessError, signals::PixelSignals, source::SourceError,
     storage::StorageError, worker::BatchError,
@@ -43,6 +44,9 @@ pub struct Signals {
     pub pixels: Option<PixelSignals>,
     /// One score per head (the worker's `HeadsInfo::names`' order), when the request asked.
     pub scores: Option<Vec<f32>>,
+    /// The photo's faces, best first, when the request asked; their own error when a face model
+    /// tripped on the photo.
+    pub faces: Option<Result<Faces, ItemError>>,
 }
 
 pub type ItemResult = Result<Signals, ItemError>;

@@ -10,6 +10,7 @@
 
 mod admission;
 mod decode_pool;
+mod faces;
 mod item;
 mod timings;
 
@@ -21,13 +22,14 @@ use tracing::{Instrument, field::Empty, info_span};
 use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
+    faces::{Face, Faces},
     item::{ItemCode, ItemError, ItemResult, Signals},
     timings::{Interval, Timings},
 };
 use crate::{
     decode,
     embedding::l2_normalized,
-    model::{HeadsInfo, ImageModelInfo},
+    model::{DetectorInfo, HeadsInfo, ImageModelInfo, RecognizerInfo},
     observe::metrics::{Metrics, Stage},
     preprocess::{Transform, Views, decode_options, decode_views},
     settings::Limits,
@@ -44,6 +46,8 @@ pub struct Wants {
     pub pixels: bool,
     /// The heads' scores, run on the embedding after the image tower.
     pub scores: bool,
+    /// The faces, found on the face detector's canvas beside the embedding.
+    pub faces: bool,
 }
 
 /// One photo through the stages: its result and what was measured on the way.
@@ -99,6 +103,11 @@ impl Pipeline {
     /// The heads on the embedding, when there are.
     pub fn heads(&self) -> Option<&HeadsInfo> {
         self.worker.heads_info()
+    }
+
+    /// The face detector and recognizer, when there are.
+    pub fn faces(&self) -> Option<&(DetectorInfo, RecognizerInfo)> {
+        self.worker.faces_info()
     }
 
     /// Photos currently admitted (queued, decoding or fetching).
@@ -165,7 +174,7 @@ impl Pipeline {
             } else {
                 None
             };
-            Ok(Signals { embedding, pixels: None, scores })
+            Ok(Signals { embedding, pixels: None, scores, faces: None })
         });
         let results = futures::future::join_all(scored).await;
         let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
@@ -221,33 +230,44 @@ impl Pipeline {
         // Memory first, then a decode thread (in that order always, so that neither waits on the
         // other): the reservation moves into the job with the bytes, and both are let go as the
         // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
+        let canvas = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector.side);
+        let views = Views { square: self.square.clone(), luma: wants.pixels, canvas };
         let memory = match &self.decode_memory {
             Some(budget) => {
-                let options = decode_options(&self.square, self.max_pixels);
+                let options = decode_options(&views, self.max_pixels);
                 Some(budget.reserve(decode::working_memory(&fetched.bytes, &options)).await)
             }
             None => None,
         };
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
-        // keeps of a photo until its embedding comes is its square and a few numbers.
-        let views = Views { square: self.square.clone(), luma: wants.pixels };
+        // keeps of a photo until its embedding comes is its square, a few numbers and, for faces,
+        // the detector's canvas.
         let (in_job, max_pixels) = (span.clone(), self.max_pixels);
         let (decode_start, viewed) = self
             .decoders
             .run(move || {
                 let (_memory, _entered) = (memory, in_job.enter());
                 let viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
-                Ok::<_, ItemError>((viewed.square, viewed.luma.as_ref().map(PixelSignals::of)))
+                Ok::<_, ItemError>((viewed.square, viewed.luma.as_ref().map(PixelSignals::of), viewed.canvas))
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels) = viewed.inspect_err(|_| failed(&span))?;
+        let (square, pixels, canvas) = viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
-        let embedded = self.worker.embed(square, span).await?;
+        // The faces beside the embedding: a face model that trips on the photo fails its faces
+        // alone, and the photo keeps its other signals.
+        let faces = async {
+            match canvas {
+                Some(canvas) => Some(self.find_faces(canvas).await),
+                None => None,
+            }
+        };
+        let (embedded, faces) = futures::join!(self.worker.embed(square, span), faces);
+        let embedded = embedded?;
         timings.queue = Interval::new(queued, embedded.started);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
         // The heads run on the embedding once the image tower has given it.
@@ -258,7 +278,7 @@ impl Pipeline {
             (None, embedded.finished)
         };
         timings.inference = Interval::new(embedded.started, finished);
-        Ok(Signals { embedding: embedded.output, pixels, scores })
+        Ok(Signals { embedding: embedded.output, pixels, scores, faces })
     }
 }
 

@@ -8,6 +8,7 @@
 //! `unknown` names the `CLIPFN_*` variables that nothing reads (a misspelt setting, most likely).
 
 mod choices;
+mod faces;
 mod limits;
 mod location;
 mod model;
@@ -22,6 +23,7 @@ use serde::de::DeserializeOwned;
 
 pub use self::{
     choices::{Device, LogFormat, Normalize, Precision, Provider, Weights},
+    faces::FaceSettings,
     limits::Limits,
     location::is_folder,
     model::ModelSettings,
@@ -43,6 +45,7 @@ pub struct Settings {
     pub sources: SourceSettings,
     pub text: TextSettings,
     pub signals: SignalSettings,
+    pub faces: FaceSettings,
 }
 
 /// A start-up configuration problem, worded to name the variable to fix.
@@ -65,6 +68,7 @@ impl Settings {
             sources: group(&vars)?,
             text: group(&vars)?,
             signals: group(&vars)?,
+            faces: group(&vars)?,
         };
         settings.server.validate()?;
         settings.limits.validate()?;
@@ -72,6 +76,7 @@ impl Settings {
         settings.sources.validate()?;
         settings.text.validate()?;
         settings.signals.validate()?;
+        settings.faces.validate()?;
         settings.validate()?;
         Ok(settings)
     }

@@ -3,11 +3,18 @@
 //! the struct's fields by a unit test (envy reads a field from `CLIPFN_` + its name upper-cased,
 //! so the names appear nowhere else).
 
-use super::{limits, model, server, signals, sources, text};
+use super::{faces, limits, model, server, signals, sources, text};
 
 /// Every group's variables, in the order `Settings` holds the groups.
-const GROUPS: &[&[&str]] =
-    &[server::VARIABLES, limits::VARIABLES, model::VARIABLES, sources::VARIABLES, text::VARIABLES, signals::VARIABLES];
+const GROUPS: &[&[&str]] = &[
+    server::VARIABLES,
+    limits::VARIABLES,
+    model::VARIABLES,
+    sources::VARIABLES,
+    text::VARIABLES,
+    signals::VARIABLES,
+    faces::VARIABLES,
+];
 
 /// Every `CLIPFN_*` variable the settings read.
 pub fn variables() -> impl Iterator<Item = &'static str> {
@@ -22,7 +29,9 @@ mod tests {
     };
 
     use super::*;
-    use crate::settings::{Limits, ModelSettings, ServerSettings, SignalSettings, SourceSettings, TextSettings};
+    use crate::settings::{
+        FaceSettings, Limits, ModelSettings, ServerSettings, SignalSettings, SourceSettings, TextSettings,
+    };
 
     /// A deserializer that answers nothing but records the field names a struct asks for: what
     /// envy turns into variable names.
@@ -69,6 +78,7 @@ mod tests {
             ("SourceSettings", read_by::<SourceSettings>(), sources::VARIABLES),
             ("TextSettings", read_by::<TextSettings>(), text::VARIABLES),
             ("SignalSettings", read_by::<SignalSettings>(), signals::VARIABLES),
+            ("FaceSettings", read_by::<FaceSettings>(), faces::VARIABLES),
         ];
         assert_eq!(groups.len(), GROUPS.len(), "a group is missing from GROUPS or from this test");
         for (group, fields, listed) in groups {

@@ -9,7 +9,8 @@
 //! (deadline, disconnect) is dropped from the batch before it runs.
 //!
 //! Preprocessed photos go to the image tower; a photo batch waits at most `batch_wait` to fill
-//! once it holds one. Tokenized texts (search queries, labels) go to the text tower, in a lane the
+//! once it holds one. The optional towers have lanes of their own: the heads (on the image
+//! embeddings), the face detector (one canvas at a time) and the face recognizer (aligned crops). Tokenized texts (search queries, labels) go to the text tower, in a lane the
 //! worker looks at first: a query waits at most for the batch being formed or run, never behind
 //! an image backlog. Text batches take what is queued without waiting to fill.
 //!
@@ -42,8 +43,12 @@ use self::{
     lane::{Job, Lane},
 };
 use crate::{
-    model::{Embeddings, Heads, HeadsInfo, ImageModelInfo, ModelError, Photos, TextModelInfo, Texts, Tower, TowerIo},
+    model::{
+        Canvases, Detections, DetectorInfo, Embeddings, FaceCrops, FaceModels, Heads, HeadsInfo, ImageModelInfo,
+        ModelError, Photos, RecognizerInfo, TextModelInfo, Texts, Tower, TowerIo,
+    },
     observe::metrics::Metrics,
+    preprocess::FaceCanvas,
 };
 
 /// One job's output from the worker.
@@ -63,6 +68,19 @@ pub enum BatchError {
     Stopped,
 }
 
+/// Where canvases for the face detector and crops for the recognizer are queued.
+struct FaceLanes {
+    canvases: Sender<Job<Canvases>>,
+    crops: Sender<Job<FaceCrops>>,
+}
+
+/// The towers a service may have beside the image and text towers.
+#[derive(Default)]
+pub struct OptionalTowers {
+    pub heads: Option<Heads>,
+    pub faces: Option<FaceModels>,
+}
+
 /// The handle on the model worker.
 pub struct Worker {
     images: Sender<Job<Photos>>,
@@ -70,20 +88,23 @@ pub struct Worker {
     texts: Option<Sender<Job<Texts>>>,
     /// Present when there are heads.
     embeddings: Option<Sender<Job<Embeddings>>>,
+    /// Present when there are face models.
+    faces: Option<FaceLanes>,
     info: ImageModelInfo,
     text_info: Option<TextModelInfo>,
     heads_info: Option<HeadsInfo>,
+    faces_info: Option<(DetectorInfo, RecognizerInfo)>,
     health: Health,
     metrics: Arc<Metrics>,
 }
 
 impl Worker {
-    /// Moves the image tower (and the text tower and the heads, when there are) onto its own
-    /// worker thread.
+    /// Moves the image tower (and the text tower and the optional towers, when there are) onto its
+    /// own worker thread.
     pub fn start<I, T>(
         image: I,
         text: Option<T>,
-        heads: Option<Heads>,
+        OptionalTowers { heads, faces }: OptionalTowers,
         batch_wait: Duration,
         metrics: Arc<Metrics>,
     ) -> Self
@@ -97,9 +118,22 @@ impl Worker {
         let (images, image_lane) = lane::open(image);
         let (texts, text_lane) = text.map(lane::open).unzip();
         let (embeddings, heads_lane) = heads.map(lane::open).unzip();
-        // The serving order: texts first (someone waits on a query), then the heads (their inputs'
-        // photos are done but for them), then photos.
-        let lanes: Vec<Box<dyn Lane>> = text_lane.into_iter().chain(heads_lane).chain([image_lane]).collect();
+        let faces_info = faces.as_ref().map(|f| (f.detector.info().clone(), f.recognizer.info().clone()));
+        let (faces, face_lanes) = faces
+            .map(|FaceModels { detector, recognizer }| {
+                let ((canvases, detector_lane), (crops, recognizer_lane)) =
+                    (lane::open(detector), lane::open(recognizer));
+                (FaceLanes { canvases, crops }, [recognizer_lane, detector_lane])
+            })
+            .unzip();
+        // The serving order: texts first (someone waits on a query), then what finishes photos
+        // already embedded or detected (the heads, the recognizer), then the detector, then photos.
+        let lanes: Vec<Box<dyn Lane>> = text_lane
+            .into_iter()
+            .chain(heads_lane)
+            .chain(face_lanes.into_iter().flatten())
+            .chain([image_lane])
+            .collect();
         let health = Health::default();
         let watched = health.clone();
         metrics.watch_healthy(move || watched.check().is_ok());
@@ -111,7 +145,7 @@ impl Worker {
                 run::run_worker(lanes, batch_wait, &worker_metrics, &worker_health)
             })
             .expect("spawning the model worker thread");
-        Worker { images, texts, embeddings, info, text_info, heads_info, health, metrics }
+        Worker { images, texts, embeddings, faces, info, text_info, heads_info, faces_info, health, metrics }
     }
 
     pub fn info(&self) -> &ImageModelInfo {
@@ -126,6 +160,11 @@ impl Worker {
     /// The heads, when there are.
     pub fn heads_info(&self) -> Option<&HeadsInfo> {
         self.heads_info.as_ref()
+    }
+
+    /// The face detector and recognizer, when there are.
+    pub fn faces_info(&self) -> Option<&(DetectorInfo, RecognizerInfo)> {
+        self.faces_info.as_ref()
     }
 
     pub fn health(&self) -> &Health {
@@ -156,6 +195,22 @@ impl Worker {
         let heads = self.embeddings.as_ref().ok_or_else(|| ModelError::Inference("no heads are loaded".into()))?;
         let result = queue(heads, embedding, Span::none())?;
         result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    /// Queues one photo's canvas for the face detector and waits for its faces, best first.
+    pub async fn detect(&self, canvas: FaceCanvas) -> Result<Served<Detections>, BatchError> {
+        let result = queue(&self.face_lanes()?.canvases, canvas, Span::none())?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    /// Queues one aligned face for the recognizer and waits for its embedding.
+    pub async fn recognize(&self, crop: image::RgbImage) -> Result<Served<Vec<f32>>, BatchError> {
+        let result = queue(&self.face_lanes()?.crops, crop, Span::none())?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    fn face_lanes(&self) -> Result<&FaceLanes, ModelError> {
+        self.faces.as_ref().ok_or_else(|| ModelError::Inference("no face models are loaded".into()))
     }
 }
 

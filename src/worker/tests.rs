@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::{
-    BatchError, Health, Served, Unhealthy, Worker,
+    BatchError, Health, OptionalTowers, Served, Unhealthy, Worker,
     fake::*,
     lane::{self, Job, next_batch},
     run::run_worker,
@@ -48,7 +48,7 @@ fn embed_all(worker: &Worker, values: &[u8]) -> Vec<Result<Served<Vec<f32>>, Bat
 #[test]
 fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
     let (model, _device) = FakeModel::new(6, SIDE);
-    let worker = Worker::start(model, NO_TEXT, None, Duration::from_secs(10), metrics());
+    let worker = Worker::start(model, NO_TEXT, OptionalTowers::default(), Duration::from_secs(10), metrics());
     // White trips the model and black crashes it; the greys embed.
     let values = [25, 255, 76, 0, 127, 153];
     let results = embed_all(&worker, &values);
@@ -72,7 +72,7 @@ fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
 #[test]
 fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
     let (model, device) = FakeModel::new(4, SIDE);
-    let worker = Worker::start(model, NO_TEXT, None, Duration::from_millis(5), metrics());
+    let worker = Worker::start(model, NO_TEXT, OptionalTowers::default(), Duration::from_millis(5), metrics());
     assert!(embed_all(&worker, &[51]).pop().unwrap().is_ok());
     assert!(worker.health().check().is_ok());
     device.store(DEVICE_LOST, Ordering::SeqCst);
@@ -172,11 +172,18 @@ fn a_text_batch_runs_on_the_text_tower_before_queued_photos() {
 fn texts_are_embedded_through_the_worker_only_with_a_text_tower() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let tokens = || Tokens { ids: vec![49406, 49407] };
-    let worker = Worker::start(FakeModel::new(4, SIDE).0, Some(FakeText::new(4).0), None, Duration::ZERO, metrics());
+    let worker = Worker::start(
+        FakeModel::new(4, SIDE).0,
+        Some(FakeText::new(4).0),
+        OptionalTowers::default(),
+        Duration::ZERO,
+        metrics(),
+    );
     assert_eq!(worker.text_info().map(|info| info.id.as_str()), Some("fake-text"));
     assert_eq!(runtime.block_on(worker.embed_text(tokens())).unwrap().output, [2.0, 0.0]);
 
-    let worker = Worker::start(FakeModel::new(4, SIDE).0, NO_TEXT, None, Duration::ZERO, metrics());
+    let worker =
+        Worker::start(FakeModel::new(4, SIDE).0, NO_TEXT, OptionalTowers::default(), Duration::ZERO, metrics());
     assert!(worker.text_info().is_none());
     assert!(matches!(runtime.block_on(worker.embed_text(tokens())), Err(BatchError::Model(_))));
 }
@@ -184,7 +191,7 @@ fn texts_are_embedded_through_the_worker_only_with_a_text_tower() {
 #[test]
 fn a_worker_that_dies_is_reported_stopped() {
     let (model, device) = FakeModel::new(4, SIDE);
-    let worker = Worker::start(model, NO_TEXT, None, Duration::from_millis(5), metrics());
+    let worker = Worker::start(model, NO_TEXT, OptionalTowers::default(), Duration::from_millis(5), metrics());
     device.store(DEVICE_CRASHING, Ordering::SeqCst);
     assert!(matches!(embed_all(&worker, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
     // The thread marks itself stopped as it unwinds, just after the photo's reply is dropped.

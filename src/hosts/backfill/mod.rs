@@ -1,6 +1,6 @@
 //! `clipfn backfill`: embeds a whole listing as one task of a Cloud Run Job or AWS Batch array job,
-//! writing Parquet under `--out`: each photo's embedding, its perceptual hash and sharpness, and the
-//! heads' scores, from one fetch and one decode as `/v1/analyze` gives them. It is a second entry point and a second sink on the same
+//! writing Parquet under `--out`: each photo's embedding, its perceptual hash and sharpness, the
+//! heads' scores and the faces, from one fetch and one decode as `/v1/analyze` gives them. It is a second entry point and a second sink on the same
 //! pipeline as the server (source -> decode -> model worker -> model), with no HTTP.
 //!
 //! A task takes its share of the keys ([`shard`]), drops those that already have a row under
@@ -101,7 +101,8 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     let service = Service::load(&settings, telemetry.metrics()).await?;
     let pipeline = &service.pipeline;
     let heads = pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default();
-    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), heads));
+    let faces = pipeline.faces().is_some();
+    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), heads, faces));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();
     keys.retain(|key| !existing.done.contains(key));
@@ -137,7 +138,11 @@ async fn embed(
     let dim = pipeline.model().dim;
     let mut progress = Progress::start(keys.len() as u64);
     let mut chunks = pipeline
-        .embed_all(keys, settings.limits.max_queued_images, Wants { pixels: true, scores: pipeline.heads().is_some() })?
+        .embed_all(
+            keys,
+            settings.limits.max_queued_images,
+            Wants { pixels: true, scores: pipeline.heads().is_some(), faces: pipeline.faces().is_some() },
+        )?
         .map(row)
         .inspect(|row| progress.record(row.error.as_ref().map(|(code, _)| *code)))
         .chunks(chunk_size);

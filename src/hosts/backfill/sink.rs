@@ -6,7 +6,10 @@ use std::{collections::HashSet, sync::Arc};
 
 use arrow_array::{
     ArrayRef, RecordBatch, StructArray,
-    builder::{Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder},
+    builder::{
+        ArrayBuilder, FixedSizeListBuilder, Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
+        StructBuilder,
+    },
     cast::AsArray,
 };
 use arrow_buffer::NullBuffer;
@@ -29,7 +32,10 @@ use parquet::{
 };
 
 use super::{BackfillError, shard::Task};
-use crate::{pipeline::Signals, storage::Prefix};
+use crate::{
+    pipeline::{Face, Signals},
+    storage::Prefix,
+};
 
 /// File metadata keys: the model that made the embeddings, and their length.
 pub const MODEL_KEY: &str = "clipfn.model";
@@ -64,11 +70,13 @@ pub struct Output {
     model: String,
     /// The heads' names, a `scores` field each.
     heads: Arc<[String]>,
+    /// Whether there are face models, and so a `faces` column.
+    faces: bool,
 }
 
 impl Output {
-    pub fn new(prefix: Prefix, task: Task, model: String, heads: Vec<String>) -> Self {
-        Output { prefix, task, model, heads: heads.into() }
+    pub fn new(prefix: Prefix, task: Task, model: String, heads: Vec<String>, faces: bool) -> Self {
+        Output { prefix, task, model, heads: heads.into(), faces }
     }
 
     /// Checks every Parquet file under `--out` was made by this model, and collects the keys
@@ -102,8 +110,8 @@ impl Output {
 
     /// Encodes one chunk and puts it as `task-IIIII-of-CCCCC-chunk-NNNNNN.parquet`.
     pub async fn write(&self, chunk: u32, dim: usize, rows: Vec<Row>) -> Result<(), BackfillError> {
-        let (model, heads) = (self.model.clone(), Arc::clone(&self.heads));
-        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &heads))
+        let (model, heads, faces) = (self.model.clone(), Arc::clone(&self.heads), self.faces);
+        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &heads, faces))
             .await
             .map_err(|e| self.error(e))?
             .map_err(|e| self.error(e))?;
@@ -199,8 +207,10 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 /// The columns: `key`, `embedding` (list of float32, null on error), `error_code` and
 /// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched),
 /// `hash` (the perceptual hash's 64 bits as int64: `printf('%016x', hash)` is the API's hex) and
-/// `sharpness` (null on error), and with heads, `scores` (a float32 field per head).
-fn schema(heads: &[String]) -> Schema {
+/// `sharpness` (null on error), with heads, `scores` (a float32 field per head), and with face
+/// models, `faces` (a list of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or
+/// when a face model tripped on the photo).
+fn schema(heads: &[String], faces: bool) -> Schema {
     let mut fields = vec![
         Field::new("key", DataType::Utf8, false),
         Field::new("embedding", DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))), true),
@@ -213,14 +223,56 @@ fn schema(heads: &[String]) -> Schema {
     if !heads.is_empty() {
         fields.push(Field::new("scores", DataType::Struct(score_fields(heads)), true));
     }
+    if faces {
+        fields.push(Field::new("faces", faces_type(), true));
+    }
     Schema::new(fields)
+}
+
+fn face_fields() -> Fields {
+    let float = || Arc::new(Field::new_list_field(DataType::Float32, true));
+    Fields::from(vec![
+        Field::new("box", DataType::FixedSizeList(float(), 4), true),
+        Field::new("score", DataType::Float32, true),
+        Field::new("embedding", DataType::List(float()), true),
+    ])
+}
+
+fn faces_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Struct(face_fields()), true)))
+}
+
+/// The `faces` column's builder, its fields as `face_fields` names them.
+fn faces_builder() -> ListBuilder<StructBuilder> {
+    let fields: Vec<Box<dyn ArrayBuilder>> = vec![
+        Box::new(FixedSizeListBuilder::new(Float32Builder::new(), 4)),
+        Box::new(Float32Builder::new()),
+        Box::new(ListBuilder::new(Float32Builder::new())),
+    ];
+    ListBuilder::new(StructBuilder::new(face_fields(), fields))
+}
+
+fn append_faces(builder: &mut ListBuilder<StructBuilder>, faces: Option<&[Face]>) {
+    let Some(faces) = faces else { return builder.append_null() };
+    let face_builder = builder.values();
+    for face in faces {
+        let boxes = face_builder.field_builder::<FixedSizeListBuilder<Float32Builder>>(0).expect("box");
+        boxes.values().append_slice(&face.bbox);
+        boxes.append(true);
+        face_builder.field_builder::<Float32Builder>(1).expect("score").append_value(face.score);
+        let embedding = face_builder.field_builder::<ListBuilder<Float32Builder>>(2).expect("embedding");
+        embedding.values().append_slice(&face.embedding);
+        embedding.append(true);
+        face_builder.append(true);
+    }
+    builder.append(true);
 }
 
 fn score_fields(heads: &[String]) -> Fields {
     heads.iter().map(|name| Field::new(name, DataType::Float32, true)).collect()
 }
 
-fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String]) -> Result<Vec<u8>, ParquetError> {
+fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) -> Result<Vec<u8>, ParquetError> {
     let mut keys = StringBuilder::new();
     let mut embeddings = ListBuilder::with_capacity(Float32Builder::with_capacity(rows.len() * dim), rows.len());
     let mut codes = StringBuilder::new();
@@ -229,6 +281,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String]) -> Result<Vec
     let mut hashes = Int64Builder::with_capacity(rows.len());
     let mut sharpness = Float64Builder::with_capacity(rows.len());
     let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
+    let mut found = faces_builder();
     for row in rows {
         keys.append_value(&row.key);
         let signals = row.signals.as_ref();
@@ -250,6 +303,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String]) -> Result<Vec
         for (head, builder) in scores.iter_mut().enumerate() {
             builder.append_option(row_scores.map(|scores| scores[head]));
         }
+        append_faces(&mut found, signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
     }
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(keys.finish()),
@@ -266,7 +320,10 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String]) -> Result<Vec
         let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
         columns.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
     }
-    let batch = RecordBatch::try_new(Arc::new(schema(heads)), columns)?;
+    if faces {
+        columns.push(Arc::new(found.finish()));
+    }
+    let batch = RecordBatch::try_new(Arc::new(schema(heads, faces)), columns)?;
     let properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_key_value_metadata(Some(vec![
@@ -289,7 +346,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::signals::PixelSignals;
+    use crate::{pipeline::Faces, signals::PixelSignals};
 
     #[test]
     fn file_names_name_task_and_chunk_and_parse_back() {
@@ -304,13 +361,19 @@ mod tests {
     #[test]
     fn rows_round_trip_with_model_metadata_and_every_signal() {
         let pixels = PixelSignals { hash: 0xfedc_ba98_7654_3210, sharpness: 412.5 };
-        let signals = Signals { embedding: vec![0.6, 0.8], pixels: Some(pixels), scores: Some(vec![5.5, 0.25]) };
+        let face = Face { bbox: [1.0, 2.0, 3.0, 4.0], score: 0.9, landmarks: [[0.0; 2]; 5], embedding: vec![1.0, 0.0] };
+        let signals = Signals {
+            embedding: vec![0.6, 0.8],
+            pixels: Some(pixels),
+            scores: Some(vec![5.5, 0.25]),
+            faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
+        };
         let rows = vec![
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },
             Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "no object".into())), bytes: None },
         ];
         let heads = ["aesthetic".to_string(), "sharp".to_string()];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &heads).unwrap());
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &heads, true).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
         assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
@@ -333,13 +396,21 @@ mod tests {
         assert!(scores.is_valid(0) && scores.is_null(1));
         let sharp = scores.column_by_name("sharp").unwrap().as_primitive::<Float32Type>();
         assert_eq!(sharp.value(0), 0.25);
+        let faces = column("faces").as_list::<i32>();
+        assert!(faces.is_valid(0) && faces.is_null(1));
+        let first = faces.value(0);
+        let first = first.as_struct();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first.column_by_name("score").unwrap().as_primitive::<Float32Type>().value(0), 0.9);
+        let bbox = first.column_by_name("box").unwrap().as_fixed_size_list().value(0);
+        assert_eq!(bbox.as_primitive::<Float32Type>().values().to_vec(), vec![1.0, 2.0, 3.0, 4.0]);
     }
 
     #[test]
     fn without_heads_there_is_no_scores_column() {
         let rows =
             vec![Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "x".into())), bytes: None }];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[]).unwrap());
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[], false).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
         assert_eq!(names, ["key", "embedding", "error_code", "error_message", "bytes", "hash", "sharpness"]);

@@ -1,7 +1,4 @@
-//! Groupings over one request's photos (an album is at most a request): duplicates by perceptual
-//! hash. Library-wide grouping is a job over backfill's Parquet, not this (docs/design.md).
-//!
-//! A leaf: it sees hashes, not photos.
+//! Near-duplicates: photos whose perceptual hashes are close, grouped.
 
 /// Groups of indices of photos whose hashes are at most `max_bits` apart, linked through each
 /// other: the connected groups of the "close" relation, which is what the album app's

@@ -6,13 +6,16 @@
 //!
 //! One decode, several views: [`decode_views`] is the one sequence from bytes to what a photo is
 //! used as (decode once, at the scale the largest view needs, then each view of those pixels): the
-//! model's square always, and the luma that pixel signals are measured on (`signals`) when the
-//! request asks for them. The pipeline runs it on its decode threads; the benches run it as
+//! model's square always, the luma that pixel signals are measured on (`signals`) and the face
+//! detector's canvas (`faces`) when the request asks for them. The pipeline runs it on its decode threads; the benches run it as
 //! [`decode_square`].
+
+mod faces;
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{GrayImage, RgbImage};
 
+pub use self::faces::{CROP_SIDE, FaceCanvas, aligned_face};
 use crate::{
     decode::{DecodeError, DecodeOptions, Decoded, decode},
     signals::luma_size,
@@ -102,6 +105,8 @@ pub struct Views {
     pub square: Transform,
     /// Whether the luma is wanted too.
     pub luma: bool,
+    /// The face detector's canvas side, when faces are wanted.
+    pub canvas: Option<u32>,
 }
 
 /// One photo's views.
@@ -110,17 +115,20 @@ pub struct Viewed {
     /// Present when asked for: the luma of the whole photo, at the size the pixel signals are
     /// measured at (`signals::luma_size`).
     pub luma: Option<GrayImage>,
+    /// Present when asked for.
+    pub canvas: Option<FaceCanvas>,
 }
 
-/// Decodes `bytes` once, just large enough for the largest view (the square: a JPEG at the
-/// smallest DCT scale that still covers it, which also covers the luma signals' sizes), and makes
-/// each view of it. The bytes (and whatever they hold, such as their share of the fetched-bytes
-/// budget) are let go as soon as they are decoded.
+/// Decodes `bytes` once, just large enough for the largest view (a JPEG at the smallest DCT scale
+/// that still covers the square and the canvas; that also covers the luma signals' sizes), and
+/// makes each view of it. The bytes (and whatever they hold, such as their share of the
+/// fetched-bytes budget) are let go as soon as they are decoded.
 pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> Result<Viewed, PreprocessError> {
-    let decoded = decode(bytes.as_ref(), &decode_options(&views.square, max_pixels))?;
+    let decoded = decode(bytes.as_ref(), &decode_options(views, max_pixels))?;
     drop(bytes);
     let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
-    Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma })
+    let canvas = views.canvas.map(|side| faces::canvas(&decoded.image, decoded.full_size, side)).transpose()?;
+    Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma, canvas })
 }
 
 /// [`decode_views`] for the square alone.
@@ -129,7 +137,7 @@ pub fn decode_square(
     transform: &Transform,
     max_pixels: u64,
 ) -> Result<RgbImage, PreprocessError> {
-    let views = Views { square: transform.clone(), luma: false };
+    let views = Views { square: transform.clone(), luma: false, canvas: None };
     decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square)
 }
 
@@ -156,9 +164,9 @@ pub fn luma(image: &RgbImage) -> GrayImage {
     GrayImage::from_raw(image.width(), image.height(), values).expect("one value per pixel")
 }
 
-/// How [`decode_views`] decodes for `transform`: what the decode memory budget is reckoned for.
-pub fn decode_options(transform: &Transform, max_pixels: u64) -> DecodeOptions {
-    DecodeOptions::for_input(transform.resize_side(), max_pixels)
+/// How [`decode_views`] decodes for `views`: what the decode memory budget is reckoned for.
+pub fn decode_options(views: &Views, max_pixels: u64) -> DecodeOptions {
+    DecodeOptions { target_long_side: views.canvas, ..DecodeOptions::for_input(views.square.resize_side(), max_pixels) }
 }
 
 /// Resizes and crops a decoded photo to the model's square.

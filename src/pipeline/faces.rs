@@ -1,0 +1,62 @@
+//! A photo's faces, after its decode: its canvas on the face detector, each face found aligned on a
+//! decode thread, every aligned face on the recognizer (faces of many photos batch together), and
+//! the boxes and landmarks scaled back to the upright full-size photo.
+
+use super::{ItemError, Pipeline};
+use crate::{
+    model::{Detection, Detections},
+    preprocess::{FaceCanvas, aligned_face},
+};
+
+/// A photo's faces, best first, and how many more `CLIPFN_MAX_FACES` left out.
+#[derive(Debug, Clone, Default)]
+pub struct Faces {
+    pub faces: Vec<Face>,
+    pub left_out: usize,
+}
+
+/// One face of a photo, in pixels of the upright photo at its full size: its box clipped to the
+/// photo (its crop keeps what lay outside, black).
+#[derive(Debug, Clone)]
+pub struct Face {
+    /// `[x1, y1, x2, y2]`.
+    pub bbox: [f32; 4],
+    pub score: f32,
+    /// Left eye, right eye, nose, left and right mouth corners.
+    pub landmarks: [[f32; 2]; 5],
+    /// Of unit length.
+    pub embedding: Vec<f32>,
+}
+
+impl Pipeline {
+    /// The faces on `canvas`, best first.
+    pub(super) async fn find_faces(&self, canvas: FaceCanvas) -> Result<Faces, ItemError> {
+        let (scale, (width, height)) = (canvas.scale, canvas.full_size);
+        let pixels = std::sync::Arc::clone(&canvas.image);
+        let Detections { faces: detections, left_out } = self.worker.detect(canvas).await?.output;
+        if detections.is_empty() {
+            return Ok(Faces { faces: Vec::new(), left_out });
+        }
+        let landmarks: Vec<[[f32; 2]; 5]> = detections.iter().map(|d| d.landmarks).collect();
+        let (_, crops) = self
+            .decoders
+            .run(move || Ok::<_, ItemError>(landmarks.iter().map(|points| aligned_face(&pixels, points)).collect()))
+            .await;
+        let crops: Vec<image::RgbImage> = crops?;
+        let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;
+        let bounds = [width as f32, height as f32, width as f32, height as f32];
+        let faces = detections
+            .into_iter()
+            .zip(embeddings)
+            .map(|(Detection { bbox, score, landmarks }, embedded)| {
+                Ok(Face {
+                    bbox: std::array::from_fn(|i| (bbox[i] / scale).clamp(0.0, bounds[i])),
+                    score,
+                    landmarks: landmarks.map(|[x, y]| [x / scale, y / scale]),
+                    embedding: embedded?.output,
+                })
+            })
+            .collect::<Result<_, ItemError>>()?;
+        Ok(Faces { faces, left_out })
+    }
+}

@@ -1,0 +1,160 @@
+//! The face views, made on the decode threads: the detector's canvas (the photo letterboxed into
+//! the top-left of a black square, keeping its aspect, as InsightFace and OpenCV feed their
+//! detectors), and once the detector has found faces on it, each face aligned to ArcFace's 112 x 112
+//! template, warped from the same canvas pixels the detector saw.
+//!
+//! Warping from the canvas rather than the full photo keeps one photo's pixels at the canvas's
+//! size while its faces are found; a face under about 40 canvas pixels is then upscaled into its
+//! crop (docs/design.md, "Faces").
+
+use std::sync::Arc;
+
+use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use image::RgbImage;
+
+use super::PreprocessError;
+
+/// ArcFace's five landmark positions in its 112 x 112 crop (eyes, nose, mouth corners).
+const ARCFACE_TEMPLATE: [[f32; 2]; 5] =
+    [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]];
+pub const CROP_SIDE: u32 = 112;
+
+/// A photo on the face detector's canvas.
+#[derive(Debug, Clone)]
+pub struct FaceCanvas {
+    /// Shared: the detector reads it, and the faces it finds are cut from it afterwards.
+    pub image: Arc<RgbImage>,
+    /// Canvas pixels per pixel of the upright full-size photo: a canvas position divided by it is
+    /// the photo's.
+    pub scale: f32,
+    /// The upright full-size photo's width and height.
+    pub full_size: (u32, u32),
+}
+
+/// `image` (the decode of an upright `full_size` photo, at whatever DCT scale) resized into the
+/// top-left of a black `side` x `side` canvas, its long side filling it.
+pub fn canvas(image: &RgbImage, full_size: (u32, u32), side: u32) -> Result<FaceCanvas, PreprocessError> {
+    let (width, height) = full_size;
+    // InsightFace's arithmetic, truncating: the short side is int(side * short / long).
+    let (new_width, new_height) = if height > width {
+        ((f64::from(side) * f64::from(width) / f64::from(height)) as u32, side)
+    } else {
+        (side, (f64::from(side) * f64::from(height) / f64::from(width)) as u32)
+    };
+    let (new_width, new_height) = (new_width.max(1), new_height.max(1));
+    let mut resized = RgbImage::new(new_width, new_height);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    Resizer::new().resize(image, &mut resized, &options).map_err(|e| PreprocessError::Resize(e.to_string()))?;
+    let mut canvas = RgbImage::new(side, side);
+    image::imageops::replace(&mut canvas, &resized, 0, 0);
+    Ok(FaceCanvas { image: Arc::new(canvas), scale: new_height as f32 / height as f32, full_size })
+}
+
+/// The face with these `landmarks` (canvas pixels) aligned to the ArcFace template: the least-squares
+/// similarity (rotation, uniform scale, shift; Umeyama's, no reflection) from the landmarks to the
+/// template, applied by bilinear sampling with black outside the canvas, as OpenCV's `warpAffine`.
+pub fn aligned_face(canvas: &RgbImage, landmarks: &[[f32; 2]; 5]) -> RgbImage {
+    let [a, b, tx, ty] = similarity(landmarks, &ARCFACE_TEMPLATE);
+    // The inverse of x' = [a -b; b a] x + t, to find each crop pixel's source.
+    let norm = a * a + b * b;
+    let (ia, ib) = (a / norm, -b / norm);
+    let mut crop = RgbImage::new(CROP_SIDE, CROP_SIDE);
+    for (x, y, pixel) in crop.enumerate_pixels_mut() {
+        let (dx, dy) = (x as f64 - tx, y as f64 - ty);
+        let (sx, sy) = (ia * dx - ib * dy, ib * dx + ia * dy);
+        pixel.0 = bilinear(canvas, sx, sy);
+    }
+    crop
+}
+
+/// `[a, b, tx, ty]` minimising the squared distances from `[a -b; b a] p + t` to `q`: the similarity
+/// Umeyama's method gives in two dimensions.
+fn similarity(from: &[[f32; 2]; 5], to: &[[f32; 2]; 5]) -> [f64; 4] {
+    let mean = |points: &[[f32; 2]; 5]| {
+        let n = points.len() as f64;
+        [
+            points.iter().map(|p| f64::from(p[0])).sum::<f64>() / n,
+            points.iter().map(|p| f64::from(p[1])).sum::<f64>() / n,
+        ]
+    };
+    let (mp, mq) = (mean(from), mean(to));
+    let (mut dot, mut cross, mut spread) = (0.0, 0.0, 0.0);
+    for (p, q) in from.iter().zip(to) {
+        let (px, py) = (f64::from(p[0]) - mp[0], f64::from(p[1]) - mp[1]);
+        let (qx, qy) = (f64::from(q[0]) - mq[0], f64::from(q[1]) - mq[1]);
+        dot += px * qx + py * qy;
+        cross += px * qy - py * qx;
+        spread += px * px + py * py;
+    }
+    // Landmarks all in one place have no similarity to find: a degenerate (but finite) map.
+    let spread = spread.max(f64::EPSILON);
+    let (a, b) = (dot / spread, cross / spread);
+    [a, b, mq[0] - (a * mp[0] - b * mp[1]), mq[1] - (b * mp[0] + a * mp[1])]
+}
+
+/// The canvas at `(x, y)`, bilinearly, pixels outside it black.
+fn bilinear(image: &RgbImage, x: f64, y: f64) -> [u8; 3] {
+    let (x0, y0) = (x.floor(), y.floor());
+    let (fx, fy) = (x - x0, y - y0);
+    let (width, height) = (i64::from(image.width()), i64::from(image.height()));
+    let at = |xi: i64, yi: i64| -> [f64; 3] {
+        if xi < 0 || yi < 0 || xi >= width || yi >= height {
+            return [0.0; 3];
+        }
+        image.get_pixel(xi as u32, yi as u32).0.map(f64::from)
+    };
+    let (x0, y0) = (x0 as i64, y0 as i64);
+    let (p00, p10, p01, p11) = (at(x0, y0), at(x0 + 1, y0), at(x0, y0 + 1), at(x0 + 1, y0 + 1));
+    std::array::from_fn(|c| {
+        let top = p00[c] * (1.0 - fx) + p10[c] * fx;
+        let bottom = p01[c] * (1.0 - fx) + p11[c] * fx;
+        (top * (1.0 - fy) + bottom * fy).round().clamp(0.0, 255.0) as u8
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_canvas_keeps_the_aspect_in_its_top_left_corner() {
+        let photo = RgbImage::from_pixel(300, 200, image::Rgb([200, 100, 50]));
+        let canvas = canvas(&photo, (1200, 800), 640).unwrap();
+        // InsightFace's scale is the short side's: 426 rows for 800.
+        assert_eq!(canvas.scale, 426.0 / 800.0);
+        assert_eq!(canvas.image.get_pixel(639, 425).0, [200, 100, 50]);
+        assert_eq!(canvas.image.get_pixel(0, 426).0, [0, 0, 0], "below the photo: 640 * 800 / 1200 = 426 rows");
+        let tall = super::canvas(&photo, (800, 1200), 640).unwrap();
+        assert_eq!((tall.scale, tall.image.get_pixel(426, 0).0), (640.0 / 1200.0, [0, 0, 0]));
+    }
+
+    #[test]
+    fn the_similarity_maps_a_scaled_turned_template_back_onto_it() {
+        // The template turned 30 degrees, doubled and moved: the fit undoes exactly that.
+        let (angle, scale, shift) = (30f64.to_radians(), 2.0, [100.0, 40.0]);
+        let moved = ARCFACE_TEMPLATE.map(|[x, y]| {
+            let (x, y) = (f64::from(x), f64::from(y));
+            let (c, s) = (angle.cos() * scale, angle.sin() * scale);
+            [(c * x - s * y + shift[0]) as f32, (s * x + c * y + shift[1]) as f32]
+        });
+        let [a, b, tx, ty] = similarity(&moved, &ARCFACE_TEMPLATE);
+        for (p, q) in moved.iter().zip(ARCFACE_TEMPLATE) {
+            let (x, y) = (f64::from(p[0]), f64::from(p[1]));
+            assert!((a * x - b * y + tx - f64::from(q[0])).abs() < 1e-3);
+            assert!((b * x + a * y + ty - f64::from(q[1])).abs() < 1e-3);
+        }
+        assert!(((a * a + b * b).sqrt() - 0.5).abs() < 1e-6, "the scale is undone");
+    }
+
+    #[test]
+    fn a_face_already_on_the_template_is_copied_and_the_outside_is_black() {
+        let mut canvas = RgbImage::new(112, 112);
+        canvas.enumerate_pixels_mut().for_each(|(x, y, p)| p.0 = [x as u8, y as u8, 7]);
+        let crop = aligned_face(&canvas, &ARCFACE_TEMPLATE);
+        assert_eq!(crop, canvas, "the identity warp");
+        let shifted = ARCFACE_TEMPLATE.map(|[x, y]| [x + 10.0, y]);
+        let crop = aligned_face(&canvas, &shifted);
+        assert_eq!(crop.get_pixel(0, 5).0, [10, 5, 7]);
+        assert_eq!(crop.get_pixel(111, 5).0, [0, 0, 0], "x 121 lies outside the 112-wide canvas");
+    }
+}

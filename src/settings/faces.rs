@@ -1,0 +1,72 @@
+//! Faces in `/v1/analyze`: where the face models are, which detections count, and how faces are
+//! grouped into people.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// The variables of [`FaceSettings`], one per field and in the fields' order (see `variables`).
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_FACE_MODEL",
+    "CLIPFN_FACE_MIN_SCORE",
+    "CLIPFN_MAX_FACES",
+    "CLIPFN_FACE_MAX_DISTANCE",
+    "CLIPFN_FACE_MIN_FACES",
+];
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FaceSettings {
+    /// A folder or URI prefix holding `detection/model.onnx` and `recognition/model.onnx` (the
+    /// layout Immich stores InsightFace's packs in). Unset: no faces.
+    #[serde(default)]
+    pub face_model: Option<String>,
+    /// Detections scoring under this are dropped (Immich's 0.7).
+    #[serde(default = "defaults::min_score")]
+    pub face_min_score: f32,
+    /// The most faces a photo answers, best first; a noise photo can make thousands of detections.
+    #[serde(default = "defaults::max_faces")]
+    pub max_faces: usize,
+    /// DBSCAN's eps over the faces' cosine distances (Immich's 0.5).
+    #[serde(default = "defaults::max_distance")]
+    pub face_max_distance: f32,
+    /// DBSCAN's min_samples: the faces, itself included, within the distance that make a face a
+    /// person's core (the album app's 2).
+    #[serde(default = "defaults::min_faces")]
+    pub face_min_faces: usize,
+}
+
+mod defaults {
+    pub fn min_score() -> f32 {
+        0.7
+    }
+    pub fn max_faces() -> usize {
+        50
+    }
+    pub fn max_distance() -> f32 {
+        0.5
+    }
+    pub fn min_faces() -> usize {
+        2
+    }
+}
+
+impl FaceSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&self.face_min_score) {
+            return Err(ConfigError(format!("CLIPFN_FACE_MIN_SCORE must be 0 to 1, got {}", self.face_min_score)));
+        }
+        if !(self.face_max_distance > 0.0 && self.face_max_distance <= 2.0) {
+            return Err(ConfigError(format!(
+                "CLIPFN_FACE_MAX_DISTANCE is a cosine distance: over 0, at most 2, got {}",
+                self.face_max_distance
+            )));
+        }
+        if self.max_faces == 0 {
+            return Err(ConfigError("CLIPFN_MAX_FACES must be at least 1 (unset CLIPFN_FACE_MODEL for none)".into()));
+        }
+        if self.face_min_faces == 0 {
+            return Err(ConfigError("CLIPFN_FACE_MIN_FACES must be at least 1".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Reference for clipfn's face detection + recognition (issue 29): numpy, ONNX Runtime, Pillow,
+OpenCV, scikit-image and scikit-learn, written from the spec below (no InsightFace / OpenCV Zoo /
+Immich code), the yardstick the Rust side is held to.
+
+A face model folder holds detection/model.onnx (SCRFD: 9 outputs; YuNet: 12 outputs named cls_8 ...
+kps_32) and recognition/model.onnx (ArcFace: [N,3,112,112] -> [N,512]).
+
+  1. Photo: Pillow open, ImageOps.exif_transpose, RGB; W, H = the upright size.
+  2. Letterbox: ratio = H / W; ratio > 1: new_h = 640, new_w = int(640 / ratio); else new_w = 640,
+     new_h = int(640 * ratio). scale = new_h / H. Resize the whole photo to (new_w, new_h) with
+     Pillow's BILINEAR (antialiased), paste at the top left of a black 640x640 RGB canvas.
+  3a. SCRFD: input RGB (p - 127.5) / 128, NCHW. Stride s in (8, 16, 32), index i: scores out[i],
+     distances out[i + 3] * s, landmarks out[i + 6] * s ([1, n, k] or [n, k]); anchor centres
+     (x * s, y * s), cells row-major, each centre twice (2 anchors). Keep score >= min_score;
+     box (cx - d0, cy - d1, cx + d2, cy + d3), landmark j (cx + k[2j], cy + k[2j + 1]). Divide by
+     scale; greedy NMS at IoU 0.4 over all strides, areas and intersections with +1 (InsightFace).
+  3b. YuNet: input BGR raw 0-255, NCHW. Stride s, cell (r, c), idx = r * cols + c: score =
+     sqrt(clamp(cls, 0, 1) * clamp(obj, 0, 1)); cx = (c + b0) * s, cy = (r + b1) * s,
+     w = exp(b2) * s, h = exp(b3) * s, box (cx - w/2, cy - h/2, cx + w/2, cy + h/2); landmark j
+     ((k[2j] + c) * s, (k[2j + 1] + r) * s). Keep score >= min_score, divide by scale, greedy NMS
+     at IoU 0.3 with plain areas (w * h).
+     NMS in both: candidates in descending score, ties in decode order (stride 8 first, then row
+     order: a stable sort); a candidate is dropped when its IoU with a kept face is > the limit.
+  4. Alignment: the 5 landmarks in 640-canvas coordinates (before the division by scale) onto
+     the ArcFace 112x112 template by a similarity transform (Umeyama, with scale, no reflection:
+     skimage's SimilarityTransform), cv2.warpAffine of the canvas (the RGB pixels the detector
+     saw) to 112x112, INTER_LINEAR, BORDER_CONSTANT 0.
+  5. Recognizer: RGB (p - 127.5) / 127.5, NCHW, all faces of a photo in one batch; L2-normalised.
+
+Commands (JSON on stdout):
+  detect FOLDER PHOTO... [--min-score 0.7] [--draft]
+      [{"width": W, "height": H, "faces": [{"box": [x1, y1, x2, y2], "score": s,
+        "landmarks": [[x, y] x 5], "embedding": [512 floats]}, ...]}, ...]  one per photo, in
+      order, faces by descending score, coordinates in pixels of the upright full-size photo.
+  people [--eps 0.5] [--min-samples 2]
+      stdin: [[embedding], ...] (every face of a request, in order) -> {"labels": [...]}:
+      sklearn DBSCAN(eps, min_samples, metric="cosine") labels, -1 = noise.
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+from PIL import Image, ImageOps
+
+CANVAS = 640
+STRIDES = (8, 16, 32)
+ARCFACE_TEMPLATE = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
+                             [41.5493, 92.3655], [70.7299, 92.2041]], np.float64)
+CROP = 112
+SCRFD_NMS, YUNET_NMS = 0.4, 0.3
+
+
+def dct_denom(width, height):
+    """The JPEG DCT scale clipfn decodes at for faces (src/decode/jpeg.rs): the coarsest of 1/8,
+    1/4, 1/2 whose short side keeps 90% of CLIP's 224 and whose long side 90% of the canvas."""
+    short, long_ = min(width, height), max(width, height)
+    covers = lambda d: -(-short // d) >= -(-224 * 9 // 10) and -(-long_ // d) >= -(-CANVAS * 9 // 10)
+    return next((d for d in (8, 4, 2) if covers(d)), 1)
+
+
+def load_photo(path, draft=False):
+    """(the upright RGB photo, its upright full size). With `draft`, a JPEG is decoded at clipfn's
+    DCT scale (Pillow's draft mode, libjpeg's scaling), as clipfn decodes it."""
+    with Image.open(path) as im:
+        if draft and im.format == "JPEG":
+            d = dct_denom(*im.size)
+            full = im.size
+            im.draft("RGB", (-(-im.width // d), -(-im.height // d)))
+        else:
+            full = im.size
+        im.load()
+        upright = ImageOps.exif_transpose(im).convert("RGB")
+        turned = upright.size != im.size
+        return upright, ((full[1], full[0]) if turned else full)
+
+
+def letterbox(photo, full_size):
+    """(canvas uint8 [640, 640, 3] RGB, scale): the photo resized into the top-left corner; the
+    arithmetic on the upright full-size `full_size`, whatever size `photo` was decoded at."""
+    w, h = full_size
+    ratio = h / w
+    if ratio > 1:
+        new_h, new_w = CANVAS, int(CANVAS / ratio)
+    else:
+        new_w, new_h = CANVAS, int(CANVAS * ratio)
+    scale = new_h / h
+    canvas = np.zeros((CANVAS, CANVAS, 3), np.uint8)
+    canvas[:new_h, :new_w] = np.asarray(photo.resize((new_w, new_h), Image.BILINEAR))
+    return canvas, scale
+
+
+def session(path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def detector_format(sess):
+    names = [o.name for o in sess.get_outputs()]
+    if len(names) == 9:
+        return "scrfd"
+    if len(names) == 12 and set(names) == {f"{k}_{s}" for k in ("cls", "obj", "bbox", "kps") for s in STRIDES}:
+        return "yunet"
+    raise SystemExit(f"detection model: {len(names)} outputs {names}: neither SCRFD (9) nor YuNet (12)")
+
+
+def rows(a, k):
+    """[1, n, k] or [n, k] -> float64 [n, k]."""
+    a = np.asarray(a, np.float64)
+    return a.reshape(-1, k)
+
+
+def decode_scrfd(outs, min_score):
+    """Candidates in decode order: (scores [m], boxes [m, 4], landmarks [m, 5, 2]), canvas pixels."""
+    scores, boxes, kps = [], [], []
+    for i, s in enumerate(STRIDES):
+        n = CANVAS // s
+        sc = rows(outs[i], 1)[:, 0]
+        d = rows(outs[i + 3], 4) * s
+        k = rows(outs[i + 6], 10) * s
+        ys, xs = np.mgrid[0:n, 0:n]
+        centres = np.repeat(np.stack([xs.ravel() * s, ys.ravel() * s], axis=1).astype(np.float64), 2, axis=0)
+        assert len(sc) == len(centres) == len(d) == len(k), (s, len(sc), len(centres))
+        keep = sc >= min_score
+        c = centres[keep]
+        scores.append(sc[keep])
+        boxes.append(np.concatenate([c - d[keep][:, :2], c + d[keep][:, 2:]], axis=1))
+        kps.append(c[:, None, :] + k[keep].reshape(-1, 5, 2))
+    return np.concatenate(scores), np.concatenate(boxes), np.concatenate(kps)
+
+
+def decode_yunet(named, min_score):
+    scores, boxes, kps = [], [], []
+    for s in STRIDES:
+        n = CANVAS // s
+        cls = np.clip(rows(named[f"cls_{s}"], 1)[:, 0], 0, 1)
+        obj = np.clip(rows(named[f"obj_{s}"], 1)[:, 0], 0, 1)
+        b = rows(named[f"bbox_{s}"], 4)
+        k = rows(named[f"kps_{s}"], 10).reshape(-1, 5, 2)
+        sc = np.sqrt(cls * obj)
+        r, c = np.divmod(np.arange(n * n), n)
+        cell = np.stack([c, r], axis=1).astype(np.float64)
+        keep = sc >= min_score
+        centre = (cell[keep] + b[keep, :2]) * s
+        wh = np.exp(b[keep, 2:]) * s
+        scores.append(sc[keep])
+        boxes.append(np.concatenate([centre - wh / 2, centre + wh / 2], axis=1))
+        kps.append((k[keep] + cell[keep][:, None, :]) * s)
+    return np.concatenate(scores), np.concatenate(boxes), np.concatenate(kps)
+
+
+def nms(scores, boxes, limit, plus_one):
+    """Indices kept, best first: greedy, stable in decode order for equal scores."""
+    one = 1.0 if plus_one else 0.0
+    order = np.argsort(-scores, kind="stable")
+    x1, y1, x2, y2 = boxes.T
+    areas = (x2 - x1 + one) * (y2 - y1 + one)
+    kept = []
+    while order.size:
+        i, rest = order[0], order[1:]
+        kept.append(int(i))
+        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]) + one)
+        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]) + one)
+        inter = w * h
+        iou = inter / (areas[i] + areas[rest] - inter)
+        order = rest[iou <= limit]
+    return kept
+
+
+def align(canvas, landmarks):
+    """The 112x112 RGB crop: landmarks (canvas pixels) onto the ArcFace template."""
+    import cv2
+    from skimage.transform import SimilarityTransform
+
+    t = SimilarityTransform.from_estimate(landmarks, ARCFACE_TEMPLATE)
+    if not t:
+        raise ValueError(f"no similarity transform for landmarks {landmarks.tolist()}")
+    return cv2.warpAffine(canvas, t.params[:2], (CROP, CROP), flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+
+
+class Faces:
+    def __init__(self, folder):
+        self.det = session(f"{folder}/detection/model.onnx")
+        self.rec = session(f"{folder}/recognition/model.onnx")
+        self.format = detector_format(self.det)
+        self.det_input = self.det.get_inputs()[0].name
+        self.rec_input = self.rec.get_inputs()[0].name
+
+    def detect_canvas(self, canvas, min_score):
+        """Candidates after NMS, best first, in canvas pixels: (scores, boxes, landmarks)."""
+        if self.format == "scrfd":
+            x = ((canvas.astype(np.float32) - 127.5) / 128.0).transpose(2, 0, 1)[None]
+            outs = self.det.run(None, {self.det_input: np.ascontiguousarray(x)})
+            scores, boxes, kps = decode_scrfd(outs, min_score)
+            limit, plus_one = SCRFD_NMS, True
+        else:
+            x = canvas[:, :, ::-1].astype(np.float32).transpose(2, 0, 1)[None]
+            outs = self.det.run(None, {self.det_input: np.ascontiguousarray(x)})
+            named = {o.name: v for o, v in zip(self.det.get_outputs(), outs)}
+            scores, boxes, kps = decode_yunet(named, min_score)
+            limit, plus_one = YUNET_NMS, False
+        return scores, boxes, kps, limit, plus_one
+
+    def embed(self, crops):
+        x = ((np.stack(crops).astype(np.float32) - 127.5) / 127.5).transpose(0, 3, 1, 2)
+        (y,) = self.rec.run(None, {self.rec_input: np.ascontiguousarray(x)})
+        return y / np.linalg.norm(y, axis=1, keepdims=True)
+
+    def detect(self, photo, full_size, min_score=0.7):
+        """One photo's answer (see the module doc); boxes clipped to the photo."""
+        canvas, scale = letterbox(photo, full_size)
+        w, h = full_size
+        scores, boxes, kps, limit, plus_one = self.detect_canvas(canvas, min_score)
+        # NMS on the photo's coordinates (the division by scale first, as the spec says)
+        kept = nms(scores, boxes / scale, limit, plus_one)
+        faces = []
+        if kept:
+            emb = self.embed([align(canvas, kps[i]) for i in kept])
+            for j, i in enumerate(kept):
+                box = np.clip(boxes[i] / scale, 0, [w, h, w, h])
+                faces.append({"box": [float(v) for v in box], "score": float(scores[i]),
+                              "landmarks": [[float(x), float(y)] for x, y in kps[i] / scale],
+                              "embedding": [float(v) for v in emb[j]]})
+        return {"width": w, "height": h, "faces": faces}
+
+
+def people(embeddings, eps, min_samples):
+    from sklearn.cluster import DBSCAN
+
+    if not embeddings:
+        return []
+    x = np.asarray(embeddings, np.float64)
+    return [int(v) for v in DBSCAN(eps=eps, min_samples=min_samples, metric="cosine").fit(x).labels_]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("detect", help="faces of each photo")
+    d.add_argument("folder")
+    d.add_argument("photos", nargs="+")
+    d.add_argument("--min-score", type=float, default=0.7)
+    d.add_argument("--draft", action="store_true", help="decode JPEGs at clipfn's DCT scale")
+    p = sub.add_parser("people", help="DBSCAN labels of the embeddings on stdin")
+    p.add_argument("--eps", type=float, default=0.5)
+    p.add_argument("--min-samples", type=int, default=2)
+    a = ap.parse_args()
+    if a.cmd == "detect":
+        faces = Faces(a.folder)
+        out = [faces.detect(*load_photo(path, a.draft), a.min_score) for path in a.photos]
+    else:
+        out = {"labels": people(json.load(sys.stdin), a.eps, a.min_samples)}
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

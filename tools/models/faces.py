@@ -1,0 +1,318 @@
+"""Face detection + recognition test models (issue 29): seeded random weights in the layouts of the
+real models, so that clipfn's decoding, alignment and clustering run in ONNX Runtime exactly as they
+would on InsightFace's buffalo_l (SCRFD det_10g + ArcFace w600k_r50) or OpenCV Zoo's YuNet.
+
+  faces-scrfd-test  folder: detection/model.onnx SCRFD-shaped, recognition/model.onnx ArcFace-shaped
+  faces-yunet-test  folder: detection/model.onnx YuNet-shaped (face_detection_yunet_2023mar), the
+                    same recognition/model.onnx
+  face-detector-bad    one file: the SCRFD detector with 7 outputs (no kps_16, kps_32): neither format
+  face-recognizer-bad  one file: the recognizer at [N,3,96,96] (ArcFace takes 112)
+
+SCRFD: input "input.1" float32 [1,3,640,640] ((RGB - 127.5) / 128); outputs, in this order,
+score_8, score_16, score_32 [1,n,1] (probabilities), bbox_8, bbox_16, bbox_32 [1,n,4] (distances
+left, top, right, bottom from the anchor centre, in strides), kps_8, kps_16, kps_32 [1,n,10] (5
+landmark offsets from the anchor centre, in strides); n = (640/s)^2 * 2: cells row-major, the 2
+anchors of a cell consecutive.
+YuNet: input "input" float32 [1,3,640,640] (BGR 0-255 as is); outputs cls_8, cls_16, cls_32,
+obj_8.., bbox_8.. [1,n,4] (dx, dy, log w, log h in strides), kps_8.. [1,n,10] (offsets from the
+cell in strides); n = (640/s)^2, one anchor per cell. cls spans [-0.02, 1.18] (below 0 on the
+letterbox, above 1 on the strongest faces) and obj (0.82, 0.98): a decoder that forgets to clamp
+cls to [0, 1] scores those faces too high and takes the square root of negative numbers.
+ArcFace: input "input.1" float32 [N,3,112,112] ((RGB - 127.5) / 127.5), output "683" float32
+[N,512], not normalised.
+
+How the detector "finds faces" (nothing is learned; it is arranged so that real photos give a few
+well-separated detections with scores spread over [0.7, 0.95], none touching the letterbox, and
+the same ones for a resized copy of the photo):
+  f    per stride s and anchor, a low-pass random filter over the 2s x 2s pixels around the cell
+       (4 x 4 blocks of s/2 pixels; zero-sum per colour channel, so flat patches of ANY colour give
+       0; the canvas mirrored at its edges), divided by its typical response on photos
+       (FEATURE_SD), so f is in standard deviations
+  g    f - 4 * (MaxPool5x5(f) - f)  (local maxima keep their value, their neighbours drop)
+         - 10000 * (the cell's field touches a row or column that is black from end to end: the
+           letterbox; a few black pixels of a photo never count)
+  k    the K-th largest g of the stride and anchor (TopK; K = TOP_K)
+  L    min(OFFSET + sign(d) ln(1 + |d|) with d = g - T,  100 * (g - k) + 10):
+       above the 0.7 score only where g > T (THRESHOLD) and only for the K best peaks, so about
+       sum(K) * anchors detections at most (SCRFD 8, YuNet 7) before NMS
+  SCRFD score = sigmoid(L); YuNet cls = 1.2 * sigmoid(L) - 0.02, obj = 0.9 + 0.08 * tanh(..)
+Boxes: anchor-sized (BOX_STRIDES) times exp(0.1 * tanh(a low-pass filter)); landmarks: the ArcFace
+template placed in the box (box centre + box size * template offsets) plus 0.03 * tanh noise, so
+the 5-point alignment is well conditioned and landmarks stay inside the box.
+Recognizer: clip.py's test design at 112: a 16x16/stride-16 low-pass patch conv (3->16, zero-sum)
++ tanh, flattened (16 * 7 * 7) and projected to 512: position and colour edges move the embedding.
+Figures measured on the camera photos are in tools/README.md ("Face models")."""
+import os
+import shutil
+import time
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from .files import save
+from .graph import Graph, learned_params, onnx_model
+
+CANVAS = 640
+STRIDES = (8, 16, 32)
+FACE_FOLDERS = {"faces-scrfd-test": "scrfd", "faces-yunet-test": "yunet"}
+FACE_FILES = {"face-detector-bad": "face-detector-bad.onnx", "face-recognizer-bad": "face-recognizer-bad.onnx"}
+MODEL_ID = {"scrfd": "clipfn-test-scrfd-v1", "yunet": "clipfn-test-yunet-v1", "arcface": "clipfn-test-arcface-v1",
+            "face-detector-bad": "clipfn-test-face-detector-bad-v1",
+            "face-recognizer-bad": "clipfn-test-face-recognizer-bad-v1"}
+# rng salts: each part has its own stream, so changing one leaves the others' weights alone
+SALT = {"scrfd": 11, "yunet": 12, "arcface": 13}
+
+ARCFACE_TEMPLATE = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
+                             [41.5493, 92.3655], [70.7299, 92.2041]])
+# the template as offsets from the face box's centre in box widths / heights (the box's centre a
+# little above the nose, as in real detections)
+LANDMARKS_IN_BOX = ((ARCFACE_TEMPLATE - [56.0, 62.0]) / 112.0).ravel()
+
+# The std of each unit-norm peak filter's response on the normalised canvases of the 34 camera
+# photos of .cache/photos/wallpapers (patches touching the letterbox left out), per format, stride
+# and anchor, for the default seed: f is then in stds. Another seed gets other counts.
+FEATURE_SD = {"scrfd": {8: (0.1072, 0.1276), 16: (0.1636, 0.3044), 32: (0.1491, 0.2577)},
+              "yunet": {8: (0.1185,), 16: (0.166,), 32: (0.2453,)}}
+SMALL_SD = {8: 0.09, 16: 0.17, 32: 0.2}  # the same, roughly, for the box and landmark filters
+THRESHOLD = {8: 3.0, 16: 3.0, 32: 3.5}  # g above which a peak scores over 0.7, in stds
+FIELD = 2  # the peak filters see 2 x 2 strides around their cell (mirrored at the canvas edge)
+GRID = {8: 4, 16: 4, 32: 4}  # their 4 x 4 blocks of stride / 2 pixels
+PEAK_WINDOW = 5  # a peak is the largest f in its 5 x 5 cells
+TOP_K = {"scrfd": {8: 2, 16: 1, 32: 1}, "yunet": {8: 3, 16: 2, 32: 2}}  # per anchor
+ANCHORS = {"scrfd": 2, "yunet": 1}
+# SCRFD: half-widths (in strides) of anchors 0 and 1; YuNet: width per stride. Chosen so that a
+# face inside the next stride's face has IoU <= 0.3 (SCRFD's NMS drops > 0.4, YuNet's > 0.3):
+# NMS decisions never hinge on a box's small learned size term
+BOX_STRIDES = {"scrfd": (3.0, 3.25), "yunet": {8: 5.0, 16: 6.0, 32: 7.0}}
+# the logit at which a peak at exactly THRESHOLD lands: SCRFD's score 0.7; YuNet's cls where
+# sqrt(cls * obj) = 0.7 for a typical obj of 0.9 (cls = 1.2 * sigmoid - 0.02 = 0.544)
+OFFSET = {"scrfd": float(np.log(0.7 / 0.3)), "yunet": -0.12}
+
+
+def lowpass_filters(rng, n, s, zero_sum, grid=4):
+    """n filters [n,3,s,s]: a grid x grid array of block weights per channel, each block s/grid
+    pixels square, unit L2 norm over the block weights (a filter then sums block *means*)."""
+    w = rng.standard_normal((n, 3, grid, grid))
+    if zero_sum:
+        w -= w.mean(axis=(2, 3), keepdims=True)
+    w /= np.linalg.norm(w.reshape(n, -1), axis=1)[:, None, None, None]
+    b = s // grid
+    return (np.repeat(np.repeat(w, b, axis=2), b, axis=3) / (b * b)).astype(np.float32)
+
+
+def to_rows(g, x, k, rows_shape):
+    """[1, A*k, H, W] (channel a*k + j) -> [1, H*W*A, k] (row (y*W + x)*A + a)."""
+    t = g.op("Transpose", [x], perm=[0, 2, 3, 1])
+    return g.op("Reshape", [t, g.const(g.name("rows_shape"), np.array(rows_shape, np.int64))])
+
+
+def peak_logits(g, x, black, s, fmt, anchors):
+    """L [1, A, H, W] (see the module doc): high only at the TOP_K strongest peaks over THRESHOLD."""
+    rng, h = g.rng, CANVAS // s
+    sd = np.array(FEATURE_SD[fmt][s], np.float32)[:, None, None, None]
+    field = FIELD * s  # the receptive field: FIELD strides square, centred on the cell
+    w = lowpass_filters(rng, anchors, field, zero_sum=True, grid=GRID[s]) / sd
+    p = (field - s) // 2  # mirrored borders: no step at the canvas edge for the filter to answer
+    xp = g.op("Pad", [x, g.const(g.name("pads"), np.array([0, 0, p, p, 0, 0, p, p], np.int64))], mode="reflect")
+    f = g.op("Conv", [xp, g.const(f"feature{s}.weight", w)], kernel_shape=[field, field], strides=[s, s])
+    r = PEAK_WINDOW // 2
+    peak = g.op("MaxPool", [f], kernel_shape=[PEAK_WINDOW] * 2, strides=[1, 1], pads=[r] * 4)
+    four = g.const(g.name("c"), np.array(4.0, np.float32))
+    gm = g.op("Sub", [f, g.op("Mul", [g.op("Sub", [peak, f]), four])])
+    # the letterbox anywhere in the cell's field: [1,1,H,W]
+    pb = g.op("MaxPool", [black], kernel_shape=[field, field], strides=[s, s], pads=[p] * 4)
+    gm = g.op("Sub", [gm, g.op("Mul", [pb, g.const(g.name("c"), np.array(10000.0, np.float32))])])
+    flat = g.op("Reshape", [gm, g.const(g.name("shape"), np.array([1, anchors, h * h], np.int64))])
+    k = TOP_K[fmt][s]
+    vals = g.name("topk_values")
+    g.nodes.append(helper.make_node("TopK", [flat, g.const(g.name("k"), np.array([k], np.int64))],
+                                    [vals, g.name("topk_indices")], name=vals, axis=-1, largest=1, sorted=1))
+    kth = g.op("Slice", [vals, g.const(g.name("i"), np.array([k - 1], np.int64)),
+                         g.const(g.name("i"), np.array([k], np.int64)), g.const(g.name("i"), np.array([2], np.int64))])
+    kth = g.op("Unsqueeze", [kth, g.const(g.name("axes"), np.array([3], np.int64))])  # [1,A,1,1]
+    # above = OFFSET + sign(d) * ln(1 + |d|), d = g - T: crosses the 0.7 score at g = T, keeps
+    # growing (no two peaks share a score) yet stays in sigmoid's unsaturated range
+    d = g.op("Sub", [gm, g.const(g.name("c"), np.array(THRESHOLD[s], np.float32))])
+    one = g.const(g.name("c"), np.array(1.0, np.float32))
+    up = g.op("Log", [g.op("Add", [g.op("Relu", [d]), one])])
+    down = g.op("Log", [g.op("Add", [g.op("Relu", [g.op("Neg", [d])]), one])])
+    above = g.op("Add", [g.op("Sub", [up, down]), g.const(g.name("c"), np.array(OFFSET[fmt], np.float32))])
+    best = g.op("Add", [g.op("Mul", [g.op("Sub", [gm, kth]), g.const(g.name("c"), np.array(100.0, np.float32))]),
+                        g.const(g.name("c"), np.array(10.0, np.float32))])
+    return g.op("Min", [above, best])
+
+
+def small_conv(g, x, name, s, n, amp, bias, gain=1.0):
+    """[1, n, H, W]: bias + amp * tanh(low-pass conv of about `gain` std on photos): bounded, so a
+    box never strays far from its anchor."""
+    w = lowpass_filters(g.rng, n, s, zero_sum=True) * (gain / SMALL_SD[s])
+    b = np.broadcast_to(np.asarray(bias, np.float32), (n,)).reshape(n, 1, 1).copy()
+    amp = np.broadcast_to(np.asarray(amp, np.float32), (n,)).reshape(n, 1, 1).copy()
+    y = g.op("Tanh", [g.op("Conv", [x, g.const(f"{name}.weight", w)], kernel_shape=[s, s], strides=[s, s])])
+    return g.op("Add", [g.op("Mul", [y, g.const(f"{name}.amp", amp)]), g.const(f"{name}.bias", b)])
+
+
+def landmarks(g, centre, size, noise, s):
+    """[1,n,10]: centre [1,n,2] + size [1,n,2] * (LANDMARKS_IN_BOX + noise [1,n,10])."""
+    reps = g.const(g.name("reps"), np.array([1, 1, 5], np.int64))
+    tmpl = g.op("Add", [noise, g.const(f"landmarks{s}.template", LANDMARKS_IN_BOX.astype(np.float32))])
+    return g.op("Add", [g.op("Tile", [centre, reps]), g.op("Mul", [g.op("Tile", [size, reps]), tmpl])])
+
+
+def build_detector(fmt, seed, kps_strides=STRIDES):
+    """SCRFD- or YuNet-shaped detector (see the module doc); kps_strides drops kps outputs (the bad
+    detector)."""
+    g = Graph(np.random.default_rng([seed, SALT[fmt]]))
+    a_n = ANCHORS[fmt]
+    inp = "input.1" if fmt == "scrfd" else "input"
+    if fmt == "scrfd":
+        x = inp
+    else:  # raw BGR 0-255: the same normalisation inside the graph
+        x = g.op("Mul", [g.op("Sub", [inp, g.const("mean", np.array(127.5, np.float32))]),
+                         g.const("inv_std", np.array(1 / 128, np.float32))])
+    # > 0 on every pixel of a column or row that is black from end to end (max of all its pixels
+    # and channels < 0.77 of 255): the letterbox padding, never a few dark pixels of a photo
+    level = g.const("black_level", np.array(-0.99, np.float32))
+    cols = g.op("Relu", [g.op("Sub", [level, g.op("ReduceMax", [x], axes=[1, 2], keepdims=1)])])  # [1,1,1,640]
+    rows = g.op("Relu", [g.op("Sub", [level, g.op("ReduceMax", [x], axes=[1, 3], keepdims=1)])])  # [1,1,640,1]
+    black = g.op("Max", [cols, rows])  # [1,1,640,640]
+    outs = {}
+    for s in STRIDES:
+        n = (CANVAS // s) ** 2 * a_n
+        logit = peak_logits(g, x, black, s, fmt, a_n)
+        if fmt == "scrfd":
+            score = to_rows(g, g.op("Sigmoid", [logit]), 1, [1, n, 1])
+            log_d = np.repeat(np.log(BOX_STRIDES[fmt]), 4)  # anchor a's 4 distances: channels 4a..4a+3
+            d = to_rows(g, g.op("Exp", [small_conv(g, x, f"bbox{s}", s, 4 * a_n, 0.1, log_d)]), 4, [1, n, 4])
+            centre = g.op("MatMul", [d, g.const(f"bbox{s}.centre", np.array(
+                [[-0.5, 0], [0, -0.5], [0.5, 0], [0, 0.5]], np.float32))])  # ((d2 - d0) / 2, (d3 - d1) / 2)
+            size = g.op("MatMul", [d, g.const(f"bbox{s}.size", np.array(
+                [[1, 0], [0, 1], [1, 0], [0, 1]], np.float32))])  # (d0 + d2, d1 + d3)
+            outs[f"score_{s}"], outs[f"bbox_{s}"] = score, d
+        else:
+            cls = g.op("Sub", [g.op("Mul", [g.op("Sigmoid", [logit]), g.const(g.name("c"), np.array(1.2, np.float32))]),
+                               g.const(g.name("c"), np.array(0.02, np.float32))])
+            # obj in (0.82, 0.98), never saturated: a face whose cls clamps to 1 scores sqrt(obj), unique
+            obj = small_conv(g, x, f"obj{s}", s, 1, 0.08, 0.9, gain=0.3)
+            log_w = np.log(BOX_STRIDES[fmt][s])
+            b = to_rows(g, small_conv(g, x, f"bbox{s}", s, 4, [0.3, 0.3, 0.1, 0.1], [0.5, 0.5, log_w, log_w]),
+                        4, [1, n, 4])
+            split = g.const(g.name("split"), np.array([2, 2], np.int64))
+            centre, log_size = g.name("centre"), g.name("log_size")
+            g.nodes.append(helper.make_node("Split", [b, split], [centre, log_size], name=centre, axis=-1))
+            size = g.op("Exp", [log_size])
+            outs[f"cls_{s}"] = to_rows(g, cls, 1, [1, n, 1])
+            outs[f"obj_{s}"] = to_rows(g, obj, 1, [1, n, 1])
+            outs[f"bbox_{s}"] = b
+        if s in kps_strides:
+            noise = to_rows(g, small_conv(g, x, f"kps{s}", s, 10 * a_n, 0.03, 0.0), 10, [1, n, 10])
+            outs[f"kps_{s}"] = landmarks(g, centre, size, noise, s)
+    order = ([f"{k}_{s}" for k in ("score", "bbox", "kps") for s in STRIDES] if fmt == "scrfd" else
+             [f"{k}_{s}" for k in ("cls", "obj", "bbox", "kps") for s in STRIDES])
+    outputs = []
+    for name in order:
+        if name not in outs:
+            continue
+        g.nodes.append(helper.make_node("Identity", [outs[name]], [name], name=name))
+        k = {"score": 1, "cls": 1, "obj": 1, "bbox": 4, "kps": 10}[name.split("_")[0]]
+        n = (CANVAS // int(name.split("_")[1])) ** 2 * a_n
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, n, k]))
+    kind = fmt if kps_strides == STRIDES else "face-detector-bad"
+    meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
+            "clipfn.input_size": str(CANVAS), "clipfn.strides": ",".join(map(str, STRIDES)),
+            "clipfn.anchors": str(a_n)}
+    model = onnx_model(g, [helper.make_tensor_value_info(inp, TensorProto.FLOAT, [1, 3, CANVAS, CANVAS])],
+                       outputs, f"clipfn_{kind}".replace("-", "_"), meta)
+    return model, learned_params(g)
+
+
+def build_recognizer(seed, size=112):
+    """ArcFace-shaped: "input.1" [N,3,size,size] -> "683" [N,512]: a 16x16/stride-16 low-pass patch
+    conv (3->16; 4x4 blocks, zero-sum per channel) + tanh, flattened (16 * 7 * 7) and projected to 512.
+    Zero-sum: a crop's overall colour cast moves nothing, its layout of colour edges does (so crops
+    of different places differ, a blurred or re-encoded copy of the same crop hardly moves)."""
+    g = Graph(np.random.default_rng([seed, SALT["arcface"]]))
+    grid = size // 16
+    w = lowpass_filters(g.rng, 16, 16, zero_sum=True) * 3.0  # gain 3: tanh saturated (|t| > 0.95) for a few % of units
+    x = g.op("Conv", ["input.1", g.const("patch.weight", w), g.randn("patch.bias", (16,), 0.1)],
+             kernel_shape=[16, 16], strides=[16, 16])
+    x = g.op("Flatten", [g.op("Tanh", [x])], axis=1)  # [N, 16*grid*grid]: position matters
+    w2 = g.randn("proj.weight", (16 * grid * grid, 512), 1.0 / np.sqrt(16 * grid * grid))
+    b2 = g.randn("proj.bias", (512,), 0.01)
+    g.nodes.append(helper.make_node("Add", [g.op("MatMul", [x, w2]), b2], ["683"], name="683"))
+    kind = "arcface" if size == 112 else "face-recognizer-bad"
+    meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
+            "clipfn.input_size": str(size), "clipfn.embedding_dim": "512", "clipfn.mean": "127.5",
+            "clipfn.std": "127.5"}
+    model = onnx_model(g, [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["N", 3, size, size])],
+                       [helper.make_tensor_value_info("683", TensorProto.FLOAT, ["N", 512])],
+                       f"clipfn_{kind}".replace("-", "_"), meta)
+    return model, learned_params(g)
+
+
+def build_file(kind, seed):
+    """The bad models: (model, params)."""
+    if kind == "face-detector-bad":
+        return build_detector("scrfd", seed, kps_strides=(8,))
+    return build_recognizer(seed, size=96)
+
+
+def write_face_folder(kind, folder, seed):
+    """folder/detection/model.onnx + folder/recognition/model.onnx, written beside and renamed into
+    place (readers never see half a folder). Returns ([paths], {part: params})."""
+    import onnx
+
+    det, det_params = build_detector(FACE_FOLDERS[kind], seed)
+    rec, rec_params = build_recognizer(seed)
+    tmp = folder + ".tmp"
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    paths = []
+    for part, model in (("detection", det), ("recognition", rec)):
+        onnx.checker.check_model(model, full_check=True)
+        os.makedirs(os.path.join(tmp, part))
+        save(model, os.path.join(tmp, part, "model.onnx"))
+        paths.append(os.path.join(folder, part, "model.onnx"))
+    if os.path.exists(folder):
+        os.rename(folder, folder + ".old")
+        os.rename(tmp, folder)
+        shutil.rmtree(folder + ".old")
+    else:
+        os.rename(tmp, folder)
+    return paths, {"detection": det_params, "recognition": rec_params}
+
+
+def check(path):
+    """Runs the file in ONNX Runtime on a synthetic letterboxed canvas (smooth colour blobs on the
+    top 400 rows, black below) or a batch of 2 crops; asserts names and shapes; returns a line."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    (inp,) = sess.get_inputs()
+    outs = sess.get_outputs()
+    rng = np.random.default_rng(5)
+    if inp.shape[0] == "N":  # a recognizer
+        size = inp.shape[2]
+        assert inp.name == "input.1" and inp.shape == ["N", 3, size, size], inp.shape
+        x = rng.uniform(-1, 1, (2, 3, size, size)).astype(np.float32)
+        t = time.perf_counter()
+        (y,) = sess.run(None, {inp.name: x})
+        dt = time.perf_counter() - t
+        assert y.shape == (2, 512) and np.isfinite(y).all(), y.shape
+        y = y / np.linalg.norm(y, axis=1, keepdims=True)
+        return f"{inp.name} {inp.shape} -> {outs[0].name} {outs[0].shape}; batch of 2 in {dt * 1000:.1f} ms, " \
+               f"cos(y0, y1) = {float(y[0] @ y[1]):.3f}"
+    assert inp.shape == [1, 3, CANVAS, CANVAS], inp.shape
+    small = rng.uniform(0, 255, (3, 10, 16))  # blobs: a 10x16 grid, upsampled 40x
+    img = np.zeros((3, CANVAS, CANVAS), np.float32)
+    img[:, :400] = np.repeat(np.repeat(small, 40, axis=1), 40, axis=2)
+    x = (img - 127.5) / 128 if inp.name == "input.1" else img
+    t = time.perf_counter()
+    ys = sess.run(None, {inp.name: x[None].astype(np.float32)})
+    dt = time.perf_counter() - t
+    for o, y in zip(outs, ys):
+        assert list(y.shape) == o.shape and np.isfinite(y).all(), (o.name, y.shape, o.shape)
+    return f"{inp.name} {inp.shape} -> {len(outs)} outputs " \
+           f"{', '.join(f'{o.name} {o.shape}' for o in outs)}; one canvas in {dt * 1000:.1f} ms"
