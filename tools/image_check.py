@@ -527,14 +527,15 @@ class Checks:
 
     def schemathesis(self) -> None:
         """Schemathesis (tools/schemathesis.toml) against the CPU image serving everything the
-        document describes: the text tower, label sets and a head beside the image model, and the
-        photos the document's examples name in the emulator."""
+        document describes: the text tower, label sets, a head and the face models beside the image
+        model, and the photos the document's examples name in the emulator."""
         env = {**self.base_env("cpu"), "CLIPFN_TEXT_MODEL": "gs://models/clip-text-test.onnx",
-               "CLIPFN_LABELS": "gs://models/labels.json", "CLIPFN_HEADS": "aesthetic=gs://models/head-test.onnx"}
+               "CLIPFN_LABELS": "gs://models/labels.json", "CLIPFN_HEADS": "aesthetic=gs://models/head-test.onnx",
+               "CLIPFN_FACE_MODEL": "gs://models/faces-scrfd-test/"}
         cid, port, _ = self.start("cpu", env)
         try:
             ready, body = wait_ready(port, lambda: self.docker.running(cid))
-            if not check("cpu: serves the text tower, label sets and a head (for Schemathesis)", ready,
+            if not check("cpu: serves the text tower, label sets, a head and faces (for Schemathesis)", ready,
                          "" if ready else f"{body}; logs: {self.docker.logs(cid)[-800:]}"):
                 return
             t0 = time.monotonic()
@@ -700,9 +701,11 @@ def lay_out(data: Path, n_photos: int, n_big: int) -> tuple[list[str], list[str]
     test_model = Path(os.environ["CLIPFN_TEST_MODEL"])
     shutil.copy(test_model, models / "clip-test.onnx")
     shutil.copytree(os.environ["CLIPFN_TEST_FOLDER"], models / "clip-test")
-    # The text tower and a head beside it (tools/setup.sh makes them), and the examples' label sets.
+    # The text tower, a head and the face models beside it (tools/setup.sh makes them), and the
+    # examples' label sets.
     for name in ("clip-text-test.onnx", "head-test.onnx"):
         shutil.copy(test_model.with_name(name), models / name)
+    shutil.copytree(test_model.with_name("faces-scrfd-test"), models / "faces-scrfd-test")
     sets = {"places": ["beach", "city", "mountain"], "categories": ["beach", "food", "city", "people", "pets"]}
     (models / "labels.json").write_text(json.dumps({"sets": {k: {"labels": v} for k, v in sets.items()}}))
     big = make_big_photos(bucket / "big", camera, n_big) if n_big else []
