@@ -691,9 +691,10 @@ def lay_out(data: Path, n_photos: int, n_big: int) -> tuple[list[str], list[str]
         keys.append(f"camera/{p.name}")
     for i, p in enumerate(camera[:3]):  # what the sample events name
         shutil.copy(p, bucket / "sample" / f"photo-{i + 1}.jpg")
-    # What the OpenAPI document's examples name (Schemathesis sends them), c.jpg a copy of a.jpg.
+    # What the OpenAPI document's examples name (Schemathesis sends them); c.jpg is b.jpg again, so
+    # that the album has duplicates and people (the test face detector finds faces in it).
     for key, p in [("user/7/IMG_0001.jpg", camera[0]), ("album/7/a.jpg", camera[1]), ("album/7/b.jpg", camera[2]),
-                   ("album/7/c.jpg", camera[1])]:
+                   ("album/7/c.jpg", camera[2])]:
         (bucket / key).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, bucket / key)
     models = data / "models"
