@@ -2,10 +2,12 @@
 //! against labels. A leaf: it knows nothing of where embeddings come from.
 
 /// CLIP compares embeddings by cosine; unit length makes that a dot product for callers.
+/// The norm is taken in f64: in f32 the squares of a caller's stored vector can overflow (values
+/// near f32::MAX) or underflow (subnormal values), which left it all zeros or not unit length.
 pub fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
     if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
+        v.iter_mut().for_each(|x| *x = (f64::from(*x) / norm) as f32);
     }
     v
 }
@@ -61,6 +63,15 @@ mod tests {
         let v = l2_normalized(vec![3.0, 4.0]);
         assert_eq!(v, vec![0.6, 0.8]);
         assert_eq!(l2_normalized(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+
+    /// Finite float32 vectors whose squares leave f32's range still come out unit length.
+    #[test]
+    fn normalizes_the_extremes_of_float32() {
+        for v in [vec![f32::MAX; 512], vec![1e-40; 512], [vec![0.0; 511], vec![f32::from_bits(1)]].concat()] {
+            let length: f32 = l2_normalized(v.clone()).iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((length - 1.0).abs() < 1e-5, "{} x {}: length {length}", v.len(), v[0]);
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 #      from Debian and the machine's own Rust 1.95.0 (rustup's download host is out of reach);
 #   4. builds clipfn-check:cpu, clipfn-check:cuda12 and clipfn-check:cuda13; BuildKit shares the
 #      build stage, so the release binary is compiled once;
-#   5. runs tools/image_check.py against them and the test build (target/debug/clipfn);
+#   5. runs tools/image_check.py against them and the test build (target/debug/clipfn), Schemathesis
+#      (tools/schemathesis.toml) against the CPU image among them;
 #   6. stops dockerd by its PID and removes the images and the build cache.
 #
 #   tools/image-check.sh                  everything (tools/test.sh runs it)

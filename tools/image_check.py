@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The checks tools/image-check.sh runs on the built images (standard library only, plus Pillow
-for the 20 MB photos, which tools/setup.sh's .venv has).
+for the 20 MB photos and Schemathesis for the API, which tools/setup.sh's .venv has).
 
 Every container runs as Cloud Run and Lambda run it: the image's own non-root user (Lambda: an
 arbitrary uid), --read-only with a tmpfs /tmp, --network=host to reach the GCS emulator
@@ -525,6 +525,28 @@ class Checks:
         finally:
             self.docker.rm(cid)
 
+    def schemathesis(self) -> None:
+        """Schemathesis (tools/schemathesis.toml) against the CPU image serving everything the
+        document describes: the text tower, label sets, a head and the face models beside the image
+        model, and the photos the document's examples name in the emulator."""
+        env = {**self.base_env("cpu"), "CLIPFN_TEXT_MODEL": "gs://models/clip-text-test.onnx",
+               "CLIPFN_LABELS": "gs://models/labels.json", "CLIPFN_HEADS": "aesthetic=gs://models/head-test.onnx",
+               "CLIPFN_FACE_MODEL": "gs://models/faces-scrfd-test/"}
+        cid, port, _ = self.start("cpu", env)
+        try:
+            ready, body = wait_ready(port, lambda: self.docker.running(cid))
+            if not check("cpu: serves the text tower, label sets, a head and faces (for Schemathesis)", ready,
+                         "" if ready else f"{body}; logs: {self.docker.logs(cid)[-800:]}"):
+                return
+            t0 = time.monotonic()
+            rc, found = run_schemathesis(port, self.work / "schemathesis.log")
+            found["seconds"] = round(time.monotonic() - t0)
+            figures["schemathesis"] = found
+            check("cpu: Schemathesis against /openapi.json, every operation and phase, valid and invalid bodies: "
+                  "no failure", rc == 0 and self.docker.running(cid), json.dumps(found))
+        finally:
+            self.docker.rm(cid)
+
     def cold_start(self, image: str, runs: int = 3) -> None:
         """`docker run` to /readyz 200, against the same release binary and ONNX Runtime run bare
         on the host, same model (from the emulator), same settings."""
@@ -588,6 +610,44 @@ class Checks:
               (proc.stdout + proc.stderr).strip()[:300] or f"grep exit {proc.returncode}")
 
 
+# What a run's summary says, for the figures.
+SCHEMATHESIS_SAYS = {
+    "operations": r"Operations:\s+(\d+) selected",
+    "test_cases": r"(\d+) generated",
+    "stateful_scenarios": r"Scenarios:\s+(\d+)",
+    "links_covered": r"API Links:\s+(\d+) covered",
+    "failures": r"(\d+) unique failures?",
+    "seed": r"Seed: (\d+)",
+}
+
+
+def run_schemathesis(port: int, log: Path) -> tuple[int, dict[str, int]]:
+    """Runs Schemathesis as tools/schemathesis.toml says against clipfn on `port`, its output to
+    `log` (its folder is the working directory: Hypothesis writes there); its exit status and
+    figures. On a failure, prints the failures."""
+    # From a copy: given the document's own URL, Schemathesis leaves that operation out.
+    status, document = http_call(port, "GET", "/openapi.json")
+    assert status == 200, f"/openapi.json answered {status}"
+    # The stateful phase follows the links and sends an item's embedding back as a stored one; the
+    # served links leave the body to the caller (openapi-generator takes only a string there).
+    for path in ("/v1/embed", "/v1/analyze"):
+        for link in document["paths"][path]["post"]["responses"]["200"]["links"].values():
+            link["requestBody"] = {"embeddings": ["$response.body#/data/0/embedding"], "labels": ["beach", "city"]}
+    copy = log.with_name("openapi.json")
+    copy.write_text(json.dumps(document))
+    command = [Path(sys.executable).with_name("schemathesis"), "--config-file", REPO / "tools" / "schemathesis.toml",
+               "run", copy, "--url", f"http://127.0.0.1:{port}", "--no-color", "--request-timeout", "120"]
+    with open(log, "w") as out:
+        rc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent, timeout=1200).returncode
+    said = log.read_text(errors="replace")
+    found = {name: int(m.group(1)) for name, pattern in SCHEMATHESIS_SAYS.items() if (m := re.search(pattern, said))}
+    found.setdefault("failures", 0 if rc == 0 else -1)
+    if rc != 0:
+        failures = said[said.find("FAILURES"):] if "FAILURES" in said else said[-6000:]
+        print("\n".join(line[:400] for line in failures.splitlines()[:200]), flush=True)
+    return rc, found
+
+
 def wait_exit(docker: Docker, cid: str, within: float) -> bool:
     until = time.monotonic() + within
     while time.monotonic() < until:
@@ -631,10 +691,24 @@ def lay_out(data: Path, n_photos: int, n_big: int) -> tuple[list[str], list[str]
         keys.append(f"camera/{p.name}")
     for i, p in enumerate(camera[:3]):  # what the sample events name
         shutil.copy(p, bucket / "sample" / f"photo-{i + 1}.jpg")
+    # What the OpenAPI document's examples name (Schemathesis sends them); c.jpg is b.jpg again, so
+    # that the album has duplicates and people (the test face detector finds faces in it).
+    for key, p in [("user/7/IMG_0001.jpg", camera[0]), ("album/7/a.jpg", camera[1]), ("album/7/b.jpg", camera[2]),
+                   ("album/7/c.jpg", camera[2])]:
+        (bucket / key).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, bucket / key)
     models = data / "models"
     models.mkdir()
-    shutil.copy(os.environ["CLIPFN_TEST_MODEL"], models / "clip-test.onnx")
+    test_model = Path(os.environ["CLIPFN_TEST_MODEL"])
+    shutil.copy(test_model, models / "clip-test.onnx")
     shutil.copytree(os.environ["CLIPFN_TEST_FOLDER"], models / "clip-test")
+    # The text tower, a head and the face models beside it (tools/setup.sh makes them), and the
+    # examples' label sets.
+    for name in ("clip-text-test.onnx", "head-test.onnx"):
+        shutil.copy(test_model.with_name(name), models / name)
+    shutil.copytree(test_model.with_name("faces-scrfd-test"), models / "faces-scrfd-test")
+    sets = {"places": ["beach", "city", "mountain"], "categories": ["beach", "food", "city", "people", "pets"]}
+    (models / "labels.json").write_text(json.dumps({"sets": {k: {"labels": v} for k, v in sets.items()}}))
     big = make_big_photos(bucket / "big", camera, n_big) if n_big else []
     return keys, big
 
@@ -762,6 +836,7 @@ def main() -> int:
             checks.cold_start(image)
             if image == "cpu":
                 checks.lambda_peer()
+                checks.schemathesis()
                 checks.memory_1g(big)
             print(f"image-check: {image} checked in {time.monotonic() - t:.0f} s", flush=True)
         t = time.monotonic()

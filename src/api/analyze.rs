@@ -14,6 +14,7 @@ use super::{
     photos::{PhotoResult, photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
+    schema::{BadRequest, BodyTooLarge, CannotClassify, Overloaded, ServerError, TextDeadline, Unavailable},
     subjects::Subjects,
     types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, PersonItem, Quality, TimingsMs},
 };
@@ -22,6 +23,40 @@ use crate::{
     pipeline::Wants,
 };
 
+/// Every signal of a photo from one fetch and one decode
+///
+/// The embedding, labels (with `labels` or `label_set`), sharpness and blur, the perceptual hash,
+/// the heads' scores, and the request's near-duplicate groups. Stored `embeddings` in place of
+/// `images` get the labels and scores only.
+#[utoipa::path(
+    post,
+    path = "/v1/analyze",
+    tag = "clipfn",
+    request_body(content = AnalyzeRequest, examples(
+        ("photos" = (value = json!({
+            "images": ["album/7/a.jpg", "album/7/b.jpg", "album/7/c.jpg"], "label_set": "categories", "top_k": 3
+        }))),
+        ("no embeddings" = (value = json!({"images": ["album/7/a.jpg"], "embedding": false})))
+    )),
+    responses(
+        (status = 200, description = "An item per photo or stored embedding, in order, and the album's groups",
+            body = AnalyzeResponse, headers(("Server-Timing" = String, description = "The photos' stage timings")),
+            // No requestBody: openapi-generator refuses one that is not a string (an expression).
+            links(
+                ("classify_stored" = (operation_id = "classify", description = "Labels for an item's `embedding`, \
+                    kept by the caller and sent back as `embeddings`: no fetch, no image inference")),
+                ("analyze_stored" = (operation_id = "analyze", description = "Labels and head scores for an item's \
+                    `embedding`, kept by the caller and sent back as `embeddings`"))
+            )),
+        (status = 400, response = BadRequest),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = Overloaded),
+        (status = 500, response = ServerError),
+        (status = 501, response = CannotClassify),
+        (status = 503, response = Unavailable),
+        (status = 504, response = TextDeadline),
+    )
+)]
 pub(super) async fn analyze(State(state): State<AppState>, body: RequestBody) -> Response {
     respond(&state, "analyze", |started| analyze_request(&state, body, started)).await
 }

@@ -15,10 +15,38 @@ use super::{
     photos::with_server_timing,
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
+    schema::{BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
     subjects::Subjects,
     types::{ClassifyItem, ClassifyRequest, ClassifyResponse, TimingsMs},
 };
 
+/// Scores photos against labels (zero-shot)
+///
+/// Each photo's best `top_k` labels, from ad-hoc `labels` or a `label_set`, scored by the model
+/// family's rule. Stored `embeddings` in place of `images` cost no fetch and no image inference.
+#[utoipa::path(
+    post,
+    path = "/v1/classify",
+    tag = "clipfn",
+    request_body(content = ClassifyRequest, examples(
+        ("labels" = (value = json!({
+            "images": ["user/7/IMG_0001.jpg"], "labels": ["beach", "food", "city"], "top_k": 2
+        }))),
+        ("label set" = (value = json!({"images": ["user/7/IMG_0001.jpg"], "label_set": "places"})))
+    )),
+    responses(
+        (status = 200, description = "An item per photo or stored embedding, in order", body = ClassifyResponse,
+            headers(("Server-Timing" = String, description = "The photos' stage timings"))),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = Overloaded),
+        (status = 500, response = ServerError),
+        (status = 501, response = CannotClassify),
+        (status = 503, response = Unavailable),
+        (status = 504, response = TextDeadline),
+    )
+)]
 pub(super) async fn classify(State(state): State<AppState>, body: RequestBody) -> Response {
     respond(&state, "classify", |started| classify_request(&state, body, started)).await
 }

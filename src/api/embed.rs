@@ -17,10 +17,42 @@ use super::{
     photos::with_server_timing,
     request::{RequestBody, check_body_size, check_images, deadline, json_body, string_list},
     respond::{Answered, Counts, respond},
+    schema::{BadRequest, BodyTooLarge, EmbedAnswer, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
     subjects::Subjects,
     types::{EmbedRequest, EmbedResponse, Item, TextEmbedResponse, TextItem, TimingsMs},
 };
 
+/// Embeds photos or texts
+///
+/// One L2-normalised embedding per photo or text, in input order. A photo that cannot be embedded
+/// gets an `error` in its item instead; the others are embedded.
+#[utoipa::path(
+    post,
+    path = "/v1/embed",
+    tag = "clipfn",
+    request_body(content = EmbedRequest, examples(
+        ("photos" = (value = json!({"images": ["user/7/IMG_0001.jpg", "gs://photos/user/7/IMG_0002.heic"]}))),
+        ("texts" = (value = json!({"texts": ["beach at sunset", "my dog in the snow"]})))
+    )),
+    responses(
+        (status = 200, description = "An item per photo (`EmbedResponse`) or per text (`TextEmbedResponse`)",
+            body = EmbedAnswer, headers(("Server-Timing" = String, description = "The photos' stage timings")),
+            // No requestBody: openapi-generator refuses one that is not a string (an expression).
+            links(
+                ("classify_stored" = (operation_id = "classify", description = "Labels for an item's `embedding`, \
+                    kept by the caller and sent back as `embeddings`: no fetch, no image inference")),
+                ("analyze_stored" = (operation_id = "analyze", description = "Labels and head scores for an item's \
+                    `embedding`, kept by the caller and sent back as `embeddings`"))
+            )),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = Overloaded),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+        (status = 504, response = TextDeadline),
+    )
+)]
 pub(super) async fn embed(State(state): State<AppState>, body: RequestBody) -> Response {
     respond(&state, "embed", |started| embed_request(&state, body, started)).await
 }

@@ -17,9 +17,34 @@ use super::{
     photos::photo_results,
     request::{RequestBody, check_body_size, check_images, deadline, json_body, json_kind, string_list},
     respond::{Answered, Counts, respond},
+    schema::{BadRequest, BodyTooLarge, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
     types::{EmbeddingObject, EmbeddingsRequest, EmbeddingsResponse, Usage},
 };
 
+/// Embeds texts or photos in OpenAI's shape
+///
+/// For OpenAI client libraries and vector-database tooling. Photos (`"modality": "image"`) go
+/// through the same sources, limits and pipeline as `/v1/embed`; OpenAI's shape has no per-item
+/// errors, so a photo that fails answers 400 naming its index.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "clipfn",
+    request_body(content = EmbeddingsRequest, examples(
+        ("texts" = (value = json!({"input": "beach at sunset", "model": "clip", "encoding_format": "float"}))),
+        ("photos" = (value = json!({"input": ["user/7/IMG_0001.jpg"], "model": "clip", "modality": "image"})))
+    )),
+    responses(
+        (status = 200, description = "An embedding per input, in order", body = EmbeddingsResponse),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 413, response = BodyTooLarge),
+        (status = 429, response = Overloaded),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+        (status = 504, response = TextDeadline),
+    )
+)]
 pub(super) async fn embeddings(State(state): State<AppState>, body: RequestBody) -> Response {
     respond(&state, "embeddings", |_started| embeddings_request(&state, body)).await
 }

@@ -8,7 +8,9 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::schema::ErrorCode;
 use crate::{pipeline::Overloaded, text::TextError, worker::Unhealthy};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,13 +37,40 @@ pub enum ApiError {
     Text(#[from] TextError),
 }
 
-#[derive(Serialize)]
+/// A whole-request error's body.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorResponse {
+    error: ErrorBody,
+}
+
+/// What went wrong: a stable code to switch on and a message for people.
+#[derive(Serialize, ToSchema)]
 pub struct ErrorBody {
+    #[schema(value_type = ErrorCode)]
     pub code: &'static str,
     pub message: String,
 }
 
 impl ApiError {
+    /// Every status and code [`ApiError::status_and_code`] gives (a test holds the two together),
+    /// for the OpenAPI document.
+    pub const CODES: [(StatusCode, &str); 14] = [
+        (StatusCode::BAD_REQUEST, "bad_request"),
+        (StatusCode::BAD_REQUEST, "bad_text"),
+        (StatusCode::NOT_FOUND, "no_route"),
+        (StatusCode::NOT_FOUND, "text_model_not_configured"),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+        (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
+        (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed"),
+        (StatusCode::NOT_IMPLEMENTED, "cannot_classify"),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+        (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
+        (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
+    ];
+
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
@@ -64,21 +93,85 @@ impl ApiError {
     }
 }
 
+/// Whether an answer with `status` says when to try again (`Retry-After`): the instance is busy
+/// or not serving yet.
+pub(super) fn retry_after(status: StatusCode) -> bool {
+    matches!(status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS)
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        #[derive(Serialize)]
-        struct Envelope {
-            error: ErrorBody,
-        }
         let (status, code) = self.status_and_code();
         let mut response =
-            (status, Json(Envelope { error: ErrorBody { code, message: self.to_string() } })).into_response();
-        if matches!(status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) {
+            (status, Json(ErrorResponse { error: ErrorBody { code, message: self.to_string() } })).into_response();
+        if retry_after(status) {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let ApiError::MethodNotAllowed(_, allowed) = self {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allowed));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{tokenize::TokenizerError, worker::BatchError};
+
+    /// One error of every kind. The match does not compile once a kind is added, so that it is
+    /// listed here (and so in the document's codes) too.
+    fn every_kind() -> Vec<ApiError> {
+        let overloaded = Overloaded { requested: 1, available: 0, capacity: 1 };
+        let errors = vec![
+            ApiError::BadRequest(String::new()),
+            ApiError::BodyTooLarge(0),
+            ApiError::NoRoute(String::new()),
+            ApiError::MethodNotAllowed(String::new(), "GET"),
+            ApiError::NotReady,
+            ApiError::Draining,
+            ApiError::Unhealthy(Unhealthy::ModelBroken),
+            ApiError::Internal,
+            ApiError::Overloaded(overloaded),
+            ApiError::Text(TextError::NotConfigured),
+            ApiError::Text(TextError::DeadlineExceeded),
+            ApiError::Text(TextError::Tokenize(TokenizerError::EmptyVocabulary)),
+            ApiError::Text(TextError::NoScoring(String::new())),
+            ApiError::Text(TextError::Batch(BatchError::Stopped)),
+            ApiError::Text(TextError::TokenizerPanic),
+        ];
+        for error in &errors {
+            match error {
+                ApiError::BadRequest(_)
+                | ApiError::BodyTooLarge(_)
+                | ApiError::NoRoute(_)
+                | ApiError::MethodNotAllowed(..)
+                | ApiError::NotReady
+                | ApiError::Draining
+                | ApiError::Unhealthy(_)
+                | ApiError::Internal
+                | ApiError::Overloaded(_)
+                | ApiError::Text(
+                    TextError::NotConfigured
+                    | TextError::DeadlineExceeded
+                    | TextError::Tokenize(_)
+                    | TextError::NoScoring(_)
+                    | TextError::Batch(_)
+                    | TextError::TokenizerPanic,
+                ) => {}
+            }
+        }
+        errors
+    }
+
+    #[test]
+    fn the_documented_codes_are_the_codes_given() {
+        let given: Vec<_> = every_kind().iter().map(ApiError::status_and_code).collect();
+        for code in &given {
+            assert!(ApiError::CODES.contains(code), "{code:?} is missing from ApiError::CODES");
+        }
+        for code in &ApiError::CODES {
+            assert!(given.contains(code), "{code:?} in ApiError::CODES is given by no error");
+        }
     }
 }

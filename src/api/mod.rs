@@ -7,9 +7,11 @@
 //!   and `cancelled` when the client goes away first;
 //! - `request`: the body, its limits and the request's deadline; `photos`: answering for photos;
 //! - `error`: every error to its status, in one place; `types`: the request and response bodies.
+//! - `openapi` (`/openapi.json`): the OpenAPI document, from `types` and the handlers'
+//!   `#[utoipa::path]`; `schema`: what it says that no type derives.
 //!
-//! Adding an endpoint is a file here with its handler (its work run through `respond::respond`),
-//! its bodies in `types`, and one `.route` line below.
+//! Adding an endpoint is a file here with its handler (its work run through `respond::respond`,
+//! its `#[utoipa::path]` listed in `openapi`), its bodies in `types`, and one `.route` line below.
 
 mod analyze;
 mod classify;
@@ -17,10 +19,12 @@ mod embed;
 mod embeddings;
 mod error;
 mod labels;
+mod openapi;
 mod photos;
 mod probes;
 mod request;
 mod respond;
+mod schema;
 mod subjects;
 mod types;
 
@@ -114,6 +118,7 @@ impl AppState {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = request::transport_body_limit(&state.settings);
+    let document = openapi::document(&state.settings);
     Router::new()
         .route("/healthz", only("GET", get(probes::healthz)))
         .route("/readyz", only("GET", get(probes::readyz)))
@@ -122,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", only("POST", post(embeddings::embeddings)))
         .route("/v1/classify", only("POST", post(classify::classify)))
         .route("/v1/analyze", only("POST", post(analyze::analyze)))
+        .route("/openapi.json", only("GET", get(move || openapi::openapi_json(document.clone()))))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response()))

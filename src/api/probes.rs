@@ -9,11 +9,24 @@ use axum::{
 };
 use serde_json::json;
 
-use super::AppState;
+use super::{
+    AppState,
+    schema::{Health, NotReady, Ready},
+};
 use crate::observe::gpu;
 
 /// 200 while the process can serve: also while the model loads, but not once the model worker
 /// has died or its model fails the warm-up input (the platform should then restart the instance).
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "probes",
+    summary = "Whether the process can serve",
+    responses(
+        (status = 200, description = "The process can serve (also while the model loads)", body = Health),
+        (status = 503, description = "Restart the instance: its model worker died or its model fails", body = Health),
+    )
+)]
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     match state.service.get().map(|service| service.health()) {
         Some(Err(why)) => {
@@ -26,6 +39,16 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Response {
 
 /// 200 with what runs once the model is loaded and warmed up; 503 `{"status": code, "reason"}`
 /// while loading, while draining and when unhealthy.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "probes",
+    summary = "Whether to send work, and what runs",
+    responses(
+        (status = 200, description = "Send work: the model is loaded and warmed up", body = Ready),
+        (status = 503, description = "Send no work: loading, draining or unhealthy", body = NotReady),
+    )
+)]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     match state.ready_service() {
         Ok(service) => {
@@ -61,6 +84,13 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus text exposition of every `clipfn_*` metric.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "probes",
+    summary = "The metrics, as Prometheus text",
+    responses((status = 200, description = "The `clipfn_*` metrics", content_type = "text/plain", body = String))
+)]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], state.scrape.render()).into_response()

@@ -4,39 +4,51 @@ use std::{borrow::Cow, time::Duration};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
-use super::error::ErrorBody;
+use super::{error::ErrorBody, schema};
 use crate::pipeline::Timings;
 
 /// Photos or texts, never both.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct EmbedRequest {
+    /// Photo references: keys under CLIPFN_STORE, URIs and URLs under CLIPFN_ALLOWED_SOURCES, or
+    /// `data:image/<type>;base64,<data>` URIs; 1 to CLIPFN_MAX_IMAGES.
     #[serde(default)]
+    #[schema(min_items = 1)]
     pub images: Option<Vec<String>>,
-    /// Checked item by item (`request::string_list`), for errors that name the bad item.
+    /// Texts to embed with the text tower: 1 to CLIPFN_MAX_TEXTS, of at most CLIPFN_MAX_TEXT_CHARS
+    /// characters each.
+    // Checked item by item (`request::string_list`), for errors that name the bad item.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<String>>, min_items = 1)]
     pub texts: Option<Value>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EmbedResponse<'a> {
+    /// The model id (its file or folder name).
     pub model: &'a str,
+    /// The embeddings' length.
     pub dim: usize,
     pub data: Vec<Item<'a>>,
     pub timings_ms: &'a TimingsMs,
 }
 
 /// One photo's answer: exactly one of `embedding` and `error`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Item<'a> {
     pub index: usize,
     /// The reference as sent, shortened for data URIs and without a URL's query; none for a
     /// stored embedding (`/v1/classify`, `/v1/analyze`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
 }
 
@@ -46,7 +58,7 @@ pub(super) fn millis(elapsed: Duration) -> f64 {
 }
 
 /// Per-stage wall-clock spans of one request, in milliseconds.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TimingsMs {
     pub fetch: f64,
     pub decode: f64,
@@ -75,14 +87,14 @@ impl TimingsMs {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TextEmbedResponse<'a> {
     pub model: &'a str,
     pub dim: usize,
     pub data: Vec<TextItem<'a>>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TextItem<'a> {
     pub index: usize,
     pub text: &'a str,
@@ -91,64 +103,80 @@ pub struct TextItem<'a> {
 
 /// OpenAI's embeddings request (`POST /v1/embeddings`), texts or photos. Its `model` and `user`
 /// are accepted and not used: the answer names the model that ran.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct EmbeddingsRequest {
     /// A string or a list of strings (token arrays are refused).
+    #[schema(schema_with = schema::embeddings_input)]
     pub input: Value,
     #[serde(default)]
+    #[schema(value_type = Option<schema::EncodingFormat>)]
     pub encoding_format: Option<String>,
+    /// Must be the model's own dim if given.
     #[serde(default)]
     pub dimensions: Option<usize>,
     /// `text` (the default) or `image`: `input` then holds photo references, as Infinity takes them.
     #[serde(default)]
+    #[schema(value_type = Option<schema::Modality>)]
     pub modality: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EmbeddingsResponse<'a> {
+    #[schema(schema_with = schema::list_object)]
     pub object: &'static str,
     pub data: Vec<EmbeddingObject>,
     pub model: &'a str,
     pub usage: Usage,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EmbeddingObject {
+    #[schema(schema_with = schema::embedding_object)]
     pub object: &'static str,
     pub index: usize,
     /// Floats, or base64 of their little-endian float32 bytes.
+    #[schema(schema_with = schema::floats_or_base64)]
     pub embedding: Value,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub total_tokens: usize,
 }
 
 /// Photos, or embeddings stored earlier (never both), and the labels to score them against.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ClassifyRequest {
+    /// As in `/v1/embed`: 1 to CLIPFN_MAX_IMAGES photo references.
     #[serde(default)]
+    #[schema(min_items = 1)]
     pub images: Option<Vec<String>>,
+    /// Embeddings an earlier answer gave, in place of `images`: 1 to CLIPFN_MAX_IMAGES vectors of
+    /// the model's dim, finite float32, not all zero.
     #[serde(default)]
+    #[schema(min_items = 1, value_type = Option<Vec<schema::StoredEmbedding>>)]
     pub embeddings: Option<Vec<Vec<f32>>>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
 }
 
 /// The labels a request scores its photos against (`/v1/classify`, `/v1/analyze`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct LabelsRequest {
     #[serde(default)]
+    #[schema(schema_with = schema::labels)]
     pub labels: Option<Value>,
+    /// A set named in CLIPFN_LABELS, embedded at start-up; not with `labels`.
     #[serde(default)]
     pub label_set: Option<String>,
+    /// How many of the best labels to keep per photo (default 5).
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub top_k: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ClassifyResponse<'a> {
     pub model: &'a str,
     pub data: Vec<ClassifyItem<'a>>,
@@ -156,19 +184,22 @@ pub struct ClassifyResponse<'a> {
 }
 
 /// One photo's answer: exactly one of `labels` and `error`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ClassifyItem<'a> {
     pub index: usize,
     /// As in `Item`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub labels: Option<Vec<LabelScore<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct LabelScore<'a> {
     pub label: &'a str,
     pub score: f32,
@@ -176,12 +207,15 @@ pub struct LabelScore<'a> {
 
 /// `/v1/analyze`'s body: the photos (or embeddings stored earlier, never both), and what to
 /// derive beside the embedding.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct AnalyzeRequest {
+    /// As in `/v1/embed`: 1 to CLIPFN_MAX_IMAGES photo references.
     #[serde(default)]
+    #[schema(min_items = 1)]
     pub images: Option<Vec<String>>,
     /// Stored embeddings get labels and scores only: what needs pixels needs the photo.
     #[serde(default)]
+    #[schema(min_items = 1, value_type = Option<Vec<schema::StoredEmbedding>>)]
     pub embeddings: Option<Vec<Vec<f32>>>,
     /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
     #[serde(default)]
@@ -193,46 +227,57 @@ pub struct AnalyzeRequest {
     pub labels: LabelsRequest,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct AnalyzeResponse<'a> {
     pub model: &'a str,
     pub dim: usize,
     pub data: Vec<AnalyzeItem<'a>>,
     /// Absent for stored embeddings: the groups need the photos' hashes.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub album: Option<Album>,
     pub timings_ms: &'a TimingsMs,
 }
 
 /// One photo's signals, or its error alone.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct AnalyzeItem<'a> {
     pub index: usize,
     /// As in `Item`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub image: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub embedding: Option<Vec<f32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub labels: Option<Vec<LabelScore<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub quality: Option<Quality>,
     /// The perceptual hash, 16 hex digits.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^[0-9a-f]{16}$")]
     pub hash: Option<String>,
     /// One score per head (`CLIPFN_HEADS`), by name.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub scores: Option<std::collections::BTreeMap<&'a str, f32>>,
     /// The photo's faces, best first (with face models, unless the request said `"faces": false`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub faces: Option<Vec<FaceItem>>,
     /// Faces found beyond CLIPFN_MAX_FACES and left out (the lowest scores); absent when none were.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub faces_left_out: Option<usize>,
     /// Why the photo has no `faces` when a face model tripped on it; its other signals stand.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub faces_error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
 }
 
@@ -243,38 +288,43 @@ impl From<crate::pipeline::Face> for FaceItem {
 }
 
 /// One face, in pixels of the upright photo at its full size.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct FaceItem {
     /// `[x1, y1, x2, y2]`.
     #[serde(rename = "box")]
+    #[schema(min_items = 4, max_items = 4)]
     pub bbox: [f32; 4],
     pub score: f32,
     /// Left eye, right eye, nose, left and right mouth corners, as `[x, y]`.
+    #[schema(min_items = 5, max_items = 5)]
     pub landmarks: [[f32; 2]; 5],
     /// The recognizer's, of unit length.
     pub embedding: Vec<f32>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Quality {
     pub sharpness: f64,
     pub blurry: bool,
 }
 
 /// Groupings over the request's photos.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Album {
     /// Groups of input indices whose photos are near-duplicates.
     pub duplicates: Vec<Vec<usize>>,
     /// The faces grouped into people, largest first (when faces were found for the request).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub people: Option<Vec<PersonItem>>,
 }
 
 /// One person: faces as `[photo index, face index]`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct PersonItem {
+    #[schema(value_type = Vec<schema::FaceRef>)]
     pub faces: Vec<[usize; 2]>,
     /// The face closest to the person's centre.
+    #[schema(value_type = schema::FaceRef)]
     pub representative: [usize; 2],
 }

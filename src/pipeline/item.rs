@@ -65,6 +65,18 @@ pub enum ItemCode {
 }
 
 impl ItemCode {
+    /// Every code, in declaration order: the API documents them from this list.
+    pub const ALL: [ItemCode; 8] = [
+        ItemCode::NotFound,
+        ItemCode::Forbidden,
+        ItemCode::TooLarge,
+        ItemCode::FetchFailed,
+        ItemCode::UnsupportedFormat,
+        ItemCode::DecodeFailed,
+        ItemCode::InferenceFailed,
+        ItemCode::DeadlineExceeded,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ItemCode::NotFound => "not_found",
@@ -120,6 +132,29 @@ impl ItemError {
             ItemError::DeadlineExceeded => {
                 (ItemCode::DeadlineExceeded, format!("'{image}' was not finished within the request deadline"))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ItemCode;
+
+    #[test]
+    fn all_lists_every_code_once() {
+        for (i, code) in ItemCode::ALL.into_iter().enumerate() {
+            // Exhaustive: a new code does not compile here until it has its place in ALL.
+            let place = match code {
+                ItemCode::NotFound => 0,
+                ItemCode::Forbidden => 1,
+                ItemCode::TooLarge => 2,
+                ItemCode::FetchFailed => 3,
+                ItemCode::UnsupportedFormat => 4,
+                ItemCode::DecodeFailed => 5,
+                ItemCode::InferenceFailed => 6,
+                ItemCode::DeadlineExceeded => 7,
+            };
+            assert_eq!(place, i, "{code:?} is out of place in ItemCode::ALL");
         }
     }
 }

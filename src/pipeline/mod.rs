@@ -23,7 +23,7 @@ use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
     faces::{Face, Faces},
-    item::{ItemError, ItemResult, Signals},
+    item::{ItemCode, ItemError, ItemResult, Signals},
     timings::{Interval, Timings},
 };
 use crate::{

@@ -1,0 +1,161 @@
+//! The OpenAPI 3.1 document of the HTTP API: generated from the request and response types
+//! (`types`, `error`, `schema`) and the handlers' `#[utoipa::path]` attributes, with this server's
+//! limits (CLIPFN_MAX_IMAGES, CLIPFN_MAX_TEXTS, CLIPFN_MAX_TEXT_CHARS) written in when the router
+//! is built. Served at `GET /openapi.json`; docs/openapi.json is the document with the default
+//! settings (tests/openapi.rs keeps the two equal).
+
+use std::collections::BTreeMap;
+
+use axum::{
+    body::Bytes,
+    http::{HeaderValue, header},
+    response::{IntoResponse, Response},
+};
+use utoipa::{
+    OpenApi,
+    openapi::{Array, Object, RefOr, Schema, schema::ArrayItems},
+};
+
+use super::{
+    analyze, classify, embed, embeddings,
+    error::ErrorResponse,
+    probes,
+    schema::{BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
+};
+use crate::settings::Settings;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "clipfn",
+        description = "Photo references in, CLIP embeddings out: embeddings of photos and texts, zero-shot \
+                       labels, and every signal of a photo from one decode. A photo that cannot be embedded gets \
+                       an `error` in its item; the request still answers 200."
+    ),
+    paths(
+        embed::embed,
+        embeddings::embeddings,
+        classify::classify,
+        analyze::analyze,
+        probes::healthz,
+        probes::readyz,
+        probes::metrics,
+        openapi_json
+    ),
+    components(
+        schemas(ErrorResponse),
+        responses(
+            BadRequest,
+            NotFound,
+            BodyTooLarge,
+            Overloaded,
+            ServerError,
+            CannotClassify,
+            Unavailable,
+            TextDeadline
+        )
+    ),
+    tags(
+        (name = "clipfn", description = "Embeddings, labels and signals"),
+        (name = "probes", description = "Health, readiness, metrics and this document")
+    )
+)]
+struct Document;
+
+/// The document with `settings`' limits, as JSON.
+pub(super) fn document(settings: &Settings) -> Bytes {
+    let mut document = Document::openapi();
+    let limits = &settings.limits;
+    let text = &settings.text;
+    let schemas = &mut document.components.as_mut().expect("the document has components").schemas;
+    for request in ["EmbedRequest", "ClassifyRequest", "AnalyzeRequest"] {
+        array(schemas, request, "images").max_items = Some(limits.max_images);
+    }
+    for request in ["ClassifyRequest", "AnalyzeRequest"] {
+        array(schemas, request, "embeddings").max_items = Some(limits.max_images);
+    }
+    for (request, texts) in [("EmbedRequest", "texts"), ("LabelsRequest", "labels")] {
+        let texts = array(schemas, request, texts);
+        texts.max_items = Some(text.max_texts);
+        let ArrayItems::RefOrSchema(each) = &mut texts.items else { panic!("{request}: no texts") };
+        let RefOr::T(Schema::Object(each)) = each.as_mut() else { panic!("{request}: texts are not strings") };
+        each.max_length = Some(text.max_text_chars);
+    }
+    // Texts, or photos with "modality": "image": their limits differ, the larger holds.
+    let input = property(schemas, "EmbeddingsRequest", "input");
+    let Schema::OneOf(input) = input else { panic!("EmbeddingsRequest.input: not a oneOf") };
+    let RefOr::T(Schema::Array(list)) = &mut input.items[1] else { panic!("EmbeddingsRequest.input: no list") };
+    list.max_items = Some(text.max_texts.max(limits.max_images));
+    document.to_pretty_json().expect("the document serialises").into()
+}
+
+/// The schema of `request`'s `field`, in its own properties or a flattened part's.
+fn property<'a>(schemas: &'a mut BTreeMap<String, RefOr<Schema>>, request: &str, field: &str) -> &'a mut Schema {
+    let parts = match schemas.get_mut(request) {
+        Some(RefOr::T(Schema::Object(object))) => vec![object],
+        Some(RefOr::T(Schema::AllOf(all))) => all
+            .items
+            .iter_mut()
+            .filter_map(|part| match part {
+                RefOr::T(Schema::Object(object)) => Some(object),
+                _ => None,
+            })
+            .collect(),
+        _ => panic!("no schema {request}"),
+    };
+    let field_of = |object: &'a mut Object| match object.properties.get_mut(field) {
+        Some(RefOr::T(schema)) => Some(schema),
+        _ => None,
+    };
+    parts.into_iter().find_map(field_of).unwrap_or_else(|| panic!("{request} has no field {field}"))
+}
+
+/// The array schema of `request`'s `field`.
+fn array<'a>(schemas: &'a mut BTreeMap<String, RefOr<Schema>>, request: &str, field: &str) -> &'a mut Array {
+    match property(schemas, request, field) {
+        Schema::Array(array) => array,
+        _ => panic!("{request}.{field} is not an array"),
+    }
+}
+
+/// The OpenAPI document of this API
+///
+/// With this server's limits: `maxItems` of `images` is its CLIPFN_MAX_IMAGES, and so on.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "probes",
+    responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json", body = Object))
+)]
+pub(super) async fn openapi_json(document: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], document).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> serde_json::Value {
+        let vars = [("CLIPFN_MODEL", "unused")].iter().chain(vars).map(|(k, v)| (k.to_string(), v.to_string()));
+        serde_json::from_slice(&document(&Settings::from_vars(vars).unwrap())).unwrap()
+    }
+
+    /// `request`'s `field`, in its own properties or a flattened part's.
+    fn field<'a>(document: &'a serde_json::Value, request: &str, field: &str) -> &'a serde_json::Value {
+        let schema = &document["components"]["schemas"][request];
+        let parts = schema["allOf"].as_array().map_or(std::slice::from_ref(schema), Vec::as_slice);
+        parts.iter().map(|part| &part["properties"][field]).find(|f| !f.is_null()).expect(field)
+    }
+
+    #[test]
+    fn the_limits_are_the_servers() {
+        let document = with(&[("CLIPFN_MAX_IMAGES", "7"), ("CLIPFN_MAX_TEXTS", "9"), ("CLIPFN_MAX_TEXT_CHARS", "11")]);
+        for request in ["EmbedRequest", "ClassifyRequest", "AnalyzeRequest"] {
+            assert_eq!(field(&document, request, "images")["maxItems"], 7, "{request}");
+        }
+        assert_eq!(field(&document, "AnalyzeRequest", "embeddings")["maxItems"], 7);
+        assert_eq!(field(&document, "EmbedRequest", "texts")["maxItems"], 9);
+        assert_eq!(field(&document, "LabelsRequest", "labels")["items"]["maxLength"], 11);
+        assert_eq!(field(&document, "EmbeddingsRequest", "input")["oneOf"][1]["maxItems"], 9);
+    }
+}
