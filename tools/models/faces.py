@@ -49,7 +49,7 @@ import time
 import numpy as np
 from onnx import TensorProto, helper
 
-from .files import save
+from .files import move_folder, save
 from .graph import Graph, learned_params, onnx_model
 
 CANVAS = 640
@@ -273,12 +273,7 @@ def write_face_folder(kind, folder, seed):
         os.makedirs(os.path.join(tmp, part))
         save(model, os.path.join(tmp, part, "model.onnx"))
         paths.append(os.path.join(folder, part, "model.onnx"))
-    if os.path.exists(folder):
-        os.rename(folder, folder + ".old")
-        os.rename(tmp, folder)
-        shutil.rmtree(folder + ".old")
-    else:
-        os.rename(tmp, folder)
+    move_folder(tmp, folder)
     return paths, {"detection": det_params, "recognition": rec_params}
 
 

@@ -20,15 +20,19 @@ def save(model, out):
     os.replace(tmp, out)  # atomic: a crash never leaves a half-written model
 
 
-def replace_folder(tmp, folder):
-    """Moves the finished folder `tmp` to `folder` (readers never see half a folder) and returns
-    its onnx/ files."""
+def move_folder(tmp, folder):
+    """Moves the finished folder `tmp` to `folder`: readers never see half a folder."""
     if os.path.exists(folder):
         os.rename(folder, folder + ".old")
         os.rename(tmp, folder)
         shutil.rmtree(folder + ".old")
     else:
         os.rename(tmp, folder)
+
+
+def replace_folder(tmp, folder):
+    """`move_folder`, and the moved folder's onnx/ files."""
+    move_folder(tmp, folder)
     return [os.path.join(folder, "onnx", n) for n in sorted(os.listdir(os.path.join(folder, "onnx")))]
 
 
