@@ -2,7 +2,9 @@
 //! of both detector formats (tools/models/faces.py: SCRFD and YuNet, and an ArcFace-format
 //! recognizer), real photos, each face held to the independent Python reference
 //! (tools/faces_reference.py: Pillow, NumPy, scikit-image's similarity, OpenCV's warp, ONNX
-//! Runtime) and the people to scikit-learn's DBSCAN on the same embeddings.
+//! Runtime) and the people to scikit-learn's DBSCAN on the same embeddings; and photos drawn for
+//! the purpose (tools/draw_faces.py), whose faces must be found where they were drawn and be
+//! their persons.
 
 mod common;
 
@@ -17,8 +19,13 @@ use serde_json::{Value, json};
 
 /// tools/faces_reference.py's answer.
 fn reference(args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
+    python("faces_reference.py", args, paths, stdin)
+}
+
+/// A Python tool's JSON answer.
+fn python(tool: &str, args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
     let mut child = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(common::repo().join("tools/faces_reference.py"))
+        .arg(common::repo().join("tools").join(tool))
         .args(args)
         .args(paths)
         .stdin(Stdio::piped())
@@ -33,7 +40,7 @@ fn reference(args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
     input.flush().unwrap();
     drop(input);
     let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "faces_reference.py {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
@@ -57,6 +64,23 @@ fn iou(a: &[f32], b: &[f32]) -> f32 {
     let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
     let area = |r: &[f32]| (r[2] - r[0]) * (r[3] - r[1]);
     w * h / (area(a) + area(b) - w * h)
+}
+
+/// A face's box and landmarks, flat.
+fn points(face: &Value) -> Vec<f32> {
+    let mut all = floats(&face["box"]);
+    face["landmarks"].as_array().unwrap().iter().for_each(|p| all.extend(floats(p)));
+    all
+}
+
+/// The largest difference between two faces' `points`.
+fn farthest(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
+}
+
+/// How far a face with this box may be off: 2 px or 2% of its size.
+fn allowance(bbox: &[f32]) -> f32 {
+    2f32.max(0.02 * (bbox[2] - bbox[0]).max(bbox[3] - bbox[1]))
 }
 
 /// How our faces compare with the reference's, over many photos.
@@ -84,13 +108,8 @@ impl Agreement {
                 continue;
             }
             self.matched += 1;
-            let within = 2f32.max(0.02 * (bbox[2] - bbox[0]).max(bbox[3] - bbox[1]));
-            let points = |f: &Value| {
-                let mut all = floats(&f["box"]);
-                f["landmarks"].as_array().unwrap().iter().for_each(|p| all.extend(floats(p)));
-                all
-            };
-            let off = points(mine).iter().zip(points(face)).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            let within = allowance(&bbox);
+            let off = farthest(&points(mine), &points(face));
             let score = (mine["score"].as_f64().unwrap() - face["score"].as_f64().unwrap()).abs() as f32;
             self.worst_score = self.worst_score.max(score);
             let cosine = common::cosine(&floats(&mine["embedding"]), &floats(&face["embedding"]));
@@ -147,6 +166,73 @@ fn faces_follow_the_reference_for_both_detector_formats() {
         assert!(strict.worst_score <= 0.02, "{format}: {strict:?}");
         // A DCT-scaled decode moves some of these (fragile, generated) detectors' peaks by a cell.
         assert!(loose.matched as f32 >= 0.85 * loose.reference as f32, "{format}: {loose:?}");
+    }
+}
+
+/// Photos drawn for the purpose (tools/draw_faces.py: four persons drawn as ellipses with their
+/// looks, on a PNG, a 4000 x 3000 JPEG decoded at 1/4, a portrait in the eight EXIF orientations
+/// with a face against its edge, and a photo with none), with the drawn-face detectors of both
+/// formats: every face where it was drawn (box and landmarks within 2 px or 2% of its size), no
+/// other, the box of the face against the edge clipped, the same faces as the reference's, and the
+/// people exactly the persons.
+#[test]
+fn drawn_faces_are_found_where_they_were_drawn_and_people_are_the_persons() {
+    let dir = tempfile::tempdir().unwrap();
+    let drawn = python("draw_faces.py", &[dir.path().to_str().unwrap()], &[], None);
+    let drawn = drawn.as_array().unwrap();
+    let photos: Vec<PathBuf> = drawn.iter().map(|d| dir.path().join(d["file"].as_str().unwrap())).collect();
+    let size = |photo: &Value| [photo["width"].as_f64().unwrap() as f32, photo["height"].as_f64().unwrap() as f32];
+    // The drawn box, clipped to the photo as the answer's must be.
+    let clipped = |face: &Value, [width, height]: [f32; 2]| {
+        let mut points = points(face);
+        for (v, limit) in points.iter_mut().zip([width, height, width, height]) {
+            *v = v.clamp(0.0, limit);
+        }
+        points
+    };
+    let reaches_out =
+        drawn.iter().any(|p| p["faces"].as_array().unwrap().iter().any(|f| clipped(f, size(p)) != points(f)));
+    assert!(reaches_out, "a face drawn against the photo's edge has a box that reaches out");
+    for (format, folder) in
+        [("scrfd", setup_var("CLIPFN_TEST_FACES_SCRFD_DRAWN")), ("yunet", setup_var("CLIPFN_TEST_FACES_YUNET_DRAWN"))]
+    {
+        let body = analyze(&photos, &folder);
+        // [photo, face] in the answer -> the person drawn there
+        let mut drawn_as = std::collections::HashMap::new();
+        let mut worst = 0f32;
+        for (i, photo) in drawn.iter().enumerate() {
+            let ours = body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{format}: {}", body["data"][i]));
+            let theirs = photo["faces"].as_array().unwrap();
+            assert_eq!(ours.len(), theirs.len(), "{format}, {}: {ours:?}", photo["file"]);
+            for face in theirs {
+                let expected = clipped(face, size(photo));
+                let off = |mine: &Value| farthest(&points(mine), &expected);
+                let (index, mine) = ours.iter().enumerate().min_by(|a, b| off(a.1).total_cmp(&off(b.1))).unwrap();
+                let within = allowance(&expected[..4]);
+                worst = worst.max(off(mine) / within);
+                assert!(off(mine) <= within, "{format}, {}: drawn {face}, found {mine}", photo["file"]);
+                assert!(mine["score"].as_f64().unwrap() >= 0.7, "{mine}");
+                drawn_as.insert(json!([i, index]), face["person"].as_u64().unwrap());
+            }
+        }
+        eprintln!("{format}: the worst face is at {worst:.2} of its allowance");
+        // One person per person drawn, holding exactly its faces.
+        let people = body["album"]["people"].as_array().unwrap();
+        let persons: std::collections::BTreeSet<u64> = drawn_as.values().copied().collect();
+        assert_eq!(people.len(), persons.len(), "{format}: {people:?}");
+        for person in people {
+            let faces = person["faces"].as_array().unwrap();
+            let who = drawn_as[&faces[0]];
+            let all = drawn_as.values().filter(|&&p| p == who).count();
+            assert!(faces.iter().all(|f| drawn_as[f] == who) && faces.len() == all, "{format}: person {who}: {person}");
+        }
+        let same_decode = reference(&["detect", &folder, "--draft"], &photos, None);
+        let mut agreement = Agreement::default();
+        for (i, theirs) in same_decode.as_array().unwrap().iter().enumerate() {
+            agreement.add(body["data"][i]["faces"].as_array().unwrap(), theirs["faces"].as_array().unwrap());
+        }
+        let exact = agreement.matched == agreement.reference && agreement.ours == agreement.reference;
+        assert!(exact && agreement.off == 0, "{format}: {agreement:?}");
     }
 }
 

@@ -76,7 +76,8 @@ the service's preprocessing can be checked to follow the file.
                        cell; or YuNet-shaped: "input" [1,3,640,640] BGR 0-255 -> 12 outputs cls_8..,
                        obj_8.., bbox_8.., kps_8.., 1 anchor per cell) and recognition/model.onnx
                        (ArcFace-shaped: "input.1" [N,3,112,112] -> "683" [N,512], not normalised).
-                       The detectors are tuned on the camera photos to find a few "faces" each.
+                       The detectors are tuned on the camera photos to find a few "faces" each;
+                       faces-scrfd-drawn / faces-yunet-drawn find the faces draw_faces.py draws.
   --kind face-detector-bad / face-recognizer-bad  one file each, refused at start-up: a detector
                        with 7 outputs (neither format), a recognizer taking [N,3,96,96].
 
@@ -86,7 +87,8 @@ Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-t
        make_models.py --kind siglip2-test|siglip-test [--folder DIR] [--no-config-logits] [--seed N] [--check]
        make_models.py --kind siglip-base-vision [--out PATH] [--check]
        make_models.py --kind head|head-flat|head-wrong-dim|head-two-outputs [--out PATH] [--seed N] [--check]
-       make_models.py --kind faces-scrfd-test|faces-yunet-test [--folder DIR] [--seed N] [--check]
+       make_models.py --kind faces-scrfd-test|faces-yunet-test|faces-scrfd-drawn|faces-yunet-drawn [--folder DIR]
+                      [--seed N] [--check]
        make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/

@@ -113,6 +113,8 @@ if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
 # (ArcFace-shaped) per folder; the two bad files must be refused at start-up
 folder faces-scrfd-test --kind faces-scrfd-test
 folder faces-yunet-test --kind faces-yunet-test
+folder faces-scrfd-drawn --kind faces-scrfd-drawn  # the drawn-face detectors (tools/draw_faces.py's photos)
+folder faces-yunet-drawn --kind faces-yunet-drawn
 model face-detector-bad face-detector-bad.onnx      # 7 outputs: neither SCRFD (9) nor YuNet (12)
 model face-recognizer-bad face-recognizer-bad.onnx  # [N,3,96,96]: not ArcFace's 112
 
@@ -138,6 +140,8 @@ CLIPFN_TEST_SIGLIP_FOLDER=$CACHE/models/siglip-test
 CLIPFN_TEST_SIGLIP2_NOLOGITS_FOLDER=$CACHE/models/siglip2-test-nologits
 CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
 CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
+CLIPFN_TEST_FACES_SCRFD_DRAWN=$CACHE/models/faces-scrfd-drawn
+CLIPFN_TEST_FACES_YUNET_DRAWN=$CACHE/models/faces-yunet-drawn
 CLIPFN_TEST_FACE_DETECTOR_BAD=$CACHE/models/face-detector-bad.onnx
 CLIPFN_TEST_FACE_RECOGNIZER_BAD=$CACHE/models/face-recognizer-bad.onnx
 CLIPFN_PHOTOS_DIR=$CACHE/photos

@@ -54,9 +54,12 @@ from .graph import Graph, learned_params, onnx_model
 
 CANVAS = 640
 STRIDES = (8, 16, 32)
-FACE_FOLDERS = {"faces-scrfd-test": "scrfd", "faces-yunet-test": "yunet"}
+# folder kind: (detector format, the drawn-face design)
+FACE_FOLDERS = {"faces-scrfd-test": ("scrfd", False), "faces-yunet-test": ("yunet", False),
+                "faces-scrfd-drawn": ("scrfd", True), "faces-yunet-drawn": ("yunet", True)}
 FACE_FILES = {"face-detector-bad": "face-detector-bad.onnx", "face-recognizer-bad": "face-recognizer-bad.onnx"}
 MODEL_ID = {"scrfd": "clipfn-test-scrfd-v1", "yunet": "clipfn-test-yunet-v1", "arcface": "clipfn-test-arcface-v1",
+            "scrfd-drawn": "clipfn-test-scrfd-drawn-v1", "yunet-drawn": "clipfn-test-yunet-drawn-v1",
             "face-detector-bad": "clipfn-test-face-detector-bad-v1",
             "face-recognizer-bad": "clipfn-test-face-recognizer-bad-v1"}
 # rng salts: each part has its own stream, so changing one leaves the others' weights alone
@@ -87,6 +90,22 @@ BOX_STRIDES = {"scrfd": (3.0, 3.25), "yunet": {8: 5.0, 16: 6.0, 32: 7.0}}
 # the logit at which a peak at exactly THRESHOLD lands: SCRFD's score 0.7; YuNet's cls where
 # sqrt(cls * obj) = 0.7 for a typical obj of 0.9 (cls = 1.2 * sigmoid - 0.02 = 0.544)
 OFFSET = {"scrfd": float(np.log(0.7 / 0.3)), "yunet": -0.12}
+
+# The drawn-face design (faces-*-drawn), for photos drawn for the purpose (tools/draw_faces.py),
+# where where the faces are, and what they should answer, is known. A face is a filled ellipse of
+# any colours far from the grey background (DRAWN_GREY) and from black (the letterbox). Per anchor,
+# the moments of that mask over the DRAWN_WINDOW square centred on the anchor give the face's
+# centre and its semi-axes (2 standard deviations of a filled ellipse); the box is DRAWN_BOX times
+# the ellipse's, the landmarks the ArcFace template placed in the box (as the peak design places
+# them). The score falls with the anchor's distance from the centre (in strides), so the nearest
+# anchors score over 0.7, and every anchor whose window holds the whole face gives the same box,
+# which NMS keeps once. A face reaching into the window's outer DRAWN_RING pixels, or one of under
+# DRAWN_MIN_AREA pixels, scores nothing: faces stay under 40 canvas pixels in semi-axis and 80 +
+# their sizes apart.
+DRAWN_GREY = 128
+DRAWN_WINDOW, DRAWN_RING = 128, 8
+DRAWN_BOX = 1.2
+DRAWN_MIN_AREA = 50.0
 
 
 def lowpass_filters(rng, n, s, zero_sum, grid=4):
@@ -159,9 +178,64 @@ def landmarks(g, centre, size, noise, s):
     return g.op("Add", [g.op("Tile", [centre, reps]), g.op("Mul", [g.op("Tile", [size, reps]), tmpl])])
 
 
-def build_detector(fmt, seed, kps_strides=STRIDES):
-    """SCRFD- or YuNet-shaped detector (see the module doc); kps_strides drops kps outputs (the bad
-    detector)."""
+def drawn_mask(g, x):
+    """[1,1,640,640] in [0, 1]: 1 where a pixel is far from the grey background (the sum of its
+    channels' distances from DRAWN_GREY over 70) and not black (the letterbox: every channel
+    under 19); a dead zone under 30 keeps JPEG's ringing on the background out."""
+    grey = g.const(g.name("grey"), np.array((DRAWN_GREY - 127.5) / 128, np.float32))
+    dist = g.op("Conv", [g.op("Abs", [g.op("Sub", [x, grey])]), g.const(g.name("sum"), np.full((1, 3, 1, 1), 128.0, np.float32))],
+                kernel_shape=[1, 1])
+    c = lambda v: g.const(g.name("c"), np.array(v, np.float32))  # noqa: E731
+    far = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [dist, c(30.0)]), c(1 / 40)])]), c(1.0)])
+    top = g.op("ReduceMax", [x], axes=[1], keepdims=1)
+    black = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [c(-0.85), top]), c(20.0)])]), c(1.0)])
+    return g.op("Mul", [far, g.op("Sub", [c(1.0), black])])
+
+
+def drawn_cells(g, mask, s):
+    """Per cell of stride s: (logit [1,1,H,W], centre [1,2,H,W], size [1,2,H,W]), the centre
+    and the box's size in strides from the anchor (x * s, y * s). The mask's moments over the
+    DRAWN_WINDOW square centred on the anchor, separably (a row pass, then a column pass): sum m,
+    sum m dx, sum m dy, sum m dx^2, sum m dy^2 (dx, dy from the anchor to pixel centres) and sum m
+    inside the ring."""
+    k, h = DRAWN_WINDOW, CANVAS // s
+    t = np.arange(k) + 0.5 - k / 2
+    inner = (np.abs(t) < k / 2 - DRAWN_RING).astype(np.float64)
+    ones = np.ones(k)
+    rows_w = np.stack([ones, t, t * t, inner])[:, None, None, :].astype(np.float32)  # [4,1,1,k]
+    r = g.op("Conv", [mask, g.const(f"drawn{s}.rows", rows_w)], kernel_shape=[1, k], strides=[1, s],
+             pads=[0, k // 2, 0, k // 2])
+    cols_w = np.zeros((6, 4, k, 1), np.float32)  # out channel: (row pass channel, column kernel)
+    for i, (ch, v) in enumerate([(0, ones), (1, ones), (0, t), (2, ones), (0, t * t), (3, inner)]):
+        cols_w[i, ch, :, 0] = v
+    m = g.op("Conv", [r, g.const(f"drawn{s}.cols", cols_w)], kernel_shape=[k, 1], strides=[s, 1],
+             pads=[k // 2, 0, k // 2, 0])
+    i64 = lambda v: g.const(g.name("i"), np.array(v, np.int64))  # noqa: E731
+    m = g.op("Slice", [m, i64([0, 0]), i64([h, h]), i64([2, 3])])  # the padding's extra row and column
+    parts = [g.name("moment") for _ in range(6)]
+    g.nodes.append(helper.make_node("Split", [m, i64([1] * 6)], parts, name=parts[0], axis=1))
+    m00, m10, m01, m20, m02, m_inner = parts
+    c = lambda v: g.const(g.name("c"), np.array(v, np.float32))  # noqa: E731
+    area = g.op("Max", [m00, c(1.0)])
+    centre = g.op("Div", [g.op("Concat", [m10, m01], axis=1), area])  # pixels from the anchor
+    var = g.op("Sub", [g.op("Div", [g.op("Concat", [m20, m02], axis=1), area]), g.op("Mul", [centre, centre])])
+    size = g.op("Mul", [g.op("Sqrt", [g.op("Max", [var, c(1.0)])]), c(4 * DRAWN_BOX / s)])  # 2 x 2 std
+    d2 = g.op("ReduceSum", [g.op("Mul", [centre, centre]), i64([1])], keepdims=1)
+    ring = g.op("Relu", [g.op("Sub", [g.op("Sub", [m00, m_inner]), c(0.5)])])
+    small = g.op("Relu", [g.op("Sub", [c(1.0), g.op("Div", [m00, c(DRAWN_MIN_AREA)])])])
+    logit = g.op("Sub", [c(2.5), g.op("Add", [g.op("Mul", [d2, c(2 / (s * s))]),
+                                               g.op("Mul", [g.op("Add", [ring, small]), c(1000.0)])])])
+    return logit, g.op("Mul", [centre, c(1 / s)]), size
+
+
+def per_anchor(g, x, anchors, k, n):
+    """[1,k,H,W] -> rows [1,n,k], the same values for each of the cell's anchors."""
+    return to_rows(g, g.op("Concat", [x] * anchors, axis=1) if anchors > 1 else x, k, [1, n, k])
+
+
+def build_detector(fmt, seed, kps_strides=STRIDES, drawn=False):
+    """SCRFD- or YuNet-shaped detector (see the module doc): the peak design, or with `drawn` the
+    drawn-face design; kps_strides drops kps outputs (the bad detector)."""
     g = Graph(np.random.default_rng([seed, SALT[fmt]]))
     a_n = ANCHORS[fmt]
     inp = "input.1" if fmt == "scrfd" else "input"
@@ -170,42 +244,60 @@ def build_detector(fmt, seed, kps_strides=STRIDES):
     else:  # raw BGR 0-255: the same normalisation inside the graph
         x = g.op("Mul", [g.op("Sub", [inp, g.const("mean", np.array(127.5, np.float32))]),
                          g.const("inv_std", np.array(1 / 128, np.float32))])
-    # > 0 on every pixel of a column or row that is black from end to end (max of all its pixels
-    # and channels < 0.77 of 255): the letterbox padding, never a few dark pixels of a photo
-    level = g.const("black_level", np.array(-0.99, np.float32))
-    cols = g.op("Relu", [g.op("Sub", [level, g.op("ReduceMax", [x], axes=[1, 2], keepdims=1)])])  # [1,1,1,640]
-    rows = g.op("Relu", [g.op("Sub", [level, g.op("ReduceMax", [x], axes=[1, 3], keepdims=1)])])  # [1,1,640,1]
-    black = g.op("Max", [cols, rows])  # [1,1,640,640]
+    if drawn:
+        mask = drawn_mask(g, x)
+    else:
+        # > 0 on every pixel of a column or row that is black from end to end (max of all its
+        # pixels and channels < 0.77 of 255): the letterbox padding, never a few dark pixels
+        level = g.const("black_level", np.array(-0.99, np.float32))
+        cols = g.op("Relu", [g.op("Sub", [level, g.op("ReduceMax", [x], axes=[1, 2], keepdims=1)])])  # [1,1,1,640]
+        rows = g.op("Relu", [g.op("Sub", [level, g.op("ReduceMax", [x], axes=[1, 3], keepdims=1)])])  # [1,1,640,1]
+        black = g.op("Max", [cols, rows])  # [1,1,640,640]
     outs = {}
     for s in STRIDES:
         n = (CANVAS // s) ** 2 * a_n
-        logit = peak_logits(g, x, black, s, fmt, a_n)
+        if drawn:
+            logit, centre, size = drawn_cells(g, mask, s)
+            logit = g.op("Concat", [logit] * a_n, axis=1) if a_n > 1 else logit
+            centre, size = per_anchor(g, centre, a_n, 2, n), per_anchor(g, size, a_n, 2, n)
+        else:
+            logit = peak_logits(g, x, black, s, fmt, a_n)
         if fmt == "scrfd":
             score = to_rows(g, g.op("Sigmoid", [logit]), 1, [1, n, 1])
-            log_d = np.repeat(np.log(BOX_STRIDES[fmt]), 4)  # anchor a's 4 distances: channels 4a..4a+3
-            d = to_rows(g, g.op("Exp", [small_conv(g, x, f"bbox{s}", s, 4 * a_n, 0.1, log_d)]), 4, [1, n, 4])
-            centre = g.op("MatMul", [d, g.const(f"bbox{s}.centre", np.array(
-                [[-0.5, 0], [0, -0.5], [0.5, 0], [0, 0.5]], np.float32))])  # ((d2 - d0) / 2, (d3 - d1) / 2)
-            size = g.op("MatMul", [d, g.const(f"bbox{s}.size", np.array(
-                [[1, 0], [0, 1], [1, 0], [0, 1]], np.float32))])  # (d0 + d2, d1 + d3)
+            if drawn:  # distances (left, top, right, bottom) = size / 2 -+ centre
+                d = g.op("MatMul", [g.op("Concat", [centre, size], axis=-1), g.const(f"bbox{s}.distances", np.array(
+                    [[-1, 0, 1, 0], [0, -1, 0, 1], [0.5, 0, 0.5, 0], [0, 0.5, 0, 0.5]], np.float32))])
+            else:
+                log_d = np.repeat(np.log(BOX_STRIDES[fmt]), 4)  # anchor a's 4 distances: channels 4a..4a+3
+                d = to_rows(g, g.op("Exp", [small_conv(g, x, f"bbox{s}", s, 4 * a_n, 0.1, log_d)]), 4, [1, n, 4])
+                centre = g.op("MatMul", [d, g.const(f"bbox{s}.centre", np.array(
+                    [[-0.5, 0], [0, -0.5], [0.5, 0], [0, 0.5]], np.float32))])  # ((d2 - d0) / 2, (d3 - d1) / 2)
+                size = g.op("MatMul", [d, g.const(f"bbox{s}.size", np.array(
+                    [[1, 0], [0, 1], [1, 0], [0, 1]], np.float32))])  # (d0 + d2, d1 + d3)
             outs[f"score_{s}"], outs[f"bbox_{s}"] = score, d
         else:
             cls = g.op("Sub", [g.op("Mul", [g.op("Sigmoid", [logit]), g.const(g.name("c"), np.array(1.2, np.float32))]),
                                g.const(g.name("c"), np.array(0.02, np.float32))])
-            # obj in (0.82, 0.98), never saturated: a face whose cls clamps to 1 scores sqrt(obj), unique
-            obj = small_conv(g, x, f"obj{s}", s, 1, 0.08, 0.9, gain=0.3)
-            log_w = np.log(BOX_STRIDES[fmt][s])
-            b = to_rows(g, small_conv(g, x, f"bbox{s}", s, 4, [0.3, 0.3, 0.1, 0.1], [0.5, 0.5, log_w, log_w]),
-                        4, [1, n, 4])
-            split = g.const(g.name("split"), np.array([2, 2], np.int64))
-            centre, log_size = g.name("centre"), g.name("log_size")
-            g.nodes.append(helper.make_node("Split", [b, split], [centre, log_size], name=centre, axis=-1))
-            size = g.op("Exp", [log_size])
+            if drawn:
+                obj = g.op("Add", [g.op("Mul", [logit, g.const(g.name("c"), np.array(0.0, np.float32))]),
+                                   g.const(g.name("c"), np.array(0.95, np.float32))])
+                b = g.op("Concat", [centre, g.op("Log", [size])], axis=-1)
+            else:
+                # obj in (0.82, 0.98), never saturated: a face whose cls clamps to 1 scores sqrt(obj), unique
+                obj = small_conv(g, x, f"obj{s}", s, 1, 0.08, 0.9, gain=0.3)
+                log_w = np.log(BOX_STRIDES[fmt][s])
+                b = to_rows(g, small_conv(g, x, f"bbox{s}", s, 4, [0.3, 0.3, 0.1, 0.1], [0.5, 0.5, log_w, log_w]),
+                            4, [1, n, 4])
+                split = g.const(g.name("split"), np.array([2, 2], np.int64))
+                centre, log_size = g.name("centre"), g.name("log_size")
+                g.nodes.append(helper.make_node("Split", [b, split], [centre, log_size], name=centre, axis=-1))
+                size = g.op("Exp", [log_size])
             outs[f"cls_{s}"] = to_rows(g, cls, 1, [1, n, 1])
             outs[f"obj_{s}"] = to_rows(g, obj, 1, [1, n, 1])
             outs[f"bbox_{s}"] = b
         if s in kps_strides:
-            noise = to_rows(g, small_conv(g, x, f"kps{s}", s, 10 * a_n, 0.03, 0.0), 10, [1, n, 10])
+            noise = (g.const(g.name("no_noise"), np.zeros(10, np.float32)) if drawn else
+                     to_rows(g, small_conv(g, x, f"kps{s}", s, 10 * a_n, 0.03, 0.0), 10, [1, n, 10]))
             outs[f"kps_{s}"] = landmarks(g, centre, size, noise, s)
     order = ([f"{k}_{s}" for k in ("score", "bbox", "kps") for s in STRIDES] if fmt == "scrfd" else
              [f"{k}_{s}" for k in ("cls", "obj", "bbox", "kps") for s in STRIDES])
@@ -217,7 +309,7 @@ def build_detector(fmt, seed, kps_strides=STRIDES):
         k = {"score": 1, "cls": 1, "obj": 1, "bbox": 4, "kps": 10}[name.split("_")[0]]
         n = (CANVAS // int(name.split("_")[1])) ** 2 * a_n
         outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, n, k]))
-    kind = fmt if kps_strides == STRIDES else "face-detector-bad"
+    kind = ("face-detector-bad" if kps_strides != STRIDES else f"{fmt}-drawn" if drawn else fmt)
     meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
             "clipfn.input_size": str(CANVAS), "clipfn.strides": ",".join(map(str, STRIDES)),
             "clipfn.anchors": str(a_n)}
@@ -262,7 +354,8 @@ def write_face_folder(kind, folder, seed):
     place (readers never see half a folder). Returns ([paths], {part: params})."""
     import onnx
 
-    det, det_params = build_detector(FACE_FOLDERS[kind], seed)
+    fmt, drawn = FACE_FOLDERS[kind]
+    det, det_params = build_detector(fmt, seed, drawn=drawn)
     rec, rec_params = build_recognizer(seed)
     tmp = folder + ".tmp"
     if os.path.exists(tmp):
