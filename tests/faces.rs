@@ -171,7 +171,7 @@ fn faces_follow_the_reference_for_both_detector_formats() {
 
 /// Photos drawn for the purpose (tools/draw_faces.py: four persons drawn as ellipses with their
 /// looks, on a PNG, a 4000 x 3000 JPEG decoded at 1/4, a portrait in the eight EXIF orientations
-/// with a face against its edge, and a photo with none), with the drawn-face detectors of both
+/// with faces against its top and right edges, and a photo with none), with the drawn-face detectors of both
 /// formats: every face where it was drawn (box and landmarks within 2 px or 2% of its size), no
 /// other, the box of the face against the edge clipped, the same faces as the reference's, and the
 /// people exactly the persons.

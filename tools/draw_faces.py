@@ -15,7 +15,8 @@ crops of one person are alike and `album.people` must be the persons.
       times the ellipse), not clipped: a face drawn against the photo's edge has one reaching out.
 
 The photos: a PNG of four people; a 4000 x 3000 JPEG of the four (decoded at 1/4 of its size);
-a portrait of three in each of the eight EXIF orientations (one of them against the right edge);
+a portrait of three in each of the eight EXIF orientations (one against the top edge, whose crop
+reaches above the canvas, and one against the right edge);
 and a photo with no face.
 """
 import json
@@ -47,7 +48,7 @@ ROW = ("drawn-row.png", (1600, 1000), [(0, 250, 300, 60, 75), (1, 700, 350, 40, 
                                         (2, 1200, 400, 80, 95), (3, 500, 750, 50, 62)])
 LARGE = ("drawn-large.jpg", (4000, 3000), [(1, 800, 900, 200, 240), (2, 2200, 1200, 150, 180),
                                             (3, 3300, 2200, 120, 150), (0, 1200, 2300, 180, 220)])
-PORTRAIT = ((900, 1200), [(2, 250, 300, 45, 55), (3, 600, 750, 60, 70), (0, 845, 1000, 55, 68)])
+PORTRAIT = ((900, 1200), [(2, 250, 55, 45, 55), (3, 600, 750, 60, 70), (0, 845, 1000, 55, 68)])
 EMPTY = ("drawn-empty.png", (800, 600), [])
 # what exif_transpose does for each orientation, undone: the stored pixels of an upright photo
 UNDO_ORIENTATION = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
