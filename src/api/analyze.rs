@@ -67,7 +67,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         &state.settings,
         r#"{"images": ["key", ...]} (or "embeddings": [[...], ...]), optionally with "labels": [...] or "label_set": "NAME", "top_k", "embedding": false"#,
     )?;
-    let subjects = Subjects::new(request.images, request.embeddings, size, &state.settings)?;
+    let subjects = Subjects::new(request.subjects, size, &state.settings)?;
     let asked = labels::asked(request.labels, &state.settings)?;
     let service = state.ready_service()?;
     subjects.check_dim(service.pipeline.model().dim)?;

@@ -68,11 +68,10 @@ pub(super) fn document(settings: &Settings) -> Bytes {
     let limits = &settings.limits;
     let text = &settings.text;
     let schemas = &mut document.components.as_mut().expect("the document has components").schemas;
-    for request in ["EmbedRequest", "ClassifyRequest", "AnalyzeRequest"] {
-        array(schemas, request, "images").max_items = Some(limits.max_images);
-    }
-    for request in ["ClassifyRequest", "AnalyzeRequest"] {
-        array(schemas, request, "embeddings").max_items = Some(limits.max_images);
+    for (request, field) in
+        [("EmbedRequest", "images"), ("SubjectsRequest", "images"), ("SubjectsRequest", "embeddings")]
+    {
+        array(schemas, request, field).max_items = Some(limits.max_images);
     }
     for (request, texts) in [("EmbedRequest", "texts"), ("LabelsRequest", "labels")] {
         let texts = array(schemas, request, texts);
@@ -150,10 +149,11 @@ mod tests {
     #[test]
     fn the_limits_are_the_servers() {
         let document = with(&[("CLIPFN_MAX_IMAGES", "7"), ("CLIPFN_MAX_TEXTS", "9"), ("CLIPFN_MAX_TEXT_CHARS", "11")]);
-        for request in ["EmbedRequest", "ClassifyRequest", "AnalyzeRequest"] {
-            assert_eq!(field(&document, request, "images")["maxItems"], 7, "{request}");
+        for (request, name) in
+            [("EmbedRequest", "images"), ("SubjectsRequest", "images"), ("SubjectsRequest", "embeddings")]
+        {
+            assert_eq!(field(&document, request, name)["maxItems"], 7, "{request}.{name}");
         }
-        assert_eq!(field(&document, "AnalyzeRequest", "embeddings")["maxItems"], 7);
         assert_eq!(field(&document, "EmbedRequest", "texts")["maxItems"], 9);
         assert_eq!(field(&document, "LabelsRequest", "labels")["items"]["maxLength"], 11);
         assert_eq!(field(&document, "EmbeddingsRequest", "input")["oneOf"][1]["maxItems"], 9);

@@ -11,6 +11,7 @@ use super::{
     photos::{PhotoResult, photo_error, photo_results},
     request::{check_body_size, check_images},
     respond::Counts,
+    types::SubjectsRequest,
 };
 use crate::{
     pipeline::{Timings, Wants},
@@ -29,13 +30,8 @@ impl Subjects {
     /// The request's `images` or `embeddings` (one of them), within CLIPFN_MAX_IMAGES; `size` is
     /// the body's, held to CLIPFN_MAX_BODY_BYTES unless photos are inline. Stored embeddings take
     /// the larger limit too: their count and length bound them.
-    pub(super) fn new(
-        images: Option<Vec<String>>,
-        embeddings: Option<Vec<Vec<f32>>>,
-        size: usize,
-        settings: &Settings,
-    ) -> Result<Self, ApiError> {
-        match (images, embeddings) {
+    pub(super) fn new(request: SubjectsRequest, size: usize, settings: &Settings) -> Result<Self, ApiError> {
+        match (request.images, request.embeddings) {
             (Some(images), None) => {
                 check_body_size(size, &images, settings)?;
                 Ok(Subjects::Photos(check_images(images, settings)?))

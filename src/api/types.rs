@@ -148,6 +148,16 @@ pub struct Usage {
 /// Photos, or embeddings stored earlier (never both), and the labels to score them against.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ClassifyRequest {
+    #[serde(flatten)]
+    pub subjects: SubjectsRequest,
+    #[serde(flatten)]
+    pub labels: LabelsRequest,
+}
+
+/// What a request answers about (`/v1/classify`, `/v1/analyze`): photos, or embeddings stored
+/// earlier, never both.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SubjectsRequest {
     /// As in `/v1/embed`: 1 to CLIPFN_MAX_IMAGES photo references.
     #[serde(default)]
     #[schema(min_items = 1)]
@@ -157,8 +167,6 @@ pub struct ClassifyRequest {
     #[serde(default)]
     #[schema(min_items = 1, value_type = Option<Vec<schema::StoredEmbedding>>)]
     pub embeddings: Option<Vec<Vec<f32>>>,
-    #[serde(flatten)]
-    pub labels: LabelsRequest,
 }
 
 /// The labels a request scores its photos against (`/v1/classify`, `/v1/analyze`).
@@ -209,14 +217,9 @@ pub struct LabelScore<'a> {
 /// derive beside the embedding.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct AnalyzeRequest {
-    /// As in `/v1/embed`: 1 to CLIPFN_MAX_IMAGES photo references.
-    #[serde(default)]
-    #[schema(min_items = 1)]
-    pub images: Option<Vec<String>>,
     /// Stored embeddings get labels and scores only: what needs pixels needs the photo.
-    #[serde(default)]
-    #[schema(min_items = 1, value_type = Option<Vec<schema::StoredEmbedding>>)]
-    pub embeddings: Option<Vec<Vec<f32>>>,
+    #[serde(flatten)]
+    pub subjects: SubjectsRequest,
     /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
     #[serde(default)]
     pub embedding: Option<bool>,
