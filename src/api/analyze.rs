@@ -14,7 +14,7 @@ use super::{
     photos::{PhotoResult, photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
-    schema::{BadRequest, BodyTooLarge, CannotClassify, Overloaded, ServerError, TextDeadline, Unavailable},
+    schema::{CannotClassify, Refusals},
     subjects::Subjects,
     types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, PersonItem, Quality, TimingsMs},
 };
@@ -40,21 +40,9 @@ use crate::{
     )),
     responses(
         (status = 200, description = "An item per photo or stored embedding, in order, and the album's groups",
-            body = AnalyzeResponse, headers(("Server-Timing" = String, description = "The photos' stage timings")),
-            // No requestBody: openapi-generator refuses one that is not a string (an expression).
-            links(
-                ("classify_stored" = (operation_id = "classify", description = "Labels for an item's `embedding`, \
-                    kept by the caller and sent back as `embeddings`: no fetch, no image inference")),
-                ("analyze_stored" = (operation_id = "analyze", description = "Labels and head scores for an item's \
-                    `embedding`, kept by the caller and sent back as `embeddings`"))
-            )),
-        (status = 400, response = BadRequest),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = Overloaded),
-        (status = 500, response = ServerError),
+            body = AnalyzeResponse, headers(("Server-Timing" = String, description = "The photos' stage timings"))),
         (status = 501, response = CannotClassify),
-        (status = 503, response = Unavailable),
-        (status = 504, response = TextDeadline),
+        Refusals,
     )
 )]
 pub(super) async fn analyze(State(state): State<AppState>, body: RequestBody) -> Response {

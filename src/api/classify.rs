@@ -15,7 +15,7 @@ use super::{
     photos::with_server_timing,
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
-    schema::{BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
+    schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
     types::{ClassifyItem, ClassifyRequest, ClassifyResponse, TimingsMs},
 };
@@ -37,14 +37,9 @@ use super::{
     responses(
         (status = 200, description = "An item per photo or stored embedding, in order", body = ClassifyResponse,
             headers(("Server-Timing" = String, description = "The photos' stage timings"))),
-        (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = Overloaded),
-        (status = 500, response = ServerError),
         (status = 501, response = CannotClassify),
-        (status = 503, response = Unavailable),
-        (status = 504, response = TextDeadline),
+        Refusals,
     )
 )]
 pub(super) async fn classify(State(state): State<AppState>, body: RequestBody) -> Response {

@@ -17,7 +17,7 @@ use super::{
     photos::with_server_timing,
     request::{RequestBody, check_body_size, check_images, deadline, json_body, string_list},
     respond::{Answered, Counts, respond},
-    schema::{BadRequest, BodyTooLarge, EmbedAnswer, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
+    schema::{EmbedAnswer, NotFound, Refusals},
     subjects::Subjects,
     types::{EmbedRequest, EmbedResponse, Item, TextEmbedResponse, TextItem, TimingsMs},
 };
@@ -36,21 +36,9 @@ use super::{
     )),
     responses(
         (status = 200, description = "An item per photo (`EmbedResponse`) or per text (`TextEmbedResponse`)",
-            body = EmbedAnswer, headers(("Server-Timing" = String, description = "The photos' stage timings")),
-            // No requestBody: openapi-generator refuses one that is not a string (an expression).
-            links(
-                ("classify_stored" = (operation_id = "classify", description = "Labels for an item's `embedding`, \
-                    kept by the caller and sent back as `embeddings`: no fetch, no image inference")),
-                ("analyze_stored" = (operation_id = "analyze", description = "Labels and head scores for an item's \
-                    `embedding`, kept by the caller and sent back as `embeddings`"))
-            )),
-        (status = 400, response = BadRequest),
+            body = EmbedAnswer, headers(("Server-Timing" = String, description = "The photos' stage timings"))),
         (status = 404, response = NotFound),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = Overloaded),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
-        (status = 504, response = TextDeadline),
+        Refusals,
     )
 )]
 pub(super) async fn embed(State(state): State<AppState>, body: RequestBody) -> Response {

@@ -17,7 +17,7 @@ use super::{
     photos::photo_results,
     request::{RequestBody, check_body_size, check_images, deadline, json_body, json_kind, string_list},
     respond::{Answered, Counts, respond},
-    schema::{BadRequest, BodyTooLarge, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
+    schema::{NotFound, Refusals},
     types::{EmbeddingObject, EmbeddingsRequest, EmbeddingsResponse, Usage},
 };
 
@@ -36,13 +36,8 @@ use super::{
     )),
     responses(
         (status = 200, description = "An embedding per input, in order", body = EmbeddingsResponse),
-        (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
-        (status = 413, response = BodyTooLarge),
-        (status = 429, response = Overloaded),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
-        (status = 504, response = TextDeadline),
+        Refusals,
     )
 )]
 pub(super) async fn embeddings(State(state): State<AppState>, body: RequestBody) -> Response {

@@ -13,7 +13,7 @@ use axum::{
 };
 use utoipa::{
     OpenApi,
-    openapi::{Array, Object, RefOr, Schema, schema::ArrayItems},
+    openapi::{Array, Object, RefOr, Schema, link::LinkBuilder, schema::ArrayItems},
 };
 
 use super::{
@@ -85,7 +85,37 @@ pub(super) fn document(settings: &Settings) -> Bytes {
     let Schema::OneOf(input) = input else { panic!("EmbeddingsRequest.input: not a oneOf") };
     let RefOr::T(Schema::Array(list)) = &mut input.items[1] else { panic!("EmbeddingsRequest.input: no list") };
     list.max_items = Some(text.max_texts.max(limits.max_images));
+    add_stored_links(&mut document);
     document.to_pretty_json().expect("the document serialises").into()
+}
+
+/// The links from an answer with embeddings (`/v1/embed`, `/v1/analyze`) to the operations that
+/// take them back as stored `embeddings`. No requestBody: openapi-generator refuses one that is
+/// not a string (an expression); tools/image_check.py adds one for Schemathesis's stateful phase.
+fn add_stored_links(document: &mut utoipa::openapi::OpenApi) {
+    let links = [
+        (
+            "classify_stored",
+            "classify",
+            "Labels for an item's `embedding`, kept by the caller and sent back as \
+            `embeddings`: no fetch, no image inference",
+        ),
+        (
+            "analyze_stored",
+            "analyze",
+            "Labels and head scores for an item's `embedding`, kept by the caller and \
+            sent back as `embeddings`",
+        ),
+    ];
+    for path in ["/v1/embed", "/v1/analyze"] {
+        let operation = document.paths.paths.get_mut(path).and_then(|item| item.post.as_mut());
+        let responses = &mut operation.unwrap_or_else(|| panic!("no POST {path}")).responses.responses;
+        let Some(RefOr::T(ok)) = responses.get_mut("200") else { panic!("POST {path}: no 200") };
+        for (name, operation_id, description) in links {
+            let link = LinkBuilder::new().operation_id(operation_id).description(description).build();
+            ok.links.insert(name.to_owned(), link.into());
+        }
+    }
 }
 
 /// The schema of `request`'s `field`, in its own properties or a flattened part's.

@@ -3,10 +3,12 @@
 //! the probes write with `json!`, and the shapes of the fields checked by hand
 //! (`serde_json::Value`). The document itself is `openapi`'s.
 
+use std::collections::BTreeMap;
+
 use axum::http::StatusCode;
 use serde_json::Value;
 use utoipa::{
-    PartialSchema, ToResponse, ToSchema,
+    IntoResponses, PartialSchema, ToResponse, ToSchema,
     openapi::{
         ArrayBuilder, ContentBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, Ref, RefOr, Response, ResponseBuilder,
         Schema, SchemaFormat, Type, header::HeaderBuilder, schema::SchemaType,
@@ -253,12 +255,34 @@ macro_rules! error_responses {
         #[doc = $why]
         pub struct $name;
 
+        impl $name {
+            const STATUS: StatusCode = StatusCode::$status;
+        }
+
         impl<'r> ToResponse<'r> for $name {
             fn response() -> (&'r str, RefOr<Response>) {
-                (stringify!($name), error_response(StatusCode::$status, $why).into())
+                (stringify!($name), error_response(Self::STATUS, $why).into())
             }
         }
     )*};
+}
+
+/// The whole-request errors every POST endpoint answers, whatever it does; an endpoint lists
+/// its own beside them (404 without a text tower, 501 without a scoring rule).
+pub struct Refusals;
+
+impl IntoResponses for Refusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        macro_rules! refs {
+            ($($name:ident),*) => {
+                [$((<$name>::STATUS, stringify!($name))),*]
+            };
+        }
+        refs!(BadRequest, BodyTooLarge, Overloaded, ServerError, Unavailable, TextDeadline)
+            .into_iter()
+            .map(|(status, name)| (status.as_str().to_owned(), Ref::from_response_name(name).into()))
+            .collect()
+    }
 }
 
 error_responses! {
