@@ -5,6 +5,8 @@ would on InsightFace's buffalo_l (SCRFD det_10g + ArcFace w600k_r50) or OpenCV Z
   faces-scrfd-test  folder: detection/model.onnx SCRFD-shaped, recognition/model.onnx ArcFace-shaped
   faces-yunet-test  folder: detection/model.onnx YuNet-shaped (face_detection_yunet_2023mar), the
                     same recognition/model.onnx
+  faces-scrfd-drawn, faces-yunet-drawn  folders: the same formats and recognizer, detectors that
+                    find the faces tools/draw_faces.py draws ("The drawn-face design" below)
   face-detector-bad    one file: the SCRFD detector with 7 outputs (no kps_16, kps_32): neither format
   face-recognizer-bad  one file: the recognizer at [N,3,96,96] (ArcFace takes 112)
 
@@ -92,7 +94,7 @@ BOX_STRIDES = {"scrfd": (3.0, 3.25), "yunet": {8: 5.0, 16: 6.0, 32: 7.0}}
 OFFSET = {"scrfd": float(np.log(0.7 / 0.3)), "yunet": -0.12}
 
 # The drawn-face design (faces-*-drawn), for photos drawn for the purpose (tools/draw_faces.py),
-# where where the faces are, and what they should answer, is known. A face is a filled ellipse of
+# where the faces are, and what they should answer, is known. A face is a filled ellipse of
 # any colours far from the grey background (DRAWN_GREY) and from black (the letterbox). Per anchor,
 # the moments of that mask over the DRAWN_WINDOW square centred on the anchor give the face's
 # centre and its semi-axes (2 standard deviations of a filled ellipse); the box is DRAWN_BOX times
@@ -182,14 +184,13 @@ def drawn_mask(g, x):
     """[1,1,640,640] in [0, 1]: 1 where a pixel is far from the grey background (the sum of its
     channels' distances from DRAWN_GREY over 70) and not black (the letterbox: every channel
     under 19); a dead zone under 30 keeps JPEG's ringing on the background out."""
-    grey = g.const(g.name("grey"), np.array((DRAWN_GREY - 127.5) / 128, np.float32))
+    grey = g.floats((DRAWN_GREY - 127.5) / 128)
     dist = g.op("Conv", [g.op("Abs", [g.op("Sub", [x, grey])]), g.const(g.name("sum"), np.full((1, 3, 1, 1), 128.0, np.float32))],
                 kernel_shape=[1, 1])
-    c = lambda v: g.const(g.name("c"), np.array(v, np.float32))  # noqa: E731
-    far = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [dist, c(30.0)]), c(1 / 40)])]), c(1.0)])
+    far = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [dist, g.floats(30.0)]), g.floats(1 / 40)])]), g.floats(1.0)])
     top = g.op("ReduceMax", [x], axes=[1], keepdims=1)
-    black = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [c(-0.85), top]), c(20.0)])]), c(1.0)])
-    return g.op("Mul", [far, g.op("Sub", [c(1.0), black])])
+    black = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [g.floats(-0.85), top]), g.floats(20.0)])]), g.floats(1.0)])
+    return g.op("Mul", [far, g.op("Sub", [g.floats(1.0), black])])
 
 
 def drawn_cells(g, mask, s):
@@ -210,22 +211,20 @@ def drawn_cells(g, mask, s):
         cols_w[i, ch, :, 0] = v
     m = g.op("Conv", [r, g.const(f"drawn{s}.cols", cols_w)], kernel_shape=[k, 1], strides=[s, 1],
              pads=[k // 2, 0, k // 2, 0])
-    i64 = lambda v: g.const(g.name("i"), np.array(v, np.int64))  # noqa: E731
-    m = g.op("Slice", [m, i64([0, 0]), i64([h, h]), i64([2, 3])])  # the padding's extra row and column
+    m = g.op("Slice", [m, g.ints([0, 0]), g.ints([h, h]), g.ints([2, 3])])  # the padding's extra row and column
     parts = [g.name("moment") for _ in range(6)]
-    g.nodes.append(helper.make_node("Split", [m, i64([1] * 6)], parts, name=parts[0], axis=1))
+    g.nodes.append(helper.make_node("Split", [m, g.ints([1] * 6)], parts, name=parts[0], axis=1))
     m00, m10, m01, m20, m02, m_inner = parts
-    c = lambda v: g.const(g.name("c"), np.array(v, np.float32))  # noqa: E731
-    area = g.op("Max", [m00, c(1.0)])
+    area = g.op("Max", [m00, g.floats(1.0)])
     centre = g.op("Div", [g.op("Concat", [m10, m01], axis=1), area])  # pixels from the anchor
     var = g.op("Sub", [g.op("Div", [g.op("Concat", [m20, m02], axis=1), area]), g.op("Mul", [centre, centre])])
-    size = g.op("Mul", [g.op("Sqrt", [g.op("Max", [var, c(1.0)])]), c(4 * DRAWN_BOX / s)])  # 2 x 2 std
-    d2 = g.op("ReduceSum", [g.op("Mul", [centre, centre]), i64([1])], keepdims=1)
-    ring = g.op("Relu", [g.op("Sub", [g.op("Sub", [m00, m_inner]), c(0.5)])])
-    small = g.op("Relu", [g.op("Sub", [c(1.0), g.op("Div", [m00, c(DRAWN_MIN_AREA)])])])
-    logit = g.op("Sub", [c(2.5), g.op("Add", [g.op("Mul", [d2, c(2 / (s * s))]),
-                                               g.op("Mul", [g.op("Add", [ring, small]), c(1000.0)])])])
-    return logit, g.op("Mul", [centre, c(1 / s)]), size
+    size = g.op("Mul", [g.op("Sqrt", [g.op("Max", [var, g.floats(1.0)])]), g.floats(4 * DRAWN_BOX / s)])  # 2 x 2 std
+    d2 = g.op("ReduceSum", [g.op("Mul", [centre, centre]), g.ints([1])], keepdims=1)
+    ring = g.op("Relu", [g.op("Sub", [g.op("Sub", [m00, m_inner]), g.floats(0.5)])])
+    small = g.op("Relu", [g.op("Sub", [g.floats(1.0), g.op("Div", [m00, g.floats(DRAWN_MIN_AREA)])])])
+    logit = g.op("Sub", [g.floats(2.5), g.op("Add", [g.op("Mul", [d2, g.floats(2 / (s * s))]),
+                                               g.op("Mul", [g.op("Add", [ring, small]), g.floats(1000.0)])])])
+    return logit, g.op("Mul", [centre, g.floats(1 / s)]), size
 
 
 def per_anchor(g, x, anchors, k, n):
@@ -279,8 +278,7 @@ def build_detector(fmt, seed, kps_strides=STRIDES, drawn=False):
             cls = g.op("Sub", [g.op("Mul", [g.op("Sigmoid", [logit]), g.const(g.name("c"), np.array(1.2, np.float32))]),
                                g.const(g.name("c"), np.array(0.02, np.float32))])
             if drawn:
-                obj = g.op("Add", [g.op("Mul", [logit, g.const(g.name("c"), np.array(0.0, np.float32))]),
-                                   g.const(g.name("c"), np.array(0.95, np.float32))])
+                obj = g.op("Add", [g.op("Mul", [logit, g.floats(0.0)]), g.floats(0.95)])
                 b = g.op("Concat", [centre, g.op("Log", [size])], axis=-1)
             else:
                 # obj in (0.82, 0.98), never saturated: a face whose cls clamps to 1 scores sqrt(obj), unique

@@ -22,6 +22,14 @@ class Graph:
         self.inits.append(numpy_helper.from_array(np.array(arr, order="C"), name))  # keeps 0-d
         return name
 
+    def floats(self, v):
+        """A float32 constant (a scalar or a list), named for the graph."""
+        return self.const(self.name("c"), np.array(v, np.float32))
+
+    def ints(self, v):
+        """An int64 constant (shapes, axes, indices)."""
+        return self.const(self.name("i"), np.array(v, np.int64))
+
     def randn(self, name, shape, std):
         return self.const(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
 
