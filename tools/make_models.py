@@ -78,6 +78,11 @@ the service's preprocessing can be checked to follow the file.
                        (ArcFace-shaped: "input.1" [N,3,112,112] -> "683" [N,512], not normalised).
                        The detectors are tuned on the camera photos to find a few "faces" each;
                        faces-scrfd-drawn / faces-yunet-drawn find the faces draw_faces.py draws.
+  --kind faces-buffalo-random  a face model FOLDER with InsightFace buffalo_l's architectures and seeded
+                       random weights, for the bench (tools/models/face_archs.py): detection/model.onnx
+                       SCRFD-10G as det_10g.onnx (4.2M params, 13.3 GMACs at 640x640), its score biases
+                       set for a few faces a camera photo; recognition/model.onnx IResNet-50 as
+                       w600k_r50.onnx (43.6M params, 6.3 GMACs, 174 MB). Same layout as above.
   --kind face-detector-bad / face-recognizer-bad  one file each, refused at start-up: a detector
                        with 7 outputs (neither format), a recognizer taking [N,3,96,96].
 
@@ -87,15 +92,15 @@ Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-t
        make_models.py --kind siglip2-test|siglip-test [--folder DIR] [--no-config-logits] [--seed N] [--check]
        make_models.py --kind siglip-base-vision [--out PATH] [--check]
        make_models.py --kind head|head-flat|head-wrong-dim|head-two-outputs [--out PATH] [--seed N] [--check]
-       make_models.py --kind faces-scrfd-test|faces-yunet-test|faces-scrfd-drawn|faces-yunet-drawn [--folder DIR]
-                      [--seed N] [--check]
+       make_models.py --kind faces-scrfd-test|faces-yunet-test|faces-scrfd-drawn|faces-yunet-drawn|
+                      faces-buffalo-random [--folder DIR] [--seed N] [--check]
        make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/
 (graph.py the ONNX builder shared by all, files.py saving and fp16/int8 variants, clip.py the
 image kinds and --folder, clip_text.py, multilingual.py, siglip.py + siglip_tokenizers.py,
-heads.py the score heads and their --check, faces.py the face models and their --check, checks.py
-the other --check runs).
+heads.py the score heads and their --check, faces.py the face models and their --check,
+face_archs.py buffalo_l's face architectures, checks.py the other --check runs).
 """
 import argparse
 import hashlib
@@ -107,7 +112,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
-from models import checks, clip, clip_text, faces, heads, multilingual, siglip  # noqa: E402
+from models import checks, clip, clip_text, face_archs, faces, heads, multilingual, siglip  # noqa: E402
 from models.files import MODELS_DIR, save  # noqa: E402
 
 DEFAULT_OUT = {
@@ -125,7 +130,8 @@ MODEL_ID = {**clip.MODEL_ID, **clip_text.MODEL_ID, "text-multilingual": multilin
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH)
-                    + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(faces.FACE_FILES), required=True)
+                    + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(face_archs.KINDS) + list(faces.FACE_FILES),
+                    required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -142,7 +148,7 @@ def main():
         return main_siglip_bench(ap, a)
     if a.kind in heads.HEAD_KINDS:
         return main_head(ap, a)
-    if a.kind in faces.FACE_FOLDERS or a.kind in faces.FACE_FILES:
+    if a.kind in faces.FACE_FOLDERS or a.kind in face_archs.KINDS or a.kind in faces.FACE_FILES:
         return main_faces(ap, a)
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
@@ -200,12 +206,18 @@ def main_faces(ap, a):
     if a.size != 224 or a.preprocess != "clip":
         ap.error(f"--kind {a.kind}: no --size or --preprocess (the sizes are the real models')")
     t0 = time.perf_counter()
-    if a.kind in faces.FACE_FOLDERS:
+    is_folder = a.kind in faces.FACE_FOLDERS or a.kind in face_archs.KINDS
+    if is_folder:
         if a.out:
             ap.error(f"--kind {a.kind} writes a folder (--folder)")
         folder = os.path.abspath(a.folder or os.path.join(MODELS_DIR, a.kind))
-        outs, params = faces.write_face_folder(a.kind, folder, a.seed)
-        print(f"{a.kind}: {folder} (params detection {params['detection']:,}, recognition {params['recognition']:,})")
+        if a.kind in face_archs.KINDS:
+            outs, params, macs = face_archs.write_folder(folder, a.seed)
+            cost = f"; GMACs a canvas / a face: {macs['detection'] / 1e9:.2f} / {macs['recognition'] / 1e9:.2f}"
+        else:
+            (outs, params), cost = faces.write_face_folder(a.kind, folder, a.seed), ""
+        print(f"{a.kind}: {folder} (params detection {params['detection']:,}, recognition {params['recognition']:,}"
+              f"{cost})")
     else:
         if a.folder:
             ap.error(f"--kind {a.kind} writes one file (--out)")
@@ -219,7 +231,7 @@ def main_faces(ap, a):
     t_build = time.perf_counter() - t0
     for out in outs:
         sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
-        name = os.path.relpath(out, folder) if a.kind in faces.FACE_FOLDERS else os.path.basename(out)
+        name = os.path.relpath(out, folder) if is_folder else os.path.basename(out)
         print(f"  {name}: {os.path.getsize(out) / 1e6:.2f} MB sha256={sha[:16]}")
         if a.check:
             print(f"  onnxruntime: {faces.check(out)}")

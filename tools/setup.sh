@@ -6,7 +6,9 @@
 #   tools/setup.sh --bench    ... plus the 350 MB ViT-B/32-shaped model and its
 #                             folder of fp32/fp16/int8 variants, the 250 MB
 #                             ViT-B/32-shaped text model, and the 370 MB SigLIP
-#                             base-shaped vision tower
+#                             base-shaped vision tower, and the 190 MB face
+#                             folder of buffalo_l's architectures (SCRFD-10G +
+#                             IResNet-50)
 #
 # Needs only python3 (>= 3.11, with venv + pip), apt-get (root) and the package
 # registries. Afterwards: `source .cache/clipfn.env` gives the Rust tests and the
@@ -109,6 +111,8 @@ folder siglip2-test --kind siglip2-test
 folder siglip-test --kind siglip-test
 folder siglip2-test-nologits --kind siglip2-test --no-config-logits  # scale/bias only in onnx/model.onnx
 if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
+# InsightFace buffalo_l's architectures (SCRFD-10G + IResNet-50, 190 MB) with random weights: the faces' cost
+if (( BENCH )); then folder faces-buffalo-random --kind faces-buffalo-random; fi
 # face models (issue 29): detection/model.onnx (SCRFD- or YuNet-shaped) + recognition/model.onnx
 # (ArcFace-shaped) per folder; the two bad files must be refused at start-up
 folder faces-scrfd-test --kind faces-scrfd-test
@@ -160,6 +164,9 @@ if [[ -f "$CACHE/models/siglip-base-vision-random.onnx" ]]; then
 fi
 if [[ -d "$CACHE/models/vit-b32-random" ]]; then
   echo "CLIPFN_BENCH_FOLDER=$CACHE/models/vit-b32-random" >>"$ENV.tmp"
+fi
+if [[ -d "$CACHE/models/faces-buffalo-random" ]]; then
+  echo "CLIPFN_BENCH_FACE_MODEL=$CACHE/models/faces-buffalo-random" >>"$ENV.tmp"
 fi
 mv "$ENV.tmp" "$ENV"
 

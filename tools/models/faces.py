@@ -348,24 +348,30 @@ def build_file(kind, seed):
 
 
 def write_face_folder(kind, folder, seed):
-    """folder/detection/model.onnx + folder/recognition/model.onnx, written beside and renamed into
-    place (readers never see half a folder). Returns ([paths], {part: params})."""
-    import onnx
-
+    """folder/detection/model.onnx + folder/recognition/model.onnx. Returns ([paths], {part: params})."""
     fmt, drawn = FACE_FOLDERS[kind]
     det, det_params = build_detector(fmt, seed, drawn=drawn)
     rec, rec_params = build_recognizer(seed)
+    paths = write_parts(folder, {"detection": det, "recognition": rec})
+    return paths, {"detection": det_params, "recognition": rec_params}
+
+
+def write_parts(folder, parts, full_check=True):
+    """folder/PART/model.onnx for each {part: model}, written beside and renamed into place (readers
+    never see half a folder). Returns [paths]."""
+    import onnx
+
     tmp = folder + ".tmp"
     if os.path.exists(tmp):
         shutil.rmtree(tmp)
     paths = []
-    for part, model in (("detection", det), ("recognition", rec)):
-        onnx.checker.check_model(model, full_check=True)
+    for part, model in parts.items():
+        onnx.checker.check_model(model, full_check=full_check)
         os.makedirs(os.path.join(tmp, part))
         save(model, os.path.join(tmp, part, "model.onnx"))
         paths.append(os.path.join(folder, part, "model.onnx"))
     move_folder(tmp, folder)
-    return paths, {"detection": det_params, "recognition": rec_params}
+    return paths
 
 
 def check(path):
