@@ -14,7 +14,10 @@
 //!   runs it, since "nearly free" is not free: the ceiling with it is `1 / (1/decode + 1/inference)`;
 //! - the server's minor page faults per photo;
 //! - `/v1/analyze`'s CPU per photo against `/v1/embed`'s, their phases in turns on one server;
-//! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs).
+//! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs);
+//! - `/v1/analyze`'s CPU with faces against without, with the SCRFD-format test models and, when
+//!   setup wrote CLIPFN_BENCH_FACE_MODEL (`tools/setup.sh --bench`), with SCRFD-10G + IResNet-50 (the
+//!   buffalo_l architectures, random weights): the detector's and the recognizer's share of a photo.
 //!
 //! The alone runs take turns with the server's phases (`measure`), so that the machine's drift in
 //! speed falls on both sides of each ratio.
@@ -24,7 +27,8 @@
 //!
 //! Knobs: CLIPFN_BENCH_SECONDS (20 of server phases per row), CLIPFN_BENCH_CLIENTS (4),
 //! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default),
-//! CLIPFN_BENCH_SERVER_ENV (more server settings, `NAME=value,NAME=value`).
+//! CLIPFN_BENCH_SERVER_ENV (more server settings, `NAME=value,NAME=value`), CLIPFN_BENCH_ONLY_FACES
+//! (1: only the real face architectures' rows, a few minutes).
 //! Writes `per_core.md` to CLIPFN_BENCH_OUT (default target/bench-report).
 
 #[path = "support/coarse_scale.rs"]
@@ -149,24 +153,26 @@ fn server_phase(
 ) -> ServerRun {
     let stat = format!("/proc/{}/stat", server.pid());
     let (cpu_before, faults_before, started) = (cpu_seconds(&stat), minor_faults(&stat), Instant::now());
-    let embedded: usize = std::thread::scope(|s| {
+    let (embedded, faces) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..clients)
             .map(|c| {
                 s.spawn(move || {
-                    let mut sent = 0;
+                    let (mut sent, mut faces) = (0, 0);
                     while started.elapsed().as_secs_f64() < seconds {
-                        sent += request(server, (keys, endpoint), c * 7 + sent, per_request);
+                        let (photos, found) = request(server, (keys, endpoint), c * 7 + sent, per_request);
+                        (sent, faces) = (sent + photos, faces + found);
                     }
-                    sent
+                    (sent, faces)
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).sum()
+        workers.into_iter().map(|w| w.join().unwrap()).fold((0, 0), |(p, f), (wp, wf)| (p + wp, f + wf))
     });
     ServerRun {
         work: Work { photos: embedded as f64, cpu: cpu_seconds(&stat) - cpu_before },
         wall: started.elapsed().as_secs_f64(),
         faults: minor_faults(&stat) - faults_before,
+        faces: faces as f64,
     }
 }
 
@@ -179,8 +185,14 @@ enum Endpoint {
     AnalyzeFaces,
 }
 
-/// One request of `per_request` photos from `keys`, starting at `offset`; all must embed.
-fn request(server: &Server, (keys, endpoint): (&[String], Endpoint), offset: usize, per_request: usize) -> usize {
+/// One request of `per_request` photos from `keys`, starting at `offset`; all must embed. Returns
+/// the photos and the faces found in them.
+fn request(
+    server: &Server,
+    (keys, endpoint): (&[String], Endpoint),
+    offset: usize,
+    per_request: usize,
+) -> (usize, usize) {
     let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
     let (path, body) = match endpoint {
         Endpoint::Embed => ("/v1/embed", json!({ "images": images })),
@@ -190,8 +202,9 @@ fn request(server: &Server, (keys, endpoint): (&[String], Endpoint), offset: usi
     };
     let (status, body) = server.post_json(path, &body);
     assert_eq!(status, 200, "{body}");
-    assert!(body["data"].as_array().unwrap().iter().all(|item| item["embedding"].is_array()), "{body}");
-    per_request
+    let items = body["data"].as_array().unwrap();
+    assert!(items.iter().all(|item| item["embedding"].is_array()), "{body}");
+    (per_request, items.iter().filter_map(|item| item["faces"].as_array()).map(Vec::len).sum())
 }
 
 #[derive(Default)]
@@ -199,13 +212,73 @@ struct ServerRun {
     work: Work,
     wall: f64,
     faults: f64,
+    /// Faces found (with faces).
+    faces: f64,
 }
 
 impl ServerRun {
     fn add(&mut self, other: ServerRun) {
         self.work.add(other.work);
-        (self.wall, self.faults) = (self.wall + other.wall, self.faults + other.faults);
+        (self.wall, self.faults, self.faces) =
+            (self.wall + other.wall, self.faults + other.faults, self.faces + other.faces);
     }
+}
+
+/// The worker's wall seconds in the face stages (detection, recognition) since `before`, their
+/// totals when it was taken (`[0.0; 2]`: so far).
+fn face_stages(server: &Server, before: [f64; 2]) -> [f64; 2] {
+    let metrics = common::scrape(server);
+    let mut stages = ["face_detection", "face_recognition"]
+        .map(|stage| common::series(&metrics, "clipfn_stage_duration_seconds_sum", &[("stage", stage)]));
+    stages.iter_mut().zip(before).for_each(|(stage, before)| *stage -= before);
+    stages
+}
+
+/// A row of the faces table: `/v1/analyze` without faces and with, the face stages' seconds over the
+/// phases with faces, and the server's peak RSS.
+fn face_row(
+    row: &str,
+    without: &ServerRun,
+    with: &ServerRun,
+    [detector, recognizer]: [f64; 2],
+    server: &Server,
+) -> String {
+    let (plain, faces) = (without.work.per_cpu_second(), with.work.per_cpu_second());
+    let per_photo = with.faces / with.work.photos;
+    let ms = |seconds: f64, n: f64| seconds * 1000.0 / n;
+    let rss = common::status_bytes(&server.pid().to_string(), "VmHWM") / 1048576.0;
+    eprintln!("faces, {row}: {plain:.0} -> {faces:.1} photos/CPU-s, {per_photo:.2} faces a photo");
+    format!(
+        "| {row} | {plain:.0} | {faces:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {per_photo:.2} | {rss:.0} |\n",
+        1000.0 / plain,
+        1000.0 / faces,
+        plain / faces,
+        ms(detector, with.work.photos),
+        ms(recognizer, with.work.photos),
+        ms(recognizer, with.faces),
+    )
+}
+
+/// The real face architectures' rows: `/v1/analyze` without and with faces in turns on one server.
+/// Requests of FACE_ARCH_PER_REQUEST photos: at a few photos a second, a phase of 40-photo requests
+/// would last a minute whatever CLIPFN_BENCH_SECONDS says.
+const FACE_ARCH_PER_REQUEST: usize = 4;
+
+fn face_cost(server: &Server, keys: &[String], clients: usize, seconds: f64) -> (ServerRun, ServerRun, [f64; 2]) {
+    let per_request = FACE_ARCH_PER_REQUEST;
+    let (plain, faces) = ((keys, Endpoint::Analyze), (keys, Endpoint::AnalyzeFaces));
+    request(server, plain, 0, per_request);
+    request(server, faces, 0, per_request);
+    let before = face_stages(server, [0.0; 2]);
+    let phase = seconds / (2 * ROUNDS) as f64;
+    let (mut without, mut with) = (ServerRun::default(), ServerRun::default());
+    for _ in 0..ROUNDS {
+        without.add(server_phase(server, plain, clients, per_request, phase));
+        with.add(server_phase(server, faces, clients, per_request, phase));
+        with.add(server_phase(server, faces, clients, per_request, phase));
+        without.add(server_phase(server, plain, clients, per_request, phase));
+    }
+    (without, with, face_stages(server, before))
 }
 
 /// Both sides of the comparison for one photo set and store, summed over their phases.
@@ -216,6 +289,8 @@ struct Measured {
     analyze: ServerRun,
     /// And on `/v1/analyze` with faces (the SCRFD-format test models).
     faces: ServerRun,
+    /// The face stages' seconds over the phases (only `faces`'s run them).
+    face_stages: [f64; 2],
     alone_one: Work,
     alone_all: Work,
     inference: Work,
@@ -244,6 +319,7 @@ fn measure(
     let phase = seconds / (2 * ROUNDS) as f64;
     let (embed, analyze, faces) = ((keys, Endpoint::Embed), (keys, Endpoint::Analyze), (keys, Endpoint::AnalyzeFaces));
     let mut m = Measured::default();
+    let before = face_stages(server, [0.0; 2]);
     for _ in 0..ROUNDS {
         m.alone_one.add(decode_alone(photos, ALONE_SECONDS, 1));
         m.inference.add(inference_alone(model, batch, INFERENCE_SECONDS));
@@ -256,6 +332,7 @@ fn measure(
         m.analyze.add(server_phase(server, analyze, clients, per_request, phase));
         m.faces.add(server_phase(server, faces, clients, per_request, phase));
     }
+    m.face_stages = face_stages(server, before);
     m
 }
 
@@ -324,37 +401,48 @@ fn main() {
     );
     // Faces: `/v1/analyze` with and without them, in turns on the same server; what the detector and
     // the recognizer took on the worker (wall time, from the stage metrics), and the peak RSS.
-    let mut faces_md = String::from(
+    let mut faces_md = format!(
         "\n## `/v1/analyze` with faces\n\nThe same closed loop with `\"faces\": true` and `false` in turns on one \
-         server with the SCRFD-format test models (tools/models/faces.py): CPU-seconds per photo, the worker's \
-         wall time per photo on the detector and the recognizer (its warm-up request included), and the server's \
-         peak RSS after all phases.\n\n\
-         | photos | store | analyze photos/CPU-s | with faces photos/CPU-s | CPU per photo, with / without | \
-         detector ms/photo | recognizer ms/photo | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n",
+         server: with the SCRFD-format test models (tools/models/faces.py) in the phases above, and with \
+         SCRFD-10G + IResNet-50 (buffalo_l's architectures, random weights: tools/models/face_archs.py) on a \
+         server of their own, {clients} clients x {FACE_ARCH_PER_REQUEST} photos per request, file store. CPU per photo (utime + stime), the worker's wall \
+         time on the detector per photo and on the recognizer per photo and per face over the phases with faces, \
+         the faces found per photo, and the server's peak RSS after all its phases.\n\n\
+         | photos | store | models | analyze photos/CPU-s | with faces | CPU ms per photo | with faces | with / without | \
+         detector ms/photo | recognizer ms/photo | ms/face | faces/photo | peak RSS MiB |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let only_faces = env_or("CLIPFN_BENCH_ONLY_FACES", 0) == 1;
+    let face_model = common::setup_env().get("CLIPFN_BENCH_FACE_MODEL").cloned();
+    assert!(face_model.is_some() || !only_faces, "CLIPFN_BENCH_ONLY_FACES needs tools/setup.sh --bench");
+    let local = |bucket: &Path, faces: &str| {
+        server_env(ServerConfig::local(bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
+            .env("CLIPFN_FACE_MODEL", faces)
+    };
     for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
+        let (data, bucket, keys) = photo_bucket(photos);
+        if let Some(face_model) = &face_model {
+            let server =
+                local(&bucket, face_model).env("CLIPFN_MAX_IMAGES", &FACE_ARCH_PER_REQUEST.to_string()).start();
+            let (without, with, stages) = face_cost(&server, &keys, clients, seconds);
+            let row = format!("{label} | file | SCRFD-10G + IResNet-50");
+            faces_md.push_str(&face_row(&row, &without, &with, stages, &server));
+        }
+        if only_faces {
+            continue;
+        }
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let mean_mp = photos
             .iter()
             .map(|p| image::image_dimensions(p).map(|(w, h)| f64::from(w * h) / 1e6).unwrap())
             .sum::<f64>()
             / photos.len() as f64;
-        let data = tempfile::tempdir().unwrap();
-        let bucket = data.path().join("photos");
-        std::fs::create_dir_all(&bucket).unwrap();
-        let mut keys = Vec::new();
-        for photo in photos.iter() {
-            let name = photo.file_name().unwrap().to_string_lossy().into_owned();
-            std::fs::copy(photo, bucket.join(&name)).unwrap();
-            keys.push(name);
-        }
         let (_gcs, gcs_port) = common::start_fake_gcs(data.path(), None);
-        let local = || {
-            server_env(ServerConfig::local(&bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
-                .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
-        };
-        let stores =
-            [("file", local()), ("GCS emulator", gcs_env(local(), gcs_port).env("CLIPFN_STORE", "gs://photos"))];
+        let test_faces = setup_var("CLIPFN_TEST_FACES_SCRFD");
+        let stores = [
+            ("file", local(&bucket, &test_faces)),
+            ("GCS emulator", gcs_env(local(&bucket, &test_faces), gcs_port).env("CLIPFN_STORE", "gs://photos")),
+        ];
         for (store, config) in stores {
             let server = config.env("CLIPFN_MAX_IMAGES", &per_request.to_string()).start();
             let m = measure(&server, (&bytes, &keys), &mut model, (clients, per_request, batch), seconds);
@@ -385,26 +473,36 @@ fn main() {
                 per_cpu / analyze_per_cpu
             )
             .unwrap();
-            let metrics = common::scrape(&server);
-            let stage = |name: &str| {
-                common::series(&metrics, "clipfn_stage_duration_seconds_sum", &[("stage", name)]) * 1000.0
-                    / m.faces.work.photos
-            };
-            let faces_per_cpu = m.faces.work.per_cpu_second();
-            writeln!(
-                faces_md,
-                "| {label} | {store} | {analyze_per_cpu:.0} | {faces_per_cpu:.0} | {:.2} | {:.1} | {:.1} | {:.0} |",
-                analyze_per_cpu / faces_per_cpu,
-                stage("face_detection"),
-                stage("face_recognition"),
-                common::status_bytes(&server.pid().to_string(), "VmHWM") / 1048576.0,
-            )
-            .unwrap();
+            let row = format!("{label} | {store} | test");
+            faces_md.push_str(&face_row(&row, &m.analyze, &m.faces, m.face_stages, &server));
         }
     }
-    md.push_str(&analyze_md);
+    if only_faces {
+        md = format!("# Per-core capacity: faces only (CLIPFN_BENCH_ONLY_FACES)\n\nMachine: {cpus} CPUs.\n");
+    } else {
+        md.push_str(&analyze_md);
+    }
     md.push_str(&faces_md);
-    coarse_scale::write(&mut md, &coarse_scale::measure(&camera, &mut model)).unwrap();
+    if !only_faces {
+        coarse_scale::write(&mut md, &coarse_scale::measure(&camera, &mut model)).unwrap();
+    }
     std::fs::write(out.join("per_core.md"), &md).unwrap();
     println!("{md}");
+}
+
+/// `photos` copied into a `photos` folder (the file store's bucket, the GCS emulator's data) of a
+/// temporary folder: (that folder, the bucket, its keys).
+fn photo_bucket(photos: &[PathBuf]) -> (tempfile::TempDir, PathBuf, Vec<String>) {
+    let data = tempfile::tempdir().unwrap();
+    let bucket = data.path().join("photos");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let keys = photos
+        .iter()
+        .map(|photo| {
+            let name = photo.file_name().unwrap().to_string_lossy().into_owned();
+            std::fs::copy(photo, bucket.join(&name)).unwrap();
+            name
+        })
+        .collect();
+    (data, bucket, keys)
 }
