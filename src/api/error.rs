@@ -11,7 +11,11 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::schema::ErrorCode;
-use crate::{pipeline::Overloaded, text::TextError, worker::Unhealthy};
+use crate::{
+    pipeline::{ItemCode, Overloaded},
+    text::TextError,
+    worker::Unhealthy,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -35,6 +39,12 @@ pub enum ApiError {
     Overloaded(#[from] Overloaded),
     #[error("{0}")]
     Text(#[from] TextError),
+    /// Immich's `entries` that are not what its protocol sends (its service answers 422 too).
+    #[error("{0}")]
+    BadEntries(String),
+    /// The one photo a request carried (Immich's `/predict`) could not be answered for.
+    #[error("{}", .0.1)]
+    Photo((ItemCode, String)),
 }
 
 /// A whole-request error's body.
@@ -54,13 +64,17 @@ pub struct ErrorBody {
 impl ApiError {
     /// Every status and code [`ApiError::status_and_code`] gives (a test holds the two together),
     /// for the OpenAPI document.
-    pub const CODES: [(StatusCode, &str); 14] = [
+    pub const CODES: [(StatusCode, &str); 18] = [
         (StatusCode::BAD_REQUEST, "bad_request"),
         (StatusCode::BAD_REQUEST, "bad_text"),
         (StatusCode::NOT_FOUND, "no_route"),
         (StatusCode::NOT_FOUND, "text_model_not_configured"),
         (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+        (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        (StatusCode::UNPROCESSABLE_ENTITY, "bad_entries"),
+        (StatusCode::UNPROCESSABLE_ENTITY, "unsupported_format"),
+        (StatusCode::UNPROCESSABLE_ENTITY, "decode_failed"),
         (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
         (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed"),
@@ -89,7 +103,25 @@ impl ApiError {
             ApiError::Text(TextError::Batch(_) | TextError::TokenizerPanic) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed")
             }
+            ApiError::BadEntries(_) => (StatusCode::UNPROCESSABLE_ENTITY, "bad_entries"),
+            ApiError::Photo((code, _)) => (photo_status(*code), code.as_str()),
         }
+    }
+}
+
+/// The status for the one photo a request carried: its bytes were the body, so what is wrong
+/// with them is the request's (422, or 413), unless the model or the deadline failed it. A
+/// carried photo is never fetched, so the fetch codes cannot come.
+fn photo_status(code: ItemCode) -> StatusCode {
+    match code {
+        ItemCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ItemCode::InferenceFailed => StatusCode::INTERNAL_SERVER_ERROR,
+        ItemCode::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        ItemCode::UnsupportedFormat
+        | ItemCode::DecodeFailed
+        | ItemCode::NotFound
+        | ItemCode::Forbidden
+        | ItemCode::FetchFailed => StatusCode::UNPROCESSABLE_ENTITY,
     }
 }
 
@@ -139,7 +171,12 @@ mod tests {
             ApiError::Text(TextError::NoScoring(String::new())),
             ApiError::Text(TextError::Batch(BatchError::Stopped)),
             ApiError::Text(TextError::TokenizerPanic),
+            ApiError::BadEntries(String::new()),
         ];
+        let photos =
+            [ItemCode::TooLarge, ItemCode::UnsupportedFormat, ItemCode::DecodeFailed, ItemCode::DeadlineExceeded];
+        let errors =
+            errors.into_iter().chain(photos.map(|code| ApiError::Photo((code, String::new())))).collect::<Vec<_>>();
         for error in &errors {
             match error {
                 ApiError::BadRequest(_)
@@ -158,7 +195,9 @@ mod tests {
                     | TextError::NoScoring(_)
                     | TextError::Batch(_)
                     | TextError::TokenizerPanic,
-                ) => {}
+                )
+                | ApiError::BadEntries(_)
+                | ApiError::Photo(_) => {}
             }
         }
         errors

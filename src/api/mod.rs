@@ -7,6 +7,7 @@
 //!   and `cancelled` when the client goes away first;
 //! - `request`: the body, its limits and the request's deadline; `photos`: answering for photos;
 //! - `error`: every error to its status, in one place; `types`: the request and response bodies.
+//! - `immich` (`/`, `/ping`, `/predict`): Immich's machine-learning protocol on the same service;
 //! - `openapi` (`/openapi.json`): the OpenAPI document, from `types` and the handlers'
 //!   `#[utoipa::path]`; `schema`: what it says that no type derives.
 //!
@@ -18,6 +19,7 @@ mod classify;
 mod embed;
 mod embeddings;
 mod error;
+mod immich;
 mod labels;
 mod openapi;
 mod photos;
@@ -127,6 +129,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", only("POST", post(embeddings::embeddings)))
         .route("/v1/classify", only("POST", post(classify::classify)))
         .route("/v1/analyze", only("POST", post(analyze::analyze)))
+        // Immich's machine-learning protocol (src/api/immich.rs).
+        .route("/", only("GET", get(immich::root)))
+        .route("/ping", only("GET", get(immich::ping)))
+        .route("/predict", only("POST", post(immich::predict)))
         .route("/openapi.json", only("GET", get(move || openapi::openapi_json(document.clone()))))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
@@ -147,7 +153,7 @@ fn only(allowed: &'static str, route: MethodRouter<AppState>) -> MethodRouter<Ap
 }
 
 /// Probes and scrapes are not traced.
-const UNTRACED: &[&str] = &["/healthz", "/readyz", "/metrics"];
+const UNTRACED: &[&str] = &["/healthz", "/readyz", "/metrics", "/ping"];
 
 /// The request's span: a server span that continues the caller's W3C trace (`traceparent`).
 /// Everything the request does happens inside it.

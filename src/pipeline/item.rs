@@ -47,6 +47,8 @@ pub struct Signals {
     /// The photo's faces, best first, when the request asked; their own error when a face model
     /// tripped on the photo.
     pub faces: Option<Result<Faces, ItemError>>,
+    /// The upright photo's width and height at its full size; none for a stored embedding.
+    pub size: Option<(u32, u32)>,
 }
 
 pub type ItemResult = Result<Signals, ItemError>;

@@ -50,6 +50,15 @@ pub struct Wants {
     pub faces: bool,
 }
 
+/// Where a photo's bytes come from.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// A reference the source fetches (a key, a URI, a URL, a data URI).
+    Reference(&'a str),
+    /// Bytes the request carried (a multipart part, as Immich sends them).
+    Carried(&'a bytes::Bytes),
+}
+
 /// One photo through the stages: its result and what was measured on the way.
 pub struct Photo {
     pub result: ItemResult,
@@ -125,8 +134,10 @@ impl Pipeline {
         wants: Wants,
     ) -> Result<(Vec<ItemResult>, Timings), Overloaded> {
         let _places = self.admission.admit(images.len())?;
-        let photos =
-            images.iter().enumerate().map(|(index, image)| self.embed_one(index, image, wants, Some(deadline)));
+        let photos = images
+            .iter()
+            .enumerate()
+            .map(|(index, image)| self.embed_one(index, Input::Reference(image), wants, Some(deadline)));
         let mut timings = Timings::default();
         let results = futures::future::join_all(photos)
             .await
@@ -149,11 +160,27 @@ impl Pipeline {
         wants: Wants,
     ) -> Result<impl Stream<Item = EmbeddedPhoto> + '_, Overloaded> {
         let places = self.admission.admit(window)?;
-        let photos = images.into_iter().enumerate().map(move |(index, image)| {
-            let _held_while_the_stream_lives = &places;
-            async move { EmbeddedPhoto { photo: self.embed_one(index, &image, wants, None).await, image } }
-        });
+        let photos =
+            images.into_iter().enumerate().map(move |(index, image)| {
+                let _held_while_the_stream_lives = &places;
+                async move {
+                    EmbeddedPhoto { photo: self.embed_one(index, Input::Reference(&image), wants, None).await, image }
+                }
+            });
         Ok(futures::stream::iter(photos).buffered(window))
+    }
+
+    /// One photo whose bytes the request carried, through the same stages from the decode on,
+    /// with what else `wants` asks for, by `deadline`.
+    pub async fn embed_carried(
+        &self,
+        bytes: &bytes::Bytes,
+        deadline: tokio::time::Instant,
+        wants: Wants,
+    ) -> Result<(ItemResult, Timings), Overloaded> {
+        let _place = self.admission.admit(1)?;
+        let photo = self.embed_one(0, Input::Carried(bytes), wants, Some(deadline)).await;
+        Ok((photo.result, photo.timings))
     }
 
     /// Labels and scores for embeddings the caller stored earlier, in place of photos: no fetch,
@@ -174,7 +201,7 @@ impl Pipeline {
             } else {
                 None
             };
-            Ok(Signals { embedding, pixels: None, scores, faces: None })
+            Ok(Signals { embedding, pixels: None, scores, faces: None, size: None })
         });
         let results = futures::future::join_all(scored).await;
         let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
@@ -186,7 +213,7 @@ impl Pipeline {
     async fn embed_one(
         &self,
         index: usize,
-        image: &str,
+        image: Input<'_>,
         wants: Wants,
         deadline: Option<tokio::time::Instant>,
     ) -> Photo {
@@ -206,7 +233,7 @@ impl Pipeline {
     async fn stages(
         &self,
         index: usize,
-        image: &str,
+        image: Input<'_>,
         wants: Wants,
         timings: &mut Timings,
         size: &mut Option<u64>,
@@ -220,7 +247,10 @@ impl Pipeline {
             otel.status_code = Empty
         );
         let start = Instant::now();
-        let fetched = self.source.fetch(image).instrument(span.clone()).await;
+        let fetched = match image {
+            Input::Reference(reference) => self.source.fetch(reference).instrument(span.clone()).await,
+            Input::Carried(bytes) => self.source.carried(bytes.clone()),
+        };
         timings.fetch = Interval::new(start, Instant::now());
         self.metrics.stage(Stage::Fetch, start.elapsed());
         let fetched = fetched.inspect_err(|_| failed(&span))?;
@@ -249,13 +279,14 @@ impl Pipeline {
             .run(move || {
                 let (_memory, _entered) = (memory, in_job.enter());
                 let viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
-                Ok::<_, ItemError>((viewed.square, viewed.luma.as_ref().map(PixelSignals::of), viewed.canvas))
+                let pixels = viewed.luma.as_ref().map(PixelSignals::of);
+                Ok::<_, ItemError>((viewed.square, pixels, viewed.canvas, viewed.full_size))
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels, canvas) = viewed.inspect_err(|_| failed(&span))?;
+        let (square, pixels, canvas, size) = viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         // The faces beside the embedding: a face model that trips on the photo fails its faces
@@ -278,7 +309,7 @@ impl Pipeline {
             (None, embedded.finished)
         };
         timings.inference = Interval::new(embedded.started, finished);
-        Ok(Signals { embedding: embedded.output, pixels, scores, faces })
+        Ok(Signals { embedding: embedded.output, pixels, scores, faces, size: Some(size) })
     }
 }
 

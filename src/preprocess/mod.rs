@@ -117,6 +117,8 @@ pub struct Viewed {
     pub luma: Option<GrayImage>,
     /// Present when asked for.
     pub canvas: Option<FaceCanvas>,
+    /// The upright photo's width and height at its full size.
+    pub full_size: (u32, u32),
 }
 
 /// Decodes `bytes` once, just large enough for the largest view (a JPEG at the smallest DCT scale
@@ -128,7 +130,7 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
     drop(bytes);
     let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
     let canvas = views.canvas.map(|side| faces::canvas(&decoded.image, decoded.full_size, side)).transpose()?;
-    Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma, canvas })
+    Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma, canvas, full_size: decoded.full_size })
 }
 
 /// [`decode_views`] for the square alone.

@@ -139,6 +139,16 @@ impl Source {
         })
     }
 
+    /// A photo whose bytes the request carried (a multipart part): already in memory, within the
+    /// request body's limit, and held to the photos' byte limit as an inline photo is.
+    pub fn carried(&self, bytes: Bytes) -> Result<Fetched, SourceError> {
+        let size = bytes.len() as u64;
+        if size > self.max_bytes {
+            return Err(StorageError::TooLarge { size, limit: self.max_bytes }.into());
+        }
+        Ok(Fetched { bytes, _budget: None })
+    }
+
     /// Fetches one photo from wherever its reference points.
     pub async fn fetch(&self, reference: &str) -> Result<Fetched, SourceError> {
         match Reference::of(reference) {

@@ -367,6 +367,7 @@ mod tests {
             pixels: Some(pixels),
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
+            size: Some((4, 3)),
         };
         let rows = vec![
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },

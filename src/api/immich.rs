@@ -1,0 +1,282 @@
+//! Immich's machine-learning protocol (v2.5.6: its client `machine-learning.repository.ts`, its
+//! service `immich_ml/main.py`), beside clipfn's own API on the same worker and limits, so that an
+//! Immich server uses clipfn by its `IMMICH_MACHINE_LEARNING_URL` alone.
+//!
+//! - `GET /ping` answers `pong` while this instance can take work (503 with `Retry-After` while it
+//!   loads or drains, so that Immich prefers another URL meanwhile);
+//! - `GET /` answers `{"message": "Immich ML"}`;
+//! - `POST /predict` takes a multipart form: `entries` (JSON: task -> model type -> `modelName` and
+//!   `options`) and either `image` (the photo's bytes) or `text`. Its answer is keyed by task.
+//!
+//! clipfn holds one image tower, one text tower and one face pair, loaded at start-up: a request
+//! naming another model is answered by the one held, with a warning in the log (docs/deploy.md,
+//! "As Immich's machine-learning server", says why and what differs from Immich ML).
+
+use std::{collections::BTreeMap, time::Instant};
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Multipart, State, multipart::MultipartRejection},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{
+    AppState,
+    error::ApiError,
+    request::{deadline, string_list},
+    respond::{Answered, Counts, respond},
+};
+use crate::{
+    pipeline::{Face, Signals, Wants},
+    service::Service,
+};
+
+pub(super) async fn root() -> Json<Value> {
+    Json(json!({"message": "Immich ML"}))
+}
+
+pub(super) async fn ping(State(state): State<AppState>) -> Response {
+    match state.ready_service() {
+        Ok(_) => "pong".into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub(super) async fn predict(State(state): State<AppState>, form: Result<Multipart, MultipartRejection>) -> Response {
+    respond(&state, "predict", |_started: Instant| predict_request(&state, form)).await
+}
+
+/// One entry of `entries`: the model Immich asks for and its options.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    model_name: String,
+    #[serde(default)]
+    options: Map<String, Value>,
+}
+
+/// What a request asks, from its `entries`.
+#[derive(Debug, Default, PartialEq)]
+struct Tasks {
+    visual: bool,
+    textual: bool,
+    /// The faces, at or above this detector score (`detection.options.minScore`).
+    faces: Option<f32>,
+}
+
+/// The form's parts that Immich sends.
+#[derive(Default)]
+struct Form {
+    entries: Option<String>,
+    image: Option<Bytes>,
+    text: Option<String>,
+}
+
+async fn predict_request(state: &AppState, form: Result<Multipart, MultipartRejection>) -> Answered {
+    let limit = super::request::transport_body_limit(&state.settings);
+    let form = read_form(form?).await.map_err(|e| form_error(e, limit))?;
+    let entries = form.entries.ok_or_else(|| ApiError::BadEntries("the form has no 'entries' field".into()))?;
+    let service = state.ready_service()?;
+    let tasks = tasks(&entries, service, state.settings.faces.face_min_score)?;
+    let deadline = deadline(&state.settings);
+    match (form.image, form.text) {
+        (Some(image), _) => {
+            if tasks.textual {
+                return Err(ApiError::BadRequest("clip.textual takes a 'text' field, not an image".into()));
+            }
+            let wants = Wants { faces: tasks.faces.is_some(), ..Wants::default() };
+            let (result, _) = service.pipeline.embed_carried(&image, deadline, wants).await?;
+            let signals = result.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
+            let counts = Counts { images: 1, ..Counts::default() };
+            Ok((Json(photo_answer(signals, &tasks)?).into_response(), counts))
+        }
+        (None, Some(text)) => {
+            if tasks.visual || tasks.faces.is_some() {
+                return Err(ApiError::BadRequest("clip.visual and facial-recognition take an 'image' field".into()));
+            }
+            let texts = string_list(Value::Array(vec![Value::String(text)]), "text", &state.settings)?;
+            let text = state.ready_text()?;
+            let embedded = text.embed_texts(&texts, Some(deadline)).await?;
+            let answer = json!({"clip": vector(&embedded[0].embedding)});
+            Ok((Json(answer).into_response(), Counts { texts: 1, ..Counts::default() }))
+        }
+        (None, None) => Err(ApiError::BadRequest("either image or text must be provided".into())),
+    }
+}
+
+/// The form's fields; others are passed over, and a repeated field keeps its last value.
+async fn read_form(mut form: Multipart) -> Result<Form, FormError> {
+    let mut read = Form::default();
+    while let Some(field) = form.next_field().await? {
+        let name = field.name().unwrap_or_default().to_string();
+        let target = match name.as_str() {
+            "entries" => &mut read.entries,
+            "text" => &mut read.text,
+            "image" => {
+                read.image = Some(field.bytes().await?);
+                continue;
+            }
+            _ => continue,
+        };
+        let bytes = field.bytes().await?;
+        *target = Some(String::from_utf8(bytes.to_vec()).map_err(|_| FormError::NotUtf8(name))?);
+    }
+    Ok(read)
+}
+
+/// Why the form could not be read.
+#[derive(Debug, thiserror::Error)]
+enum FormError {
+    #[error(transparent)]
+    Multipart(#[from] axum::extract::multipart::MultipartError),
+    #[error("the form's '{0}' field is not UTF-8")]
+    NotUtf8(String),
+}
+
+fn form_error(e: FormError, limit: usize) -> ApiError {
+    match e {
+        FormError::Multipart(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge(limit),
+        FormError::Multipart(e) => ApiError::BadRequest(format!("the form could not be read: {}", e.body_text())),
+        e @ FormError::NotUtf8(_) => ApiError::BadRequest(e.to_string()),
+    }
+}
+
+/// The tasks `entries` names. A malformed `entries` is a 422, as Immich ML answers it; a task this
+/// server has no model for is a 400 (or 404 for text, as `/v1/embed` answers). A model name that
+/// is not the one held is answered by the one held, and said in the log.
+fn tasks(entries: &str, service: &Service, default_min_score: f32) -> Result<Tasks, ApiError> {
+    let bad = |why: String| ApiError::BadEntries(format!("entries must be JSON like {EXAMPLE}: {why}"));
+    let parsed: BTreeMap<String, BTreeMap<String, Entry>> =
+        serde_json::from_str(entries).map_err(|e| bad(e.to_string()))?;
+    let mut tasks = Tasks::default();
+    let mut recognition = false;
+    for (task, types) in &parsed {
+        for (kind, entry) in types {
+            let held = match (task.as_str(), kind.as_str()) {
+                ("clip", "visual") => {
+                    tasks.visual = true;
+                    Some(service.pipeline.model().id.clone())
+                }
+                ("clip", "textual") => {
+                    tasks.textual = true;
+                    service.text.as_ref().map(|text| text.model().id.clone())
+                }
+                ("facial-recognition", "detection") => {
+                    let min_score = match entry.options.get("minScore") {
+                        None | Some(Value::Null) => default_min_score,
+                        Some(Value::Number(n)) => n.as_f64().unwrap_or_default() as f32,
+                        Some(other) => return Err(bad(format!("minScore must be a number, not {other}"))),
+                    };
+                    tasks.faces = Some(min_score);
+                    service.pipeline.faces().map(|(detector, _)| folder_of(&detector.file))
+                }
+                ("facial-recognition", "recognition") => {
+                    recognition = true;
+                    service.pipeline.faces().map(|(_, recognizer)| folder_of(&recognizer.file))
+                }
+                _ => {
+                    return Err(ApiError::BadRequest(format!(
+                        "this server answers clip (visual, textual) and facial-recognition (detection, recognition), \
+                         not {task}.{kind}"
+                    )));
+                }
+            };
+            match held {
+                Some(held) if clean_name(&entry.model_name) != held => tracing::warn!(
+                    asked = %entry.model_name, held = %held,
+                    "{task}.{kind} names a model this server does not hold; the one it holds answers"
+                ),
+                Some(_) => {}
+                None if task == "clip" => return Err(ApiError::Text(crate::text::TextError::NotConfigured)),
+                None => {
+                    return Err(ApiError::BadRequest(
+                        "facial-recognition needs face models (CLIPFN_FACE_MODEL), and this server has none".into(),
+                    ));
+                }
+            }
+        }
+    }
+    if tasks.faces.is_some() != recognition {
+        return Err(ApiError::BadRequest("facial-recognition takes both its detection and its recognition".into()));
+    }
+    if tasks == Tasks::default() {
+        return Err(bad("it names no task".into()));
+    }
+    Ok(tasks)
+}
+
+const EXAMPLE: &str = r#"{"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}"#;
+
+/// A model name as Immich ML turns it into a folder name: the last `/` part, with `:` and `\`
+/// made `_` and `.` dropped.
+fn clean_name(name: &str) -> String {
+    let last = name.rsplit('/').next().unwrap_or(name);
+    last.chars().filter(|&c| c != '.').map(|c| if c == ':' || c == '\\' { '_' } else { c }).collect()
+}
+
+/// The model folder a face model's file lies in (`<folder>/detection/model.onnx`): the name Immich
+/// knows it by.
+fn folder_of(file: &str) -> String {
+    let parts: Vec<&str> = file.trim_end_matches('/').rsplit('/').collect();
+    parts.get(2).or(parts.first()).map_or_else(String::new, |name| (*name).to_string())
+}
+
+/// A photo's answer, keyed by task, with the upright photo's size.
+fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Value, ApiError> {
+    let (width, height) = signals.size.unwrap_or_default();
+    let mut answer = json!({"imageHeight": height, "imageWidth": width});
+    if tasks.visual {
+        answer["clip"] = vector(&signals.embedding).into();
+    }
+    if let (Some(min_score), Some(faces)) = (tasks.faces, signals.faces) {
+        let faces = faces.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
+        let kept = faces.faces.iter().filter(|face| face.score >= min_score).map(face).collect();
+        answer["facial-recognition"] = Value::Array(kept);
+    }
+    Ok(answer)
+}
+
+/// A face as Immich reads it: the box rounded to whole pixels, the embedding as a JSON string.
+fn face(face: &Face) -> Value {
+    let [x1, y1, x2, y2] = face.bbox.map(|v| v.round() as i64);
+    json!({"boundingBox": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}, "embedding": vector(&face.embedding), "score": face.score})
+}
+
+/// A vector as Immich ML sends it: a JSON array written into a string, which Immich's server
+/// stores without parsing.
+fn vector(values: &[f32]) -> String {
+    serde_json::to_string(values).expect("floats from the models are finite")
+}
+
+impl From<MultipartRejection> for ApiError {
+    fn from(e: MultipartRejection) -> Self {
+        ApiError::BadEntries(format!("the body must be a multipart form with 'entries': {}", e.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_cleaned_as_immich_ml_cleans_them() {
+        assert_eq!(clean_name("immich-app/ViT-B-32__openai"), "ViT-B-32__openai");
+        assert_eq!(clean_name("XLM-Roberta-Large-Vit-B-16Plus"), "XLM-Roberta-Large-Vit-B-16Plus");
+        assert_eq!(clean_name("nllb-clip-base-siglip__v1.0:x"), "nllb-clip-base-siglip__v10_x");
+    }
+
+    #[test]
+    fn a_face_model_is_known_by_its_folder() {
+        assert_eq!(folder_of("/cache/facial-recognition/buffalo_l/detection/model.onnx"), "buffalo_l");
+        assert_eq!(folder_of("gs://m/faces/recognition/model.onnx"), "faces");
+    }
+
+    #[test]
+    fn vectors_are_json_arrays_in_a_string() {
+        assert_eq!(vector(&[0.5, -1.0, 0.25]), "[0.5,-1.0,0.25]");
+    }
+}

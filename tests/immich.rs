@@ -1,0 +1,204 @@
+//! Immich's machine-learning protocol over HTTP on loopback, against the real binary. The client
+//! here sends what Immich v2.5.6's `machine-learning.repository.ts` sends: a multipart form as
+//! undici's `FormData` writes it, with `entries` (the same JSON per task) and the photo's bytes as
+//! a blob named `image`, or a `text` field. Each answer is held to the shape Immich's TypeScript
+//! types declare and to what clipfn's own API answers for the same photo or text.
+
+mod common;
+
+use std::path::Path;
+
+use common::{ServerConfig, blocking_client, camera_photos, cosine, file_name, setup_var, store_named};
+use serde_json::{Value, json};
+
+const BOUNDARY: &str = "----formdata-undici-0421337";
+
+/// A form part: its name, whether it is a blob (`filename="blob"`, as `FormData` names a Blob),
+/// and its bytes.
+struct Part<'a>(&'a str, bool, &'a [u8]);
+
+fn form(parts: &[Part]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for Part(name, blob, bytes) in parts {
+        body.extend_from_slice(format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"").as_bytes());
+        if *blob {
+            body.extend_from_slice(b"; filename=\"blob\"\r\nContent-Type: application/octet-stream");
+        }
+        body.extend_from_slice(b"\r\n\r\n");
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    body
+}
+
+/// POST /predict with `body` as a multipart form: the status and the JSON answer.
+fn predict(base: &str, body: Vec<u8>) -> (u16, Value) {
+    let response = blocking_client()
+        .post(format!("{base}/predict"))
+        .header("content-type", format!("multipart/form-data; boundary={BOUNDARY}"))
+        .body(body)
+        .send()
+        .expect("request to clipfn");
+    let status = response.status().as_u16();
+    (status, response.json().unwrap_or(Value::Null))
+}
+
+fn image_request(base: &str, entries: &Value, photo: &Path) -> (u16, Value) {
+    let bytes = std::fs::read(photo).unwrap();
+    predict(base, form(&[Part("entries", false, entries.to_string().as_bytes()), Part("image", true, &bytes)]))
+}
+
+/// An embedding as Immich reads it: a string holding a JSON array of numbers.
+fn vector(value: &Value) -> Vec<f32> {
+    let text = value.as_str().unwrap_or_else(|| panic!("an embedding string, got {value}"));
+    serde_json::from_str(text).unwrap()
+}
+
+fn floats(value: &Value) -> Vec<f32> {
+    value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
+}
+
+fn server(store: &Path) -> common::Server {
+    ServerConfig::local(store)
+        .env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_TEXT_MODEL"))
+        .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .start()
+}
+
+/// Each task as Immich sends it, answered as its types declare and equal to clipfn's own answers:
+/// `clip` (visual) to `/v1/embed`'s embedding, `facial-recognition` to `/v1/analyze`'s faces
+/// (boxes rounded to pixels, as Immich ML rounds them), `clip` (textual) to `/v1/embed`'s texts.
+#[test]
+fn immichs_requests_get_clipfns_answers_in_immichs_shapes() {
+    let photos = camera_photos(3);
+    let store = store_named(&photos);
+    let server = server(store.path());
+    let base = &server.base;
+    let ping = blocking_client().get(format!("{base}/ping")).send().unwrap();
+    assert_eq!(ping.status(), 200);
+    assert_eq!(ping.text().unwrap(), "pong");
+    assert_eq!(server.get("/"), (200, json!({"message": "Immich ML"})));
+
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, analyzed) = server.post_json("/v1/analyze", &json!({"images": keys}));
+    assert_eq!(status, 200, "{analyzed}");
+    // /v1/embed's, not /v1/analyze's: with faces asked the photo is decoded finer (for the
+    // detector's canvas), which moves the square by a little.
+    let (status, embedded) = server.embed(&keys);
+    assert_eq!(status, 200, "{embedded}");
+    let visual = json!({"clip": {"visual": {"modelName": "ViT-B-32__openai"}}});
+    let faces = json!({"facial-recognition": {
+        "detection": {"modelName": "buffalo_l", "options": {"minScore": 0.7}},
+        "recognition": {"modelName": "buffalo_l"}
+    }});
+    let mut found = 0;
+    for (i, photo) in photos.iter().enumerate() {
+        let item = &analyzed["data"][i];
+        let (width, height) = image::image_dimensions(photo).unwrap();
+        let (status, answer) = image_request(base, &visual, photo);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            (answer["imageWidth"].as_u64(), answer["imageHeight"].as_u64()),
+            (Some(width.into()), Some(height.into()))
+        );
+        let similarity = cosine(&vector(&answer["clip"]), &floats(&embedded["data"][i]["embedding"]));
+        assert!(similarity >= 0.9999, "{}: cosine {similarity} to /v1/embed's", file_name(photo));
+
+        let (status, answer) = image_request(base, &faces, photo);
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.get("clip").is_none(), "only the tasks asked: {answer}");
+        let theirs = answer["facial-recognition"].as_array().unwrap();
+        let ours = item["faces"].as_array().unwrap();
+        assert_eq!(theirs.len(), ours.len(), "{}: {answer}", file_name(photo));
+        for (theirs, ours) in theirs.iter().zip(ours) {
+            let b = floats(&ours["box"]);
+            let rounded = json!({"x1": b[0].round() as i64, "y1": b[1].round() as i64, "x2": b[2].round() as i64, "y2": b[3].round() as i64});
+            assert_eq!(theirs["boundingBox"], rounded);
+            assert!((theirs["score"].as_f64().unwrap() - ours["score"].as_f64().unwrap()).abs() < 1e-6);
+            assert!(cosine(&vector(&theirs["embedding"]), &floats(&ours["embedding"])) >= 0.9999);
+        }
+        found += theirs.len();
+
+        // A higher minScore keeps only the faces at or above it.
+        let strict = json!({"facial-recognition": {
+            "detection": {"modelName": "buffalo_l", "options": {"minScore": 0.9}},
+            "recognition": {"modelName": "buffalo_l"}
+        }});
+        let (_, answer) = image_request(base, &strict, photo);
+        let kept = ours.iter().filter(|f| f["score"].as_f64().unwrap() >= 0.9).count();
+        assert_eq!(answer["facial-recognition"].as_array().unwrap().len(), kept, "{answer}");
+    }
+    assert!(found > 0, "the test detector finds faces on the camera photos");
+
+    let text = "a dog on the beach";
+    let entries = json!({"clip": {"textual": {"modelName": "ViT-B-32__openai", "options": {"language": "en"}}}});
+    let (status, answer) = predict(
+        base,
+        form(&[Part("entries", false, entries.to_string().as_bytes()), Part("text", false, text.as_bytes())]),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (_, embedded) = server.post_json("/v1/embed", &json!({"texts": [text]}));
+    assert!(cosine(&vector(&answer["clip"]), &floats(&embedded["data"][0]["embedding"])) >= 0.9999);
+    assert!(answer.get("imageWidth").is_none(), "a text has no size: {answer}");
+}
+
+/// What Immich's client could send wrong, or a photo that cannot be read: each its status, and the
+/// server answers the next good request.
+#[test]
+fn bad_forms_get_their_status_and_leave_the_server_serving() {
+    let photos = camera_photos(1);
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_MAX_IMAGE_BYTES", "2000000").start();
+    let base = &server.base;
+    let visual = json!({"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}).to_string();
+    let photo = std::fs::read(&photos[0]).unwrap();
+    let garbage: Vec<u8> = (0..100_000u32).map(|i| b'!' + (i * 7919 % 90) as u8).collect();
+    let big = vec![0xffu8; 3_000_000];
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("no entries", form(&[Part("image", true, &photo)]), 422, "bad_entries"),
+        ("100 kB of garbage entries", form(&[Part("entries", false, &garbage), Part("image", true, &photo)]), 422, "bad_entries"),
+        (
+            "an entry without modelName",
+            form(&[Part("entries", false, br#"{"clip": {"visual": {}}}"#), Part("image", true, &photo)]),
+            422,
+            "bad_entries",
+        ),
+        ("neither image nor text", form(&[Part("entries", false, visual.as_bytes())]), 400, "bad_request"),
+        ("a photo that is no photo", form(&[Part("entries", false, visual.as_bytes()), Part("image", true, b"not a photo")]), 422, "unsupported_format"),
+        ("a photo over the byte limit", form(&[Part("entries", false, visual.as_bytes()), Part("image", true, &big)]), 413, "too_large"),
+        ("a text of invalid UTF-8", form(&[Part("entries", false, visual.as_bytes()), Part("text", false, b"\xff\xfe")]), 400, "bad_request"),
+        (
+            "faces on a server without face models",
+            form(&[
+                Part("entries", false, br#"{"facial-recognition": {"detection": {"modelName": "buffalo_l"}, "recognition": {"modelName": "buffalo_l"}}}"#),
+                Part("image", true, &photo),
+            ]),
+            400,
+            "bad_request",
+        ),
+        (
+            "a task clipfn does not do",
+            form(&[Part("entries", false, br#"{"ocr": {"detection": {"modelName": "PP-OCRv5_mobile"}}}"#), Part("image", true, &photo)]),
+            400,
+            "bad_request",
+        ),
+        (
+            "a text task without a text tower",
+            form(&[Part("entries", false, br#"{"clip": {"textual": {"modelName": "ViT-B-32__openai"}}}"#), Part("text", false, b"dog")]),
+            404,
+            "text_model_not_configured",
+        ),
+    ];
+    for (what, body, status, code) in cases {
+        let (got, answer) = predict(base, body);
+        assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{what}: {answer}");
+    }
+    let json_body = server.post_raw("/predict", br#"{"entries": {}}"#.to_vec());
+    assert_eq!(json_body.0, 422, "a JSON body is not Immich's form: {}", json_body.1);
+
+    let (status, answer) =
+        image_request(base, &json!({"clip": {"visual": {"modelName": "another-model"}}}), &photos[0]);
+    assert_eq!(status, 200, "a model name it does not hold is answered by the one held: {answer}");
+    assert!(!vector(&answer["clip"]).is_empty());
+}
