@@ -217,7 +217,7 @@ async fn load_faces(
     };
     let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
     let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
-    let limits = (settings.faces.face_min_score, settings.faces.max_faces);
+    let limits = (settings.faces.face_min_score, settings.faces.score_floor(), settings.faces.max_faces);
     let span = tracing::Span::current();
     let faces = tokio::task::spawn_blocking(move || {
         span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, limits, batch_size))

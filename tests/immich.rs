@@ -63,6 +63,7 @@ fn server(store: &Path) -> common::Server {
     ServerConfig::local(store)
         .env("CLIPFN_TEXT_MODEL", &setup_var("CLIPFN_TEST_TEXT_MODEL"))
         .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .env("CLIPFN_FACE_SCORE_FLOOR", "0.5")
         .start()
 }
 
@@ -92,7 +93,7 @@ fn immichs_requests_get_clipfns_answers_in_immichs_shapes() {
         "detection": {"modelName": "buffalo_l", "options": {"minScore": 0.7}},
         "recognition": {"modelName": "buffalo_l"}
     }});
-    let mut found = 0;
+    let (mut found, mut lower) = (0, 0);
     for (i, photo) in photos.iter().enumerate() {
         let item = &analyzed["data"][i];
         let (width, height) = image::image_dimensions(photo).unwrap();
@@ -128,8 +129,21 @@ fn immichs_requests_get_clipfns_answers_in_immichs_shapes() {
         let (_, answer) = image_request(base, &strict, photo);
         let kept = ours.iter().filter(|f| f["score"].as_f64().unwrap() >= 0.9).count();
         assert_eq!(answer["facial-recognition"].as_array().unwrap().len(), kept, "{answer}");
+        // A lower one, down to the floor (0.5 here), keeps more: the default's faces and then
+        // those between.
+        let lenient = json!({"facial-recognition": {
+            "detection": {"modelName": "buffalo_l", "options": {"minScore": 0.5}},
+            "recognition": {"modelName": "buffalo_l"}
+        }});
+        let (_, answer) = image_request(base, &lenient, photo);
+        let more = answer["facial-recognition"].as_array().unwrap();
+        let scores: Vec<f64> = more.iter().map(|f| f["score"].as_f64().unwrap()).collect();
+        assert!(scores.iter().all(|&s| s >= 0.5) && more.len() >= ours.len(), "{answer}");
+        assert_eq!(more.iter().filter(|f| f["score"].as_f64().unwrap() >= 0.7).count(), ours.len(), "{answer}");
+        lower += more.len() - ours.len();
     }
     assert!(found > 0, "the test detector finds faces on the camera photos");
+    assert!(lower > 0, "and faces scoring 0.5 to 0.7 too");
 
     let text = "a dog on the beach";
     let entries = json!({"clip": {"textual": {"modelName": "ViT-B-32__openai", "options": {"language": "en"}}}});

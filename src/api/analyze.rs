@@ -96,8 +96,12 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     };
 
     let photos = !subjects.are_stored();
-    let wants =
-        Wants { pixels: photos, scores: heads.is_some(), faces: photos && face_models && request.faces != Some(false) };
+    let wants = Wants {
+        pixels: photos,
+        scores: heads.is_some(),
+        faces: photos && face_models && request.faces != Some(false),
+        face_min_score: None,
+    };
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
     let album = photos.then(|| album(&results, state, wants.faces));

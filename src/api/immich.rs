@@ -88,7 +88,7 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
             if tasks.textual {
                 return Err(ApiError::BadRequest("clip.textual takes a 'text' field, not an image".into()));
             }
-            let wants = Wants { faces: tasks.faces.is_some(), ..Wants::default() };
+            let wants = Wants { faces: tasks.faces.is_some(), face_min_score: tasks.faces, ..Wants::default() };
             let (result, _) = service.pipeline.embed_carried(&image, deadline, wants).await?;
             let signals = result.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
             let counts = Counts { images: 1, ..Counts::default() };
@@ -232,10 +232,9 @@ fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Value, ApiError> {
     if tasks.visual {
         answer["clip"] = vector(&signals.embedding).into();
     }
-    if let (Some(min_score), Some(faces)) = (tasks.faces, signals.faces) {
+    if let Some(faces) = signals.faces {
         let faces = faces.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
-        let kept = faces.faces.iter().filter(|face| face.score >= min_score).map(face).collect();
-        answer["facial-recognition"] = Value::Array(kept);
+        answer["facial-recognition"] = faces.faces.iter().map(face).collect();
     }
     Ok(answer)
 }

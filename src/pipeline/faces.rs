@@ -29,11 +29,20 @@ pub struct Face {
 }
 
 impl Pipeline {
-    /// The faces on `canvas`, best first.
-    pub(super) async fn find_faces(&self, canvas: FaceCanvas) -> Result<Faces, ItemError> {
+    /// The faces on `canvas` scoring at least `min_score` (the detector's floor at the lowest),
+    /// best first, at most `max_faces` of them: only those are aligned and recognised.
+    pub(super) async fn find_faces(
+        &self,
+        canvas: FaceCanvas,
+        min_score: f32,
+        max_faces: usize,
+    ) -> Result<Faces, ItemError> {
         let (scale, (width, height)) = (canvas.scale, canvas.full_size);
         let pixels = std::sync::Arc::clone(&canvas.image);
-        let Detections { faces: detections, left_out } = self.worker.detect(canvas).await?.output;
+        let Detections { faces: mut detections } = self.worker.detect(canvas).await?.output;
+        detections.retain(|detection| detection.score >= min_score);
+        let left_out = detections.len().saturating_sub(max_faces);
+        detections.truncate(max_faces);
         if detections.is_empty() {
             return Ok(Faces { faces: Vec::new(), left_out });
         }

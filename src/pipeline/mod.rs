@@ -48,6 +48,8 @@ pub struct Wants {
     pub scores: bool,
     /// The faces, found on the face detector's canvas beside the embedding.
     pub faces: bool,
+    /// The faces' minimum detector score, when not the detector's default (CLIPFN_FACE_MIN_SCORE).
+    pub face_min_score: Option<f32>,
 }
 
 /// Where a photo's bytes come from.
@@ -260,8 +262,8 @@ impl Pipeline {
         // Memory first, then a decode thread (in that order always, so that neither waits on the
         // other): the reservation moves into the job with the bytes, and both are let go as the
         // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
-        let canvas = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector.side);
-        let views = Views { square: self.square.clone(), luma: wants.pixels, canvas };
+        let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
+        let views = Views { square: self.square.clone(), luma: wants.pixels, canvas: detector.map(|d| d.side) };
         let memory = match &self.decode_memory {
             Some(budget) => {
                 let options = decode_options(&views, self.max_pixels);
@@ -293,7 +295,11 @@ impl Pipeline {
         // alone, and the photo keeps its other signals.
         let faces = async {
             match canvas {
-                Some(canvas) => Some(self.find_faces(canvas).await),
+                Some(canvas) => {
+                    let detector = detector.expect("a canvas only for a detector");
+                    let min_score = wants.face_min_score.unwrap_or(detector.min_score);
+                    Some(self.find_faces(canvas, min_score, detector.max_faces).await)
+                }
                 None => None,
             }
         };

@@ -9,6 +9,7 @@ use super::ConfigError;
 pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_FACE_MODEL",
     "CLIPFN_FACE_MIN_SCORE",
+    "CLIPFN_FACE_SCORE_FLOOR",
     "CLIPFN_MAX_FACES",
     "CLIPFN_FACE_MAX_DISTANCE",
     "CLIPFN_FACE_MIN_FACES",
@@ -20,9 +21,14 @@ pub struct FaceSettings {
     /// layout Immich stores InsightFace's packs in). Unset: no faces.
     #[serde(default)]
     pub face_model: Option<String>,
-    /// Detections scoring under this are dropped (Immich's 0.7).
+    /// Detections scoring under this are dropped (Immich's 0.7), unless a request asks for another
+    /// minimum (Immich's `minScore`).
     #[serde(default = "defaults::min_score")]
     pub face_min_score: f32,
+    /// The lowest minimum a request may ask: the detector keeps its candidates down to it, and
+    /// each request's minimum filters them. Unset: `face_min_score`.
+    #[serde(default)]
+    pub face_score_floor: Option<f32>,
     /// The most faces a photo answers, best first; a noise photo can make thousands of detections.
     #[serde(default = "defaults::max_faces")]
     pub max_faces: usize,
@@ -51,9 +57,21 @@ mod defaults {
 }
 
 impl FaceSettings {
+    /// The score the detector keeps its candidates down to (CLIPFN_FACE_SCORE_FLOOR).
+    pub fn score_floor(&self) -> f32 {
+        self.face_score_floor.unwrap_or(self.face_min_score)
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !(0.0..=1.0).contains(&self.face_min_score) {
             return Err(ConfigError(format!("CLIPFN_FACE_MIN_SCORE must be 0 to 1, got {}", self.face_min_score)));
+        }
+        if !(0.0..=self.face_min_score).contains(&self.score_floor()) {
+            return Err(ConfigError(format!(
+                "CLIPFN_FACE_SCORE_FLOOR must be 0 to CLIPFN_FACE_MIN_SCORE ({}), got {}",
+                self.face_min_score,
+                self.score_floor()
+            )));
         }
         if !(self.face_max_distance > 0.0 && self.face_max_distance <= 2.0) {
             return Err(ConfigError(format!(

@@ -141,7 +141,12 @@ async fn embed(
         .embed_all(
             keys,
             settings.limits.max_queued_images,
-            Wants { pixels: true, scores: pipeline.heads().is_some(), faces: pipeline.faces().is_some() },
+            Wants {
+                pixels: true,
+                scores: pipeline.heads().is_some(),
+                faces: pipeline.faces().is_some(),
+                face_min_score: None,
+            },
         )?
         .map(row)
         .inspect(|row| progress.record(row.error.as_ref().map(|(code, _)| *code)))

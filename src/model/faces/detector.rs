@@ -44,16 +44,19 @@ pub struct DetectorInfo {
     pub format: DetectorFormat,
     /// The canvas side it takes.
     pub side: u32,
+    /// A request's minimum score when it names none (CLIPFN_FACE_MIN_SCORE).
     pub min_score: f32,
-    /// The most faces a canvas answers (CLIPFN_MAX_FACES).
+    /// The candidates it keeps, down to this score, for requests that ask a lower minimum
+    /// (CLIPFN_FACE_SCORE_FLOOR).
+    pub score_floor: f32,
+    /// The most faces a photo answers, after its request's minimum (CLIPFN_MAX_FACES).
     pub max_faces: usize,
 }
 
-/// The faces found on one canvas, best first, and how many more the cap left out.
+/// The faces found on one canvas at or above the floor, best first.
 #[derive(Debug, Clone)]
 pub struct Detections {
     pub faces: Vec<Detection>,
-    pub left_out: usize,
 }
 
 impl TowerInfo for DetectorInfo {
@@ -79,7 +82,7 @@ impl FaceDetector {
         settings: &ModelSettings,
         data: &ModelData,
         file: String,
-        (min_score, max_faces): (f32, usize),
+        (min_score, score_floor, max_faces): (f32, f32, usize),
     ) -> Result<Self, ModelError> {
         let session = runtime.session(settings, data).map_err(|e| refuse("detector", &file, e))?;
         let [input] = session.inputs() else {
@@ -91,7 +94,7 @@ impl FaceDetector {
         let names: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
         let (format, outputs) = recognise(names).map_err(|why| refuse("detector", &file, why))?;
         let input = input.name().to_string();
-        let info = DetectorInfo { file, format, side, min_score, max_faces };
+        let info = DetectorInfo { file, format, side, min_score, score_floor, max_faces };
         let pixels = vec![0.0; 3 * (side * side) as usize];
         let mut detector = FaceDetector { session, input, outputs, info, pixels, _environment: runtime.environment() };
         detector.check().map_err(|e| refuse("detector", &detector.info.file, format!("the warm-up failed: {e}")))?;
@@ -125,18 +128,17 @@ impl FaceDetector {
         }
         let (mut found, iou, plus_one) = match &self.info.format {
             DetectorFormat::Scrfd { strides, anchors } => {
-                (decode_scrfd(&tensors, strides, *anchors, self.info.side, self.info.min_score)?, SCRFD_IOU, true)
+                (decode_scrfd(&tensors, strides, *anchors, self.info.side, self.info.score_floor)?, SCRFD_IOU, true)
             }
-            DetectorFormat::Yunet => (decode_yunet(&tensors, self.info.side, self.info.min_score)?, YUNET_IOU, false),
+            DetectorFormat::Yunet => (decode_yunet(&tensors, self.info.side, self.info.score_floor)?, YUNET_IOU, false),
         };
         if found.len() > MAX_CANDIDATES {
             found.select_nth_unstable_by(MAX_CANDIDATES, |a, b| b.score.total_cmp(&a.score));
             found.truncate(MAX_CANDIDATES);
         }
-        let mut faces = suppress(found, iou, plus_one, canvas.scale);
-        let left_out = faces.len().saturating_sub(self.info.max_faces);
-        faces.truncate(self.info.max_faces);
-        Ok(Detections { faces, left_out })
+        // Greedy suppression goes best first, so a box at or above a request's minimum is suppressed
+        // only by better ones: filtering these by that minimum is suppressing at it.
+        Ok(Detections { faces: suppress(found, iou, plus_one, canvas.scale) })
     }
 }
 

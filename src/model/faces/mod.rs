@@ -50,11 +50,11 @@ impl FaceModels {
         runtime: &mut Runtime,
         settings: &ModelSettings,
         files: FaceFiles,
-        (min_score, max_faces): (f32, usize),
+        scores_and_cap: (f32, f32, usize),
         batch_size: usize,
     ) -> Result<Self, ModelError> {
         let (location, data) = files.detector;
-        let detector = FaceDetector::load(runtime, settings, &data, location, (min_score, max_faces))?;
+        let detector = FaceDetector::load(runtime, settings, &data, location, scores_and_cap)?;
         let (location, data) = files.recognizer;
         let recognizer = FaceRecognizer::load(runtime, settings, &data, location, batch_size)?;
         Ok(FaceModels { detector, recognizer })
