@@ -215,4 +215,8 @@ fn bad_forms_get_their_status_and_leave_the_server_serving() {
         image_request(base, &json!({"clip": {"visual": {"modelName": "another-model"}}}), &photos[0]);
     assert_eq!(status, 200, "a model name it does not hold is answered by the one held: {answer}");
     assert!(!vector(&answer["clip"]).is_empty());
+    // /predict has its own label in the request counter.
+    let metrics = common::scrape(&server);
+    let predict = |code| common::series(&metrics, "clipfn_requests_total", &[("code", code), ("endpoint", "predict")]);
+    assert_eq!((predict("ok"), predict("bad_entries")), (1.0, 4.0), "{metrics}");
 }

@@ -420,7 +420,7 @@ fn metrics_counters_move_and_text_logs_without_an_otlp_endpoint() {
     let after = scrape(&server);
 
     let moved = |name: &str, labels: &[(&str, &str)]| series(&after, name, labels) - series(&before, name, labels);
-    assert_eq!(moved("clipfn_requests_total", &[("code", "ok")]), 1.0, "{after}");
+    assert_eq!(moved("clipfn_requests_total", &[("code", "ok"), ("endpoint", "embed")]), 1.0, "{after}");
     assert_eq!(moved("clipfn_requests_total", &[("code", "bad_request")]), 1.0);
     assert_eq!(moved("clipfn_photos_total", &[("outcome", "embedded")]), 2.0);
     assert_eq!(moved("clipfn_photos_total", &[("outcome", "failed")]), 1.0);

@@ -43,13 +43,13 @@ fn answer(metrics: &Metrics, endpoint: &'static str, started: Instant, outcome: 
     let total_ms = millis(elapsed);
     match outcome {
         Ok((response, Counts { images, texts, embeddings, errors })) => {
-            metrics.request(Outcome::Ok, elapsed);
+            metrics.request(endpoint, Outcome::Ok, elapsed);
             tracing::info!(status = 200, images, texts, embeddings, errors, total_ms, "{endpoint} request");
             response
         }
         Err(e) => {
             let (status, code) = e.status_and_code();
-            metrics.request(Outcome::Refused(code), elapsed);
+            metrics.request(endpoint, Outcome::Refused(code), elapsed);
             tracing::info!(status = status.as_u16(), code, total_ms, "{endpoint} request refused");
             e.into_response()
         }
@@ -77,7 +77,7 @@ impl Drop for Cancelled<'_> {
     fn drop(&mut self) {
         if self.armed {
             let elapsed = self.started.elapsed();
-            self.metrics.request(Outcome::Cancelled, elapsed);
+            self.metrics.request(self.endpoint, Outcome::Cancelled, elapsed);
             let total_ms = millis(elapsed);
             self.span.in_scope(|| {
                 tracing::info!(code = "cancelled", total_ms, "{} request cancelled by the client", self.endpoint)

@@ -182,9 +182,10 @@ impl Metrics {
     }
 
     /// One embed request ended with `outcome`.
-    pub fn request(&self, outcome: Outcome, duration: Duration) {
+    /// One request answered or cancelled, by its endpoint (`embed`, ..., `predict` for Immich's).
+    pub fn request(&self, endpoint: &'static str, outcome: Outcome, duration: Duration) {
         let code = outcome.as_str();
-        self.requests.add(1, &[KeyValue::new("code", code)]);
+        self.requests.add(1, &[KeyValue::new("code", code), KeyValue::new("endpoint", endpoint)]);
         self.request_duration.record(duration.as_secs_f64(), &[]);
         if outcome != Outcome::Ok {
             self.errors.add(1, &[KeyValue::new("code", code), KeyValue::new("level", "request")]);
