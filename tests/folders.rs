@@ -1,5 +1,6 @@
-//! Model folders in the transformers.js layout: which file runs (CLIPFN_PRECISION and the provider),
-//! refusals that name what is wrong, and preprocessing that follows `preprocessor_config.json`,
+//! Model folders in the transformers.js layout and in Immich's: which file runs (CLIPFN_PRECISION
+//! and the provider), refusals that name what is wrong, and preprocessing that follows
+//! `preprocessor_config.json` (Immich's `preprocess_cfg.json`),
 //! checked against Pillow with the same numbers. The real binary, real ONNX Runtime, the generated
 //! test model's fp32, fp16 and int8 variants (tools/make_models.py --folder).
 //!
@@ -218,4 +219,63 @@ fn a_folder_text_tower_follows_the_precision_rule() {
     // fp16 exists for the vision tower only: the text tower refuses, naming what it found.
     let message = failed_start(&[("CLIPFN_MODEL", dir.path().to_str().unwrap()), ("CLIPFN_PRECISION", "fp16")]);
     assert!(message.contains("text_model") && message.contains("text_model_quantized.onnx"), "{message}");
+}
+
+/// Immich's model cache, as tools/models/immich.py generates it (`clip/ViT-B-32__openai`):
+/// `visual/model.onnx` with open_clip's `preprocess_cfg.json` (side 192, mean and std 0.5, not
+/// CLIP's), `textual/model.onnx` (int32 ids) with CLIP's BPE as `tokenizer.json`.
+#[test]
+fn an_immich_folder_is_read_in_immich_layout() {
+    let photos = camera_photos(3);
+    let folder = setup_var("CLIPFN_TEST_IMMICH_CLIP");
+    let visual = format!("{folder}/visual/model.onnx");
+    let flags = ["--size", "192", "--crop", "192", "--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5"];
+    let pillow = reference_embeddings_with(&visual, &flags, &photos);
+    let clip_numbers = reference_embeddings_with(&visual, &["--size", "192"], &photos);
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_MODEL", &folder).start();
+    let ready = server.get("/readyz").1;
+    let (model, text) = (&ready["model"], &ready["text_model"]);
+    assert_eq!(
+        (&model["id"], &model["file"], &model["precision"]),
+        (&json!("ViT-B-32__openai"), &json!("visual/model.onnx"), &json!("fp32")),
+        "{ready}"
+    );
+    assert_eq!(
+        (&model["image_size"], &text["id"], &text["tokenizer"]),
+        (&json!(192), &json!("ViT-B-32__openai"), &json!("tokenizer.json")),
+        "{ready}"
+    );
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.embed(&keys);
+    assert_eq!(status, 200, "{body}");
+    for (i, photo) in photos.iter().enumerate() {
+        let ours = item(&body, i).unwrap();
+        let similarity = cosine(&ours, &pillow[photo]);
+        assert!(similarity >= 0.99, "{}: cosine {similarity} to Pillow", file_name(photo));
+        assert!(
+            cosine(&ours, &clip_numbers[photo]) < 0.99,
+            "CLIP's numbers give the same embedding: the check is blind"
+        );
+    }
+    let texts = ["a photo of a cat", "Two DOGS,  running on the beach!", "의자 위의 고양이"];
+    let text_embeddings = |server: &common::Server| {
+        let (status, body) = server.post_json("/v1/embed", &json!({"texts": texts}));
+        assert_eq!(status, 200, "{body}");
+        (0..texts.len()).map(|i| item(&body, i).unwrap()).collect::<Vec<_>>()
+    };
+    let from_folder = text_embeddings(&server);
+    drop(server);
+    // The same tower named on its own, with clipfn's built-in BPE: the folder's tokenizer.json
+    // and tokenizer_config.json (padding to 77 with the end token) give CLIP's own ids.
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_MODEL", &visual)
+        .env("CLIPFN_IMAGE_SIZE", "192")
+        .env("CLIPFN_TEXT_MODEL", &format!("{folder}/textual/model.onnx"))
+        .start();
+    assert_eq!(server.get("/readyz").1["text_model"]["tokenizer"], "clip-bpe");
+    for ((text, ours), builtin) in texts.iter().zip(&from_folder).zip(text_embeddings(&server)) {
+        let similarity = cosine(ours, &builtin);
+        assert!(similarity > 0.9999, "{text}: cosine {similarity} between the folder's tokenizer and CLIP's BPE");
+    }
 }

@@ -1,42 +1,24 @@
 //! Immich's machine-learning protocol over HTTP on loopback, against the real binary. The client
-//! here sends what Immich v2.5.6's `machine-learning.repository.ts` sends: a multipart form as
-//! undici's `FormData` writes it, with `entries` (the same JSON per task) and the photo's bytes as
-//! a blob named `image`, or a `text` field. Each answer is held to the shape Immich's TypeScript
+//! here sends what Immich v2.5.6's `machine-learning.repository.ts` sends (tests/common/immich.rs:
+//! the multipart form, the same `entries` per task). Each answer is held to the shape Immich's TypeScript
 //! types declare and to what clipfn's own API answers for the same photo or text.
 
 mod common;
 
 use std::path::Path;
 
-use common::{ServerConfig, blocking_client, camera_photos, cosine, file_name, setup_var, store_named};
+use common::{
+    ServerConfig, blocking_client, camera_photos, cosine, file_name,
+    immich::{Part, content_type, form},
+    setup_var, store_named,
+};
 use serde_json::{Value, json};
-
-const BOUNDARY: &str = "----formdata-undici-0421337";
-
-/// A form part: its name, whether it is a blob (`filename="blob"`, as `FormData` names a Blob),
-/// and its bytes.
-struct Part<'a>(&'a str, bool, &'a [u8]);
-
-fn form(parts: &[Part]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for Part(name, blob, bytes) in parts {
-        body.extend_from_slice(format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"").as_bytes());
-        if *blob {
-            body.extend_from_slice(b"; filename=\"blob\"\r\nContent-Type: application/octet-stream");
-        }
-        body.extend_from_slice(b"\r\n\r\n");
-        body.extend_from_slice(bytes);
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
-    body
-}
 
 /// POST /predict with `body` as a multipart form: the status and the JSON answer.
 fn predict(base: &str, body: Vec<u8>) -> (u16, Value) {
     let response = blocking_client()
         .post(format!("{base}/predict"))
-        .header("content-type", format!("multipart/form-data; boundary={BOUNDARY}"))
+        .header("content-type", content_type())
         .body(body)
         .send()
         .expect("request to clipfn");
@@ -219,4 +201,38 @@ fn bad_forms_get_their_status_and_leave_the_server_serving() {
     let metrics = common::scrape(&server);
     let predict = |code| common::series(&metrics, "clipfn_requests_total", &[("code", code), ("endpoint", "predict")]);
     assert_eq!((predict("ok"), predict("bad_entries")), (1.0, 4.0), "{metrics}");
+}
+
+/// `CLIPFN_MODEL` pointing into Immich's model cache (`clip/ViT-B-32__openai`): requests naming
+/// that folder are answered by it without a word in the log; one naming another model is answered
+/// by the one held, and the log names both.
+#[test]
+fn a_model_from_immichs_cache_answers_by_its_folder_name() {
+    let photos = camera_photos(1);
+    let store = store_named(&photos);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let folder = setup_var("CLIPFN_TEST_IMMICH_CLIP");
+    let server = ServerConfig::local(store.path()).env("CLIPFN_MODEL", &folder).stderr_to(log.path()).start();
+    let base = &server.base;
+    let text_request = |model: &str| {
+        let entries = json!({"clip": {"textual": {"modelName": model}}});
+        predict(base, form(&[Part("entries", false, entries.to_string().as_bytes()), Part("text", false, b"a cat")]))
+    };
+    let (status, held) = text_request("immich-app/ViT-B-32__openai");
+    assert_eq!(status, 200, "{held}");
+    let (status, answer) =
+        image_request(base, &json!({"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}), &photos[0]);
+    assert_eq!(status, 200, "{answer}");
+    let (_, embedded) = server.embed(&[file_name(&photos[0])]);
+    assert!(cosine(&vector(&answer["clip"]), &floats(&embedded["data"][0]["embedding"])) >= 0.9999);
+    let quiet = std::fs::read_to_string(log.path()).unwrap();
+    assert!(!quiet.contains("does not hold"), "the held model's name was warned about: {quiet}");
+
+    let (status, other) = text_request("ViT-L-14__openai");
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(vector(&other["clip"]), vector(&held["clip"]), "another name is answered by the held model");
+    drop(server);
+    let warned = std::fs::read_to_string(log.path()).unwrap();
+    let line = warned.lines().find(|l| l.contains("does not hold")).unwrap_or_else(|| panic!("no warning: {warned}"));
+    assert!(line.contains("ViT-L-14__openai") && line.contains("held") && line.contains("ViT-B-32__openai"), "{line}");
 }

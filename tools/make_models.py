@@ -112,7 +112,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
-from models import checks, clip, clip_text, face_archs, faces, heads, multilingual, siglip  # noqa: E402
+from models import checks, clip, clip_text, face_archs, faces, heads, immich, multilingual, siglip  # noqa: E402
 from models.files import MODELS_DIR, save  # noqa: E402
 
 DEFAULT_OUT = {
@@ -124,13 +124,16 @@ DEFAULT_OUT = {
     "vit-b32-text": os.path.join(MODELS_DIR, "vit-b32-text-random.onnx"),
     "text-multilingual": os.path.join(MODELS_DIR, "multilingual-text-test.onnx"),
 }
+# A CLIP folder in Immich's model-cache layout (tools/models/immich.py).
+IMMICH = "immich-clip-test"
 MODEL_ID = {**clip.MODEL_ID, **clip_text.MODEL_ID, "text-multilingual": multilingual.MODEL_ID}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH)
-                    + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(face_archs.KINDS) + list(faces.FACE_FILES),
+                    + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(face_archs.KINDS) + list(faces.FACE_FILES)
+                    + [IMMICH],
                     required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
@@ -150,6 +153,8 @@ def main():
         return main_head(ap, a)
     if a.kind in faces.FACE_FOLDERS or a.kind in face_archs.KINDS or a.kind in faces.FACE_FILES:
         return main_faces(ap, a)
+    if a.kind == IMMICH:
+        return main_immich(ap, a)
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
@@ -181,6 +186,17 @@ def main():
             print(f"  onnxruntime: out {y.shape}, batch of {len(y)} in {dt*1000:.1f} ms (1 thread), "
                   f"|y0|={np.linalg.norm(y[0]):.3f} cos(y0,y_last)={cos:.3f}")
     print(f"  built in {t_build:.1f}s")
+
+
+def main_immich(ap, a):
+    if not a.folder or a.out or a.size != 224 or a.preprocess != "clip":
+        ap.error(f"--kind {IMMICH} writes a folder (--folder); its size and preprocessing are fixed")
+    t0 = time.perf_counter()
+    for out in immich.write_folder(os.path.abspath(a.folder), a.seed):
+        print(f"{IMMICH}: {out} size={os.path.getsize(out) / 1e6:.1f} MB")
+    if a.check:
+        immich.check(os.path.abspath(a.folder))
+    print(f"  built in {time.perf_counter() - t0:.1f}s")
 
 
 def main_head(ap, a):

@@ -110,6 +110,8 @@ folder clip-test-192 --kind test --size 192 --preprocess other
 folder siglip2-test --kind siglip2-test
 folder siglip-test --kind siglip-test
 folder siglip2-test-nologits --kind siglip2-test --no-config-logits  # scale/bias only in onnx/model.onnx
+# a CLIP folder in Immich's model-cache layout (<cache>/clip/<name>/visual, textual), by Immich's name
+folder immich/clip/ViT-B-32__openai --kind immich-clip-test
 if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
 # InsightFace buffalo_l's architectures (SCRFD-10G + IResNet-50, 190 MB) with random weights: the faces' cost
 if (( BENCH )); then folder faces-buffalo-random --kind faces-buffalo-random; fi
@@ -142,6 +144,7 @@ CLIPFN_TEST_FOLDER_192=$CACHE/models/clip-test-192
 CLIPFN_TEST_SIGLIP2_FOLDER=$CACHE/models/siglip2-test
 CLIPFN_TEST_SIGLIP_FOLDER=$CACHE/models/siglip-test
 CLIPFN_TEST_SIGLIP2_NOLOGITS_FOLDER=$CACHE/models/siglip2-test-nologits
+CLIPFN_TEST_IMMICH_CLIP=$CACHE/models/immich/clip/ViT-B-32__openai
 CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
 CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
 CLIPFN_TEST_FACES_SCRFD_DRAWN=$CACHE/models/faces-scrfd-drawn

@@ -19,12 +19,14 @@ Usage (JSON on stdin, JSON on stdout):
                                       -> [[{"label": i, "score": s}, ...], ...]
 """
 import argparse
-import importlib.util
 import json
 import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
+from models.clip_text import openai_clip  # noqa: E402
 
 CONTEXT = 77
 EOT = 49407
@@ -32,11 +34,7 @@ LOGIT_SCALE = 100.0
 
 
 def reference_tokenizer():
-    package = importlib.util.find_spec("clip").submodule_search_locations[0]
-    spec = importlib.util.spec_from_file_location("simple_tokenizer", os.path.join(package, "simple_tokenizer.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.SimpleTokenizer()
+    return openai_clip()[1].SimpleTokenizer()
 
 
 def tokenize(texts):

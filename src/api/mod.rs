@@ -129,7 +129,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", only("POST", post(embeddings::embeddings)))
         .route("/v1/classify", only("POST", post(classify::classify)))
         .route("/v1/analyze", only("POST", post(analyze::analyze)))
-        // Immich's machine-learning protocol (src/api/immich.rs).
+        // Immich's machine-learning protocol (src/api/immich/).
         .route("/", only("GET", get(immich::root)))
         .route("/ping", only("GET", get(immich::ping)))
         .route("/predict", only("POST", post(immich::predict)))

@@ -19,8 +19,11 @@ use utoipa::{
 use super::{
     analyze, classify, embed, embeddings,
     error::ErrorResponse,
-    probes,
-    schema::{BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable},
+    immich, probes,
+    schema::{
+        BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable,
+        Unprocessable,
+    },
 };
 use crate::settings::Settings;
 
@@ -40,7 +43,10 @@ use crate::settings::Settings;
         probes::healthz,
         probes::readyz,
         probes::metrics,
-        openapi_json
+        openapi_json,
+        immich::root,
+        immich::ping,
+        immich::predict
     ),
     components(
         schemas(ErrorResponse),
@@ -52,12 +58,15 @@ use crate::settings::Settings;
             ServerError,
             CannotClassify,
             Unavailable,
+            Unprocessable,
             TextDeadline
         )
     ),
     tags(
         (name = "clipfn", description = "Embeddings, labels and signals"),
-        (name = "probes", description = "Health, readiness, metrics and this document")
+        (name = "probes", description = "Health, readiness, metrics and this document"),
+        (name = "immich", description = "Immich's machine-learning protocol (v2.5.6), for an Immich server's \
+                                         IMMICH_MACHINE_LEARNING_URL")
     )
 )]
 struct Document;

@@ -298,5 +298,7 @@ error_responses! {
         bias); it still embeds."
     Unavailable = SERVICE_UNAVAILABLE: "The model is loading, the instance is draining, or it is unhealthy; try \
         another instance or later."
+    Unprocessable = UNPROCESSABLE_ENTITY: "Immich's /predict: `entries` that are not JSON of its protocol's shape, or \
+        a photo that cannot be read (one photo a request, so its error is the request's), as Immich ML answers them."
     TextDeadline = GATEWAY_TIMEOUT: "The texts were not embedded within CLIPFN_REQUEST_TIMEOUT_MS."
 }

@@ -94,9 +94,11 @@ pub async fn read_family(storage: &Storage, model: &str) -> anyhow::Result<Famil
     })
 }
 
-/// `clipfn.family`, else `model_type`, else `clip`.
+/// `clipfn.family`, else `model_type`, else `siglip` for open_clip's SigLIP configs (Immich's
+/// exports: `init_logit_bias` is there, and only its initial value), else `clip`.
 fn family_name(config: &Value) -> anyhow::Result<String> {
     match config.get("clipfn.family").or_else(|| config.get("model_type")) {
+        None | Some(Value::Null) if config.get("init_logit_bias").is_some() => Ok("siglip".into()),
         None | Some(Value::Null) => Ok("clip".into()),
         Some(Value::String(name)) => Ok(name.clone()),
         Some(other) => anyhow::bail!("model_type {other} is not a name"),
@@ -131,6 +133,9 @@ mod tests {
         assert_eq!(config_logits(&siglip2).unwrap(), Some(Scoring::siglip(2.0, -1.25)));
         assert_eq!(family_name(&json!({"clipfn.family": "siglip", "model_type": "x"})).unwrap(), "siglip");
         assert_eq!(family_name(&json!({})).unwrap(), "clip");
+        let open_clip_siglip = json!({"embed_dim": 768, "init_logit_bias": -10, "vision_cfg": {}});
+        assert_eq!(family_name(&open_clip_siglip).unwrap(), "siglip");
+        assert_eq!(config_logits(&open_clip_siglip).unwrap(), None);
         assert_eq!(config_logits(&json!({"model_type": "siglip"})).unwrap(), None);
         let bad = config_logits(&json!({"logit_scale": "2.0", "logit_bias": 1})).unwrap_err().to_string();
         assert!(bad.contains("'logit_scale'"), "{bad}");

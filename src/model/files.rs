@@ -6,8 +6,11 @@ use anyhow::Context;
 
 use super::{
     ModelData,
-    folder::{ModelFolder, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, TOKENIZER_CONFIG, VISION, weights_of_file},
-    preprocessor::parse as parse_preprocessor_config,
+    folder::{
+        Export, ModelFolder, PREPROCESS_CFG, PREPROCESSOR_CONFIG, TEXT, TOKENIZER, TOKENIZER_CONFIG, VISION,
+        weights_of_file,
+    },
+    preprocessor,
 };
 use crate::{
     preprocess::Transform,
@@ -23,7 +26,8 @@ pub struct ModelFile {
     /// Its file name (relative to its folder for a folder) and precision.
     pub file: String,
     pub precision: Weights,
-    /// The folder's preprocessing, when it has a `preprocessor_config.json`.
+    /// The folder's preprocessing, when it has a `preprocessor_config.json` (Immich's:
+    /// `visual/preprocess_cfg.json`).
     pub preprocessing: Option<Transform>,
 }
 
@@ -66,11 +70,16 @@ pub async fn read_image_model(
     }
     let folder = open_folder(storage, location).await?;
     let variant = folder.pick(VISION, settings.precision, device)?;
-    let preprocessing = match folder.has(PREPROCESSOR_CONFIG) {
+    let (file, parse): (_, preprocessor::Reader) = match folder.export() {
+        Export::Transformers => (PREPROCESSOR_CONFIG, preprocessor::parse),
+        Export::Immich => (PREPROCESS_CFG, preprocessor::parse_open_clip),
+    };
+    let file = folder.beside(VISION, file);
+    let preprocessing = match folder.has(&file) {
         true => {
-            let config = folder.locate(PREPROCESSOR_CONFIG);
+            let config = folder.locate(&file);
             let bytes = storage.read(&config).await.with_context(|| format!("reading {config}"))?;
-            Some(parse_preprocessor_config(&bytes).with_context(|| format!("in {config}"))?)
+            Some(parse(&bytes).with_context(|| format!("in {config}"))?)
         }
         false => None,
     };
@@ -107,9 +116,9 @@ pub struct TextFiles {
 }
 
 /// `CLIPFN_TEXT_MODEL` (with `CLIPFN_TEXT_TOKENIZER`) when set; else, when `CLIPFN_MODEL` is a
-/// folder with `onnx/text_model*.onnx`, the variant the image tower's precision rule picks, with
-/// the folder's `tokenizer.json` (and `tokenizer_config.json`) unless `CLIPFN_TEXT_TOKENIZER` names
-/// another. `None`: no text tower.
+/// folder with a text tower (`onnx/text_model*.onnx`, Immich's `textual/model.onnx`), the variant
+/// the image tower's precision rule picks, with the folder's `tokenizer.json` (and
+/// `tokenizer_config.json`) unless `CLIPFN_TEXT_TOKENIZER` names another. `None`: no text tower.
 pub async fn locate_text_model(
     storage: &Storage,
     model: &ModelSettings,
@@ -130,7 +139,10 @@ pub async fn locate_text_model(
         return Ok(None);
     }
     let variant = folder.pick(TEXT, model.precision, device)?;
-    let own = |file: &str| (text.text_tokenizer.is_none() && folder.has(file)).then(|| folder.locate(file));
+    let own = |file: &str| {
+        let file = folder.beside(TEXT, file);
+        (text.text_tokenizer.is_none() && folder.has(&file)).then(|| folder.locate(&file))
+    };
     let tokenizer = text.text_tokenizer.clone().or_else(|| own(TOKENIZER));
     let (model, id, tokenizer_config) =
         (folder.locate(&variant.file), folder.name().to_string(), own(TOKENIZER_CONFIG));

@@ -1,7 +1,12 @@
-//! Model folders as transformers.js and Optimum ship them (`Xenova/clip-vit-base-patch32`):
-//! `onnx/vision_model.onnx` (fp32), `onnx/vision_model_fp16.onnx`, `onnx/vision_model_quantized.onnx`
-//! (int8; some folders say `_int8` or `_uint8`), the same for `text_model`, and
-//! `preprocessor_config.json`, `tokenizer.json` and `config.json` beside them.
+//! Model folders in the two layouts users have:
+//! - as transformers.js and Optimum ship them (`Xenova/clip-vit-base-patch32`):
+//!   `onnx/vision_model.onnx` (fp32), `onnx/vision_model_fp16.onnx`, `onnx/vision_model_quantized.onnx`
+//!   (int8; some folders say `_int8` or `_uint8`), the same for `text_model`, and
+//!   `preprocessor_config.json`, `tokenizer.json` and `config.json` beside them;
+//! - as Immich's model cache holds them (`<cache>/clip/ViT-B-32__openai`, read by Immich ML's
+//!   `models/clip/`): `visual/model.onnx` with `visual/preprocess_cfg.json`, `textual/model.onnx`
+//!   with `textual/tokenizer.json` and `textual/tokenizer_config.json`, and open_clip's
+//!   `config.json` at the top. Immich's ONNX exports are fp32 only.
 //!
 //! One rule picks a tower's file for the precision asked and the provider in use, so every tower
 //! of a folder follows `CLIPFN_PRECISION` alike.
@@ -9,11 +14,27 @@
 use super::ModelError;
 use crate::settings::{Device, Precision, Weights};
 
-/// Towers, named as the folder names their files (`onnx/{tower}[_suffix].onnx`).
-pub const VISION: &str = "vision_model";
-pub const TEXT: &str = "text_model";
-/// Files beside the towers.
+/// A tower, as each layout names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TowerName {
+    /// transformers.js / Optimum: `onnx/{name}[_suffix].onnx`.
+    optimum: &'static str,
+    /// Immich: `{name}/model.onnx`, with the tower's own files beside it.
+    immich: &'static str,
+}
+
+impl std::fmt::Display for TowerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.optimum)
+    }
+}
+
+pub const VISION: TowerName = TowerName { optimum: "vision_model", immich: "visual" };
+pub const TEXT: TowerName = TowerName { optimum: "text_model", immich: "textual" };
+/// A tower's own files (see [`ModelFolder::beside`]).
 pub const PREPROCESSOR_CONFIG: &str = "preprocessor_config.json";
+/// open_clip's preprocessing, which Immich's exports keep beside the image tower.
+pub const PREPROCESS_CFG: &str = "preprocess_cfg.json";
 pub const TOKENIZER: &str = "tokenizer.json";
 pub const TOKENIZER_CONFIG: &str = "tokenizer_config.json";
 /// transformers' `config.json`: the model's family, and SigLIP's logit scale and bias.
@@ -46,6 +67,13 @@ pub struct Variant {
     pub precision: Weights,
 }
 
+/// How a folder lays out its towers and their files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Export {
+    Transformers,
+    Immich,
+}
+
 /// A listed model folder.
 #[derive(Debug, Clone)]
 pub struct ModelFolder {
@@ -53,13 +81,32 @@ pub struct ModelFolder {
     location: String,
     /// Paths relative to `location`, sorted.
     files: Vec<String>,
+    export: Export,
 }
 
 impl ModelFolder {
     pub fn new(location: &str, mut files: Vec<String>) -> Self {
         files.sort();
         let location = format!("{}/", location.trim_end_matches('/'));
-        ModelFolder { location, files }
+        let immich = |f: &String| [VISION, TEXT].iter().any(|t| *f == format!("{}/model.onnx", t.immich));
+        let export = match files.iter().any(immich) && !files.iter().any(|f| f.starts_with("onnx/")) {
+            true => Export::Immich,
+            false => Export::Transformers,
+        };
+        ModelFolder { location, files, export }
+    }
+
+    pub fn export(&self) -> Export {
+        self.export
+    }
+
+    /// Where a file of `tower` lives: beside the towers (transformers), or in the tower's own
+    /// folder (Immich).
+    pub fn beside(&self, tower: TowerName, file: &str) -> String {
+        match self.export {
+            Export::Transformers => file.to_string(),
+            Export::Immich => format!("{}/{file}", tower.immich),
+        }
     }
 
     /// Where `file` (relative to the folder) lives.
@@ -79,7 +126,7 @@ impl ModelFolder {
     /// The file of `tower` to run. `auto` takes fp16 on CUDA and int8 on CPU, and fp32 when the
     /// folder lacks that variant; an explicit precision that the folder lacks is an error that
     /// lists what is there.
-    pub fn pick(&self, tower: &str, wanted: Precision, device: Device) -> Result<Variant, ModelError> {
+    pub fn pick(&self, tower: TowerName, wanted: Precision, device: Device) -> Result<Variant, ModelError> {
         let (first, fallback) = match wanted {
             Precision::Auto if device.is_cuda() => (Weights::Fp16, Some(Weights::Fp32)),
             Precision::Auto => (Weights::Int8, Some(Weights::Fp32)),
@@ -88,8 +135,11 @@ impl ModelFolder {
         [Some(first), fallback].into_iter().flatten().find_map(|precision| self.find(tower, precision)).ok_or_else(
             || {
                 let asked = match wanted {
-                    Precision::Auto => format!("no {tower} (looked for onnx/{tower}.onnx and its variants)"),
-                    _ => format!("CLIPFN_PRECISION={}: no {} {tower}", first.as_str(), first.as_str()),
+                    Precision::Auto => format!("no {tower} (looked for {})", self.looked_for(tower)),
+                    _ => {
+                        let only = if self.export == Export::Immich { " (Immich's exports are fp32 only)" } else { "" };
+                        format!("CLIPFN_PRECISION={}: no {} {tower}{only}", first.as_str(), first.as_str())
+                    }
                 };
                 let found = if self.files.is_empty() { "nothing".to_string() } else { self.files.join(", ") };
                 ModelError::Folder(format!("{asked} in {}; found {found}", self.location))
@@ -98,16 +148,26 @@ impl ModelFolder {
     }
 
     /// Whether the folder has any variant of `tower`.
-    pub fn has_tower(&self, tower: &str) -> bool {
+    pub fn has_tower(&self, tower: TowerName) -> bool {
         [Weights::Fp32, Weights::Fp16, Weights::Int8].into_iter().any(|w| self.find(tower, w).is_some())
     }
 
-    fn find(&self, tower: &str, precision: Weights) -> Option<Variant> {
-        suffixes(precision)
-            .iter()
-            .map(|suffix| format!("onnx/{tower}{suffix}.onnx"))
-            .find(|file| self.has(file))
-            .map(|file| Variant { file, precision })
+    fn find(&self, tower: TowerName, precision: Weights) -> Option<Variant> {
+        let files = match (self.export, precision) {
+            (Export::Transformers, _) => {
+                suffixes(precision).iter().map(|suffix| format!("onnx/{}{suffix}.onnx", tower.optimum)).collect()
+            }
+            (Export::Immich, Weights::Fp32) => vec![format!("{}/model.onnx", tower.immich)],
+            (Export::Immich, _) => vec![],
+        };
+        files.into_iter().find(|file| self.has(file)).map(|file| Variant { file, precision })
+    }
+
+    fn looked_for(&self, tower: TowerName) -> String {
+        match self.export {
+            Export::Transformers => format!("onnx/{}.onnx and its variants", tower.optimum),
+            Export::Immich => format!("{}/model.onnx", tower.immich),
+        }
     }
 }
 
@@ -191,6 +251,35 @@ mod tests {
         assert!(all.has_tower(TEXT) && !folder(&["onnx/vision_model.onnx"]).has_tower(TEXT));
         assert_eq!(all.name(), "clip-vit-b32");
         assert_eq!(all.locate(PREPROCESSOR_CONFIG), "gs://models/clip-vit-b32/preprocessor_config.json");
+    }
+
+    /// Immich's `<cache>/clip/ViT-B-32__openai`.
+    const IMMICH: &[&str] = &[
+        "config.json",
+        "textual/model.onnx",
+        "textual/tokenizer.json",
+        "textual/tokenizer_config.json",
+        "visual/model.onnx",
+        "visual/preprocess_cfg.json",
+    ];
+
+    #[test]
+    fn immich_folders_are_read_in_their_own_layout() {
+        let immich = ModelFolder::new("/cache/clip/ViT-B-32__openai", IMMICH.iter().map(|f| f.to_string()).collect());
+        assert_eq!((immich.export(), immich.name()), (Export::Immich, "ViT-B-32__openai"));
+        assert_eq!(immich.pick(VISION, Precision::Auto, device(false)).unwrap().file, "visual/model.onnx");
+        assert_eq!(immich.pick(TEXT, Precision::Auto, device(true)).unwrap().precision, Weights::Fp32);
+        assert_eq!(immich.beside(VISION, PREPROCESS_CFG), "visual/preprocess_cfg.json");
+        assert_eq!(immich.beside(TEXT, TOKENIZER), "textual/tokenizer.json");
+        assert_eq!(folder(ALL).beside(TEXT, TOKENIZER), "tokenizer.json");
+        let int8 = immich.pick(VISION, INT8, device(false)).unwrap_err().to_string();
+        assert!(int8.contains("fp32 only") && int8.contains("visual/model.onnx"), "{int8}");
+        let visual_only = folder(&["visual/model.onnx", "visual/preprocess_cfg.json"]);
+        assert!(visual_only.has_tower(VISION) && !visual_only.has_tower(TEXT));
+        let none = visual_only.pick(TEXT, Precision::Auto, device(false)).unwrap_err().to_string();
+        assert!(none.contains("looked for textual/model.onnx"), "{none}");
+        // A transformers folder that also holds a visual/ folder is still read as transformers'.
+        assert_eq!(folder(&["onnx/vision_model.onnx", "visual/model.onnx"]).export(), Export::Transformers);
     }
 
     #[test]

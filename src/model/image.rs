@@ -101,10 +101,10 @@ impl ImageModel {
         let preprocessing = match (model.preprocessing, side) {
             // The graph (or CLIPFN_IMAGE_SIZE) must take what the folder's config makes.
             (Some(transform), Some(side)) if side != transform.side() => {
-                return Err(ModelError::Preprocessor(format!(
-                    "it makes {0}x{0} input, but the model takes {side}x{side}",
-                    transform.side()
-                )));
+                return Err(ModelError::Preprocessor {
+                    file: "the folder's preprocessing",
+                    reason: format!("it makes {0}x{0} input, but the model takes {side}x{side}", transform.side()),
+                });
             }
             (Some(transform), _) => transform,
             (None, Some(side)) => Transform::clip(side),

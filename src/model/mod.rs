@@ -50,8 +50,9 @@ pub enum ModelError {
     Load(String),
     #[error("model folder: {0}")]
     Folder(String),
-    #[error("preprocessor_config.json: {0}")]
-    Preprocessor(String),
+    /// The folder's preprocessing file (`preprocessor_config.json`, Immich's `preprocess_cfg.json`).
+    #[error("{file}: {reason}")]
+    Preprocessor { file: &'static str, reason: String },
     #[error("inference failed: {0}")]
     Inference(String),
 }

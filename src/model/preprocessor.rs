@@ -1,6 +1,7 @@
-//! A model folder's `preprocessor_config.json` (Hugging Face's CLIP and SigLIP image processors)
-//! read into the preprocess stage's [`Transform`], so CLIP-family models other than ViT-B/32
-//! (B/16, L/14-336, fashion CLIPs, SigLIP's mean and std) preprocess as they were trained.
+//! A model folder's `preprocessor_config.json` (Hugging Face's CLIP and SigLIP image processors),
+//! or the `preprocess_cfg.json` (open_clip's) of Immich's exports, read into the preprocess
+//! stage's [`Transform`], so CLIP-family models other than ViT-B/32 (B/16, L/14-336, fashion
+//! CLIPs, SigLIP's mean and std) preprocess as they were trained.
 //!
 //! Every field that changes pixels is honoured or refused at start-up: a model fed photos
 //! prepared another way answers with plausible but wrong embeddings, which nobody would notice.
@@ -10,7 +11,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::ModelError;
+use super::{
+    ModelError,
+    folder::{PREPROCESS_CFG, PREPROCESSOR_CONFIG},
+};
 use crate::preprocess::{Filter, Resize, Transform};
 
 /// Fields that describe the file, not the pixels.
@@ -59,6 +63,9 @@ impl Channels {
         }
     }
 }
+
+/// A preprocessing file's reader: [`parse`] or [`parse_open_clip`].
+pub type Reader = fn(&[u8]) -> Result<Transform, ModelError>;
 
 /// Reads `preprocessor_config.json`, or says which option clipfn cannot honour.
 pub fn parse(bytes: &[u8]) -> Result<Transform, ModelError> {
@@ -127,14 +134,75 @@ pub fn parse(bytes: &[u8]) -> Result<Transform, ModelError> {
     let (mean, std) = if config.do_normalize == Some(false) {
         ([0.0; 3], [1.0; 3])
     } else {
-        let mean = config.image_mean.ok_or_else(|| refuse("'image_mean' is missing".into()))?.values();
-        let std = config.image_std.ok_or_else(|| refuse("'image_std' is missing".into()))?.values();
-        if std.iter().any(|s| !s.is_normal() || *s < 0.0) || mean.iter().any(|m| !m.is_finite()) {
-            return Err(refuse(format!("image_mean {mean:?} / image_std {std:?} are not usable statistics")));
-        }
-        (mean, std)
+        let mean = config.image_mean.ok_or_else(|| refuse("'image_mean' is missing".into()))?;
+        let std = config.image_std.ok_or_else(|| refuse("'image_std' is missing".into()))?;
+        statistics(mean, std).map_err(refuse)?
     };
     Ok(Transform { resize, crop, filter, rescale, mean, std })
+}
+
+/// open_clip's `PreprocessCfg`, as Immich's exports write it (`visual/preprocess_cfg.json`); the
+/// defaults are open_clip's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenClipConfig {
+    size: Value,
+    mean: Channels,
+    std: Channels,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    interpolation: Option<String>,
+    #[serde(default)]
+    resize_mode: Option<String>,
+    /// Only the `longest` resize pads, and that one is refused.
+    #[serde(default, rename = "fill_color")]
+    _fill_color: Option<Value>,
+}
+
+/// Reads open_clip's `preprocess_cfg.json` as open_clip's eval transform applies it: `shortest`
+/// resizes the short side and center-crops, `squash` resizes to the square; then /255, mean, std.
+/// Immich ML v2.5.6 itself always resizes the short side with bicubic whatever the file says;
+/// clipfn follows the file, as the model was trained (docs/deploy.md).
+pub fn parse_open_clip(bytes: &[u8]) -> Result<Transform, ModelError> {
+    let refuse = |reason: String| ModelError::Preprocessor { file: PREPROCESS_CFG, reason };
+    let config: OpenClipConfig =
+        serde_json::from_slice(bytes).map_err(|e| refuse(format!("not open_clip's preprocessing: {e}")))?;
+    let side = match &config.size {
+        Value::Number(n) => n.as_u64(),
+        Value::Array(sides) => match sides.as_slice() {
+            [h, w] if h == w => h.as_u64(),
+            _ => None,
+        },
+        _ => None,
+    }
+    .and_then(|side| u32::try_from(side).ok())
+    .filter(|side| *side > 0)
+    .ok_or_else(|| refuse(format!("'size': {} is not a side or a square [h, w] in pixels", config.size)))?;
+    if let Some(mode) = config.mode.as_deref().filter(|mode| *mode != "RGB") {
+        return Err(refuse(format!("mode {mode}: clipfn always feeds RGB")));
+    }
+    let filter = match config.interpolation.as_deref().unwrap_or("bicubic") {
+        "bicubic" => Filter::Bicubic,
+        "bilinear" => Filter::Bilinear,
+        other => return Err(refuse(format!("interpolation {other}: clipfn resizes with bicubic or bilinear only"))),
+    };
+    let (resize, crop) = match config.resize_mode.as_deref().unwrap_or("shortest") {
+        "shortest" => (Resize::ShortestEdge(side), Some(side)),
+        "squash" => (Resize::Square(side), None),
+        other => return Err(refuse(format!("resize_mode {other}: clipfn resizes by the shortest side or squashes"))),
+    };
+    let (mean, std) = statistics(config.mean, config.std).map_err(refuse)?;
+    Ok(Transform { resize, crop, filter, rescale: 1.0 / 255.0, mean, std })
+}
+
+/// The normalisation's mean and std, if they can be used.
+fn statistics(mean: Channels, std: Channels) -> Result<([f32; 3], [f32; 3]), String> {
+    let (mean, std) = (mean.values(), std.values());
+    if std.iter().any(|s| !s.is_normal() || *s < 0.0) || mean.iter().any(|m| !m.is_finite()) {
+        return Err(format!("mean {mean:?} / std {std:?} are not usable statistics"));
+    }
+    Ok((mean, std))
 }
 
 /// A `size` or `crop_size` value: a number, or an object of numbers.
@@ -147,7 +215,7 @@ fn size(key: &str, value: &Value) -> Result<Size, ModelError> {
 }
 
 fn refuse(reason: String) -> ModelError {
-    ModelError::Preprocessor(reason)
+    ModelError::Preprocessor { file: PREPROCESSOR_CONFIG, reason }
 }
 
 #[cfg(test)]
@@ -228,6 +296,47 @@ mod tests {
         no_mean.as_object_mut().unwrap().remove("image_mean");
         assert!(read(no_mean).unwrap_err().contains("image_mean"));
         assert!(parse(b"{not json").is_err());
+    }
+
+    /// Immich's `visual/preprocess_cfg.json` of ViT-B-32__openai (its conftest's fixture).
+    fn immich_b32() -> Value {
+        json!({
+            "size": [224, 224], "mode": "RGB", "mean": [0.48145466, 0.4578275, 0.40821073],
+            "std": [0.26862954, 0.26130258, 0.27577711], "interpolation": "bicubic", "resize_mode": "shortest",
+            "fill_color": 0
+        })
+    }
+
+    fn read_open_clip(config: Value) -> Result<Transform, String> {
+        parse_open_clip(&serde_json::to_vec(&config).unwrap()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn open_clip_files_read_as_open_clip_applies_them() {
+        assert_eq!(read_open_clip(immich_b32()).unwrap(), Transform::clip(224));
+        let siglip = read_open_clip(json!({
+            "size": 256, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "interpolation": "bilinear",
+            "resize_mode": "squash"
+        }))
+        .unwrap();
+        assert_eq!((siglip.resize, siglip.crop, siglip.filter), (Resize::Square(256), None, Filter::Bilinear));
+        assert_eq!((siglip.mean, siglip.std, siglip.rescale), ([0.5; 3], [0.5; 3], 1.0 / 255.0));
+        let cases = [
+            ("size", json!([224, 256]), "'size'"),
+            ("size", json!(0), "'size'"),
+            ("size", json!("224"), "'size'"),
+            ("mode", json!("L"), "mode L"),
+            ("interpolation", json!("nearest"), "interpolation nearest"),
+            ("resize_mode", json!("longest"), "resize_mode longest"),
+            ("std", json!([0.5, 0.0, 0.5]), "not usable"),
+            ("crop_pct", json!(0.9), "crop_pct"),
+        ];
+        for (key, value, expected) in cases {
+            let mut config = immich_b32();
+            config[key] = value.clone();
+            let message = read_open_clip(config).expect_err(&format!("{key}={value} was accepted"));
+            assert!(message.contains("preprocess_cfg.json") && message.contains(expected), "{key}: {message}");
+        }
     }
 
     #[test]

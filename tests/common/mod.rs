@@ -7,6 +7,7 @@
 //! Photo stores and emulators are in `stores`; the fake Lambda Runtime API is `lambda_runtime`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod immich;
 pub mod lambda_runtime;
 pub mod stores;
 

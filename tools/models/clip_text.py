@@ -1,6 +1,9 @@
 """CLIP text towers (input "input_ids" int64 [N,77], output "text_embeds" float32 [N,512]):
 text-test, a small tower with an extra "attention_mask" input as Hugging Face exports have, for
 the tests; vit-b32-text, exactly CLIP ViT-B/32's text tower, for benchmark timings."""
+import importlib.util
+import os
+
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -56,3 +59,12 @@ def build_text_model(kind, seed):
         {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
          "clipfn.embedding_dim": "512"})
     return model, learned_params(g)
+
+
+def openai_clip():
+    """openai-clip's package folder and its simple_tokenizer module (no torch needed)."""
+    package = importlib.util.find_spec("clip").submodule_search_locations[0]
+    spec = importlib.util.spec_from_file_location("simple_tokenizer", os.path.join(package, "simple_tokenizer.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return package, module

@@ -12,6 +12,8 @@
 //! naming another model is answered by the one held, with a warning in the log (docs/deploy.md,
 //! "As Immich's machine-learning server", says why and what differs from Immich ML).
 
+mod answer;
+
 use std::{collections::BTreeMap, time::Instant};
 
 use axum::{
@@ -24,21 +26,32 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use self::answer::{ImmichFace, Prediction, vector};
 use super::{
     AppState,
     error::ApiError,
     request::{deadline, string_list},
     respond::{Answered, Counts, respond},
+    schema::{NotFound, Refusals, Unavailable, Unprocessable},
 };
 use crate::{
-    pipeline::{Face, Signals, Wants},
+    pipeline::{Signals, Wants},
     service::Service,
 };
 
+/// Immich ML's greeting, which Immich's tools look for.
+#[utoipa::path(get, path = "/", tag = "immich", responses(
+    (status = 200, description = "Immich ML's greeting", body = Object, example = json!({"message": "Immich ML"}))
+))]
 pub(super) async fn root() -> Json<Value> {
     Json(json!({"message": "Immich ML"}))
 }
 
+/// Immich's availability check: `pong` while this instance takes work.
+#[utoipa::path(get, path = "/ping", tag = "immich", responses(
+    (status = 200, description = "This instance takes work", body = String, content_type = "text/plain", example = "pong"),
+    (status = 503, response = Unavailable),
+))]
 pub(super) async fn ping(State(state): State<AppState>) -> Response {
     match state.ready_service() {
         Ok(_) => "pong".into_response(),
@@ -46,6 +59,19 @@ pub(super) async fn ping(State(state): State<AppState>) -> Response {
     }
 }
 
+/// One photo or one text, for the tasks `entries` names, answered as Immich's client reads it.
+#[utoipa::path(
+    post,
+    path = "/predict",
+    tag = "immich",
+    request_body(content = PredictForm, content_type = "multipart/form-data"),
+    responses(
+        (status = 200, description = "The tasks asked, keyed by task", body = Prediction),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        Refusals,
+    )
+)]
 pub(super) async fn predict(State(state): State<AppState>, form: Result<Multipart, MultipartRejection>) -> Response {
     respond(&state, "predict", |_started: Instant| predict_request(&state, form)).await
 }
@@ -68,11 +94,17 @@ struct Tasks {
     faces: Option<f32>,
 }
 
-/// The form's parts that Immich sends.
-#[derive(Default)]
-struct Form {
+/// The form's parts that Immich sends: `entries`, and `image` or `text`.
+#[derive(Default, utoipa::ToSchema)]
+struct PredictForm {
+    /// JSON: task -> model type -> `{"modelName", "options"}`, e.g.
+    /// `{"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}`.
+    #[schema(required = true, value_type = String)]
     entries: Option<String>,
+    /// The photo's bytes, within CLIPFN_MAX_IMAGE_BYTES.
+    #[schema(value_type = Option<String>, format = Binary)]
     image: Option<Bytes>,
+    /// A text to embed (`clip.textual`).
     text: Option<String>,
 }
 
@@ -101,7 +133,7 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
             let texts = string_list(Value::Array(vec![Value::String(text)]), "text", &state.settings)?;
             let text = state.ready_text()?;
             let embedded = text.embed_texts(&texts, Some(deadline)).await?;
-            let answer = json!({"clip": vector(&embedded[0].embedding)});
+            let answer = Prediction { clip: Some(vector(&embedded[0].embedding)), ..Prediction::default() };
             Ok((Json(answer).into_response(), Counts { texts: 1, ..Counts::default() }))
         }
         (None, None) => Err(ApiError::BadRequest("either image or text must be provided".into())),
@@ -109,8 +141,8 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
 }
 
 /// The form's fields; others are passed over, and a repeated field keeps its last value.
-async fn read_form(mut form: Multipart) -> Result<Form, FormError> {
-    let mut read = Form::default();
+async fn read_form(mut form: Multipart) -> Result<PredictForm, FormError> {
+    let mut read = PredictForm::default();
     while let Some(field) = form.next_field().await? {
         let name = field.name().unwrap_or_default().to_string();
         let target = match name.as_str() {
@@ -226,29 +258,21 @@ fn folder_of(file: &str) -> String {
 }
 
 /// A photo's answer, keyed by task, with the upright photo's size.
-fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Value, ApiError> {
+fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Prediction, ApiError> {
     let (width, height) = signals.size.unwrap_or_default();
-    let mut answer = json!({"imageHeight": height, "imageWidth": width});
-    if tasks.visual {
-        answer["clip"] = vector(&signals.embedding).into();
-    }
-    if let Some(faces) = signals.faces {
-        let faces = faces.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
-        answer["facial-recognition"] = faces.faces.iter().map(face).collect();
-    }
-    Ok(answer)
-}
-
-/// A face as Immich reads it: the box rounded to whole pixels, the embedding as a JSON string.
-fn face(face: &Face) -> Value {
-    let [x1, y1, x2, y2] = face.bbox.map(|v| v.round() as i64);
-    json!({"boundingBox": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}, "embedding": vector(&face.embedding), "score": face.score})
-}
-
-/// A vector as Immich ML sends it: a JSON array written into a string, which Immich's server
-/// stores without parsing.
-fn vector(values: &[f32]) -> String {
-    serde_json::to_string(values).expect("floats from the models are finite")
+    let faces = match signals.faces {
+        Some(faces) => {
+            let faces = faces.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
+            Some(faces.faces.iter().map(ImmichFace::from).collect())
+        }
+        None => None,
+    };
+    Ok(Prediction {
+        clip: tasks.visual.then(|| vector(&signals.embedding)),
+        faces,
+        image_height: Some(height),
+        image_width: Some(width),
+    })
 }
 
 impl From<MultipartRejection> for ApiError {
@@ -272,10 +296,5 @@ mod tests {
     fn a_face_model_is_known_by_its_folder() {
         assert_eq!(folder_of("/cache/facial-recognition/buffalo_l/detection/model.onnx"), "buffalo_l");
         assert_eq!(folder_of("gs://m/faces/recognition/model.onnx"), "faces");
-    }
-
-    #[test]
-    fn vectors_are_json_arrays_in_a_string() {
-        assert_eq!(vector(&[0.5, -1.0, 0.25]), "[0.5,-1.0,0.25]");
     }
 }
