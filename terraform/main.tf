@@ -152,7 +152,7 @@ resource "google_cloud_run_v2_service" "clipfn" {
   name                 = var.service_name
   location             = var.region
   ingress              = var.ingress
-  invoker_iam_disabled = false
+  invoker_iam_disabled = var.immich_network_access # false (IAM on) unless immich_network_access: see the preconditions
   deletion_protection  = var.deletion_protection
   labels               = var.labels
 
@@ -160,6 +160,15 @@ resource "google_cloud_run_v2_service" "clipfn" {
     precondition {
       condition     = local.gpu_sizing_ok
       error_message = local.gpu_sizing_error
+    }
+
+    # With the invoker check off the network is the only boundary: internal ingress only.
+    # INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER is refused too, because it also admits external
+    # Application Load Balancers, and one pointed at the service would put it on the internet
+    # without authentication. INGRESS_TRAFFIC_ALL would do so at once.
+    precondition {
+      condition     = !var.immich_network_access || var.ingress == "INGRESS_TRAFFIC_INTERNAL_ONLY"
+      error_message = "immich_network_access = true turns Cloud Run's invoker IAM check off, so it needs ingress = \"INGRESS_TRAFFIC_INTERNAL_ONLY\" (requests from the project's VPC networks only); ingress ${var.ingress} would let unauthenticated requests in from outside the VPC. To keep IAM on instead, leave immich_network_access = false and put an ID-token proxy beside Immich (docs/deploy.md, \"As Immich's machine-learning server\")."
     }
   }
 

@@ -1,6 +1,11 @@
 output "service_url" {
-  description = "HTTPS URL of the service; call it with an identity token of the backend (audience = this URL)."
+  description = "HTTPS URL of the service; call it with an identity token of the backend (audience = this URL). An ID-token proxy beside Immich forwards to this URL with this audience."
   value       = google_cloud_run_v2_service.clipfn.uri
+}
+
+output "immich_machine_learning_url" {
+  description = "IMMICH_MACHINE_LEARNING_URL for an Immich server inside the VPC, set only with immich_network_access = true (internal ingress, no token). null while the invoker IAM check is on: Immich then points at its ID-token proxy, whose upstream is service_url (docs/deploy.md)."
+  value       = var.immich_network_access ? google_cloud_run_v2_service.clipfn.uri : null
 }
 
 output "artifact_registry_url" {
@@ -24,7 +29,7 @@ output "model_uri" {
 }
 
 output "invoker" {
-  description = "The only member allowed to invoke the service."
+  description = "The only member granted roles/run.invoker on the service (not checked while immich_network_access turns the invoker IAM check off)."
   value       = var.backend_invoker_member
 }
 

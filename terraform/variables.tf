@@ -186,7 +186,7 @@ variable "extra_env" {
 }
 
 variable "ingress" {
-  description = "Who may reach the URL at the network level; IAM (roles/run.invoker) still authenticates every request."
+  description = "Who may reach the URL at the network level; IAM (roles/run.invoker) still authenticates every request unless immich_network_access is true, which needs INGRESS_TRAFFIC_INTERNAL_ONLY."
   type        = string
   default     = "INGRESS_TRAFFIC_ALL"
 
@@ -194,6 +194,12 @@ variable "ingress" {
     condition     = contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], var.ingress)
     error_message = "ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
   }
+}
+
+variable "immich_network_access" {
+  description = "Let an Immich server call the service without credentials (Immich's machine-learning client sends none), over the VPC only. false (the default): Cloud Run's invoker IAM check stays on and only backend_invoker_member may call; Immich then goes through an ID-token proxy beside it (docs/deploy.md). true: the invoker IAM check is off (invoker_iam_disabled) and a precondition refuses the plan unless ingress = \"INGRESS_TRAFFIC_INTERNAL_ONLY\", so only the project's own VPC networks (and what a VPC Service Controls perimeter holding the service admits) reach it: Immich on a Compute Engine VM or GKE in such a VPC (Private Google Access on the subnet for a VM without an external IP), or on Cloud Run through Direct VPC egress or a Serverless VPC Access connector with all traffic routed through the VPC. Anything on those networks may then call it. Changing it needs run.services.setIamPolicy (roles/run.admin)."
+  type        = bool
+  default     = false
 }
 
 variable "deletion_protection" {

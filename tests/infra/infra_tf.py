@@ -195,6 +195,126 @@ def quantity_gi(value: str) -> float:
     return float(m.group(1)) / (1024 if m.group(2) == "Mi" else 1)
 
 
+_CONDITION_TOKEN = re.compile(
+    r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<ref>(?:var|local)\.[A-Za-z0-9_]+)'
+    r"|(?P<op>&&|\|\||==|!=|!|\(|\)|\[|\]|,)|(?P<word>true|false|null|contains)\b)"
+)
+
+
+def evaluate_condition(cfg: TerraformConfig, value: Any, env: dict[str, Any]) -> Any:
+    """The value of an HCL condition with the variables in `env` (var.X -> env["X"]) and local.X
+    followed to its definition. Understands string literals, true/false/null, !, &&, ||, ==, !=,
+    parentheses, lists and contains(list, value), with HCL's precedence; anything else (a function,
+    an interpolated string, a variable missing from env) fails the check rather than being guessed at,
+    so a condition a check cannot read never passes it."""
+    if isinstance(value, bool):
+        return value
+    expr = expression(value)
+    assert expr is not None, f"condition {value!r} is not an expression"
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(expr):
+        if expr[pos:].strip() == "":
+            break
+        m = _CONDITION_TOKEN.match(expr, pos)
+        assert m and m.end() > pos, f"cannot evaluate {expr!r} (at {expr[pos:]!r})"
+        kind = m.lastgroup
+        tokens.append((kind, m.group(kind)))
+        pos = m.end()
+    at = 0
+
+    def peek() -> tuple[str, str] | None:
+        return tokens[at] if at < len(tokens) else None
+
+    def take(text: str | None = None) -> tuple[str, str]:
+        nonlocal at
+        token = peek()
+        assert token is not None and (text is None or token[1] == text), f"cannot evaluate {expr!r}: expected {text!r}"
+        at += 1
+        return token
+
+    def or_expr() -> Any:
+        left = and_expr()
+        while peek() == ("op", "||"):
+            take()
+            right = and_expr()
+            left = bool(left) or bool(right)
+        return left
+
+    def and_expr() -> Any:
+        left = eq_expr()
+        while peek() == ("op", "&&"):
+            take()
+            right = eq_expr()
+            left = bool(left) and bool(right)
+        return left
+
+    def eq_expr() -> Any:
+        left = unary()
+        if peek() in (("op", "=="), ("op", "!=")):
+            op = take()[1]
+            right = unary()
+            return (left == right) if op == "==" else (left != right)
+        return left
+
+    def unary() -> Any:
+        if peek() == ("op", "!"):
+            take()
+            operand = unary()
+            assert isinstance(operand, bool), f"cannot evaluate {expr!r}: ! of {operand!r}"
+            return not operand
+        return primary()
+
+    def items() -> list:
+        take("[")
+        out = []
+        while peek() != ("op", "]"):
+            out.append(or_expr())
+            if peek() == ("op", ","):
+                take()
+        take("]")
+        return out
+
+    def primary() -> Any:
+        kind, text = peek() or ("", "")
+        if kind == "str":
+            take()
+            assert "${" not in text, f"cannot evaluate the interpolated string {text!r}"
+            return unquote(text)
+        if kind == "word" and text == "contains":
+            take()
+            take("(")
+            listed = items() if peek() == ("op", "[") else primary()
+            take(",")
+            needle = or_expr()
+            take(")")
+            assert isinstance(listed, list), f"cannot evaluate {expr!r}: contains() of {listed!r}"
+            return needle in listed
+        if kind == "word":
+            take()
+            return {"true": True, "false": False, "null": None}[text]
+        if kind == "ref":
+            take()
+            scope, name = text.split(".", 1)
+            if scope == "var":
+                assert name in env, f"condition {expr!r} reads var.{name}, which this check does not vary"
+                return env[name]
+            assert name in cfg.locals, f"local {name!r} is not defined"
+            return evaluate_condition(cfg, cfg.locals[name], env)
+        if (kind, text) == ("op", "("):
+            take()
+            inner = or_expr()
+            take(")")
+            return inner
+        if (kind, text) == ("op", "["):
+            return items()
+        raise AssertionError(f"cannot evaluate {expr!r} at {text!r}")
+
+    result = or_expr()
+    assert at == len(tokens), f"cannot evaluate {expr!r}: {tokens[at:]!r} left over"
+    return result
+
+
 # ---------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------
@@ -374,11 +494,29 @@ def check_startup_probe(cfg: TerraformConfig) -> None:
     assert period * failures >= 60, "the startup probe must allow at least a minute for model load and warm-up"
 
 
+# Attributes whose text may name allUsers (to say it is refused) without granting anything.
+_PROSE_ATTRIBUTES = re.compile(r"^\s*(description|error_message)\s*=")
+
+
 def check_no_public_members(cfg: TerraformConfig) -> None:
+    """allUsers and allAuthenticatedUsers appear nowhere: not in a resource, data source, local,
+    variable default or output, and not on any line of the .tf files or of terraform.tfvars.example
+    outside comments, descriptions and validation messages."""
     for path, value in cfg.walk():
         if isinstance(value, str):
             for member in PUBLIC_MEMBERS:
                 assert member not in value, f"{path} grants {member}: {value!r}"
+    for name, body in cfg.outputs.items():
+        for member in PUBLIC_MEMBERS:
+            assert member not in str(body.get("value")), f"output {name} names {member}"
+    files = sorted(cfg.directory.glob("*.tf")) + sorted(cfg.directory.glob("*.tfvars.example"))
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            code = re.sub(r"(^|\s)(#|//).*$", "", line)
+            if _PROSE_ATTRIBUTES.match(code):
+                continue
+            for member in PUBLIC_MEMBERS:
+                assert member not in code, f"{path.name}:{number} names {member}: {line.strip()!r}"
 
 
 def check_invoker_is_backend(cfg: TerraformConfig) -> None:
@@ -405,7 +543,60 @@ def check_invoker_is_backend(cfg: TerraformConfig) -> None:
         assert not all(p.search(bad) for p in patterns), f"backend_invoker_member validation accepts {bad!r}"
     good = "serviceAccount:backend@p.iam.gserviceaccount.com"
     assert all(p.search(good) for p in patterns), f"backend_invoker_member validation rejects {good!r}"
-    assert cfg.service().get("invoker_iam_disabled") is not True, "invoker_iam_disabled would let anyone call the service"
+    disabled = cfg.service().get("invoker_iam_disabled")
+    assert disabled is False or expression(disabled) == IMMICH_NETWORK_VAR, (
+        f"invoker_iam_disabled is {disabled!r}: it must be false, or var.{IMMICH_NETWORK_VAR.split('.')[1]} "
+        "(held to internal ingress, check_immich_network_access)"
+    )
+    assert cfg.resolve(disabled) is False, "by default the invoker IAM check must be on (invoker_iam_disabled = false)"
+
+
+IMMICH_NETWORK_VAR = "var.immich_network_access"
+INGRESS_VALUES = ("INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER")
+# The one ingress under which the invoker check may be off. INTERNAL_LOAD_BALANCER is not one:
+# it also admits external Application Load Balancers, so an unauthenticated service behind it is
+# one load balancer away from the internet.
+IAM_OFF_INGRESS = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+
+
+def check_immich_network_access(cfg: TerraformConfig) -> None:
+    """Immich's client sends no credentials. The invoker IAM check may be off only through
+    var.immich_network_access (a bool, false by default), and then only with internal ingress: the
+    service's preconditions refuse every other ingress, so IAM off with INGRESS_TRAFFIC_ALL (or the
+    load-balancer setting) cannot be planned, while the default (IAM on) plans with any ingress."""
+    name = IMMICH_NETWORK_VAR.split(".")[1]
+    var = cfg.variables.get(name)
+    assert var is not None, f"variable {name!r} is not declared"
+    assert var.get("type") == "bool", f"var.{name} must be a bool, is {var.get('type')!r}"
+    assert cfg.variable_default(name) is False, f"var.{name} must default to false (the invoker IAM check on)"
+    service = cfg.service()
+    assert expression(service.get("invoker_iam_disabled")) == IMMICH_NETWORK_VAR, (
+        f"invoker_iam_disabled is {service.get('invoker_iam_disabled')!r}, must be {IMMICH_NETWORK_VAR}"
+    )
+    assert expression(service.get("ingress")) == "var.ingress", (
+        f"the service's ingress is {service.get('ingress')!r}; it must be var.ingress, which the precondition reads"
+    )
+    lifecycle = only_block(service, "lifecycle")
+    guards = [p for p in lifecycle.get("precondition") or [] if IMMICH_NETWORK_VAR in str(p.get("condition"))]
+    assert guards, f"the service needs a precondition on {IMMICH_NETWORK_VAR} and var.ingress"
+    for guard in guards:
+        assert unquote(guard.get("error_message", "")).strip(), "the precondition needs an error_message"
+    # Every ingress the validation lets through, and one it does not, in case it is loosened.
+    for ingress in INGRESS_VALUES + ("INGRESS_TRAFFIC_UNSPECIFIED",):
+        for access in (False, True):
+            env = {name: access, "ingress": ingress}
+            planned = all(evaluate_condition(cfg, g.get("condition"), env) is True for g in guards)
+            want = (not access) or ingress == IAM_OFF_INGRESS
+            assert planned == want, (
+                f"with {name} = {str(access).lower()} and ingress = {ingress} the precondition "
+                f"{'passes' if planned else 'fails'}; it must {'pass' if want else 'fail'}"
+            )
+    out = cfg.outputs.get("immich_machine_learning_url")
+    assert out is not None, "output immich_machine_learning_url is missing"
+    value = re.sub(r"\s+", " ", expression(out.get("value")) or "")
+    assert value == f"{IMMICH_NETWORK_VAR} ? {SERVICE_TYPE}.clipfn.uri : null", (
+        f"immich_machine_learning_url is {out.get('value')!r}: the URL only where Immich may call it without a token"
+    )
 
 
 def check_runtime_identity_read_only(cfg: TerraformConfig) -> None:
@@ -619,6 +810,7 @@ ALL_CHECKS = [
     check_startup_probe,
     check_no_public_members,
     check_invoker_is_backend,
+    check_immich_network_access,
     check_runtime_identity_read_only,
     check_model_and_store_env,
     check_private_sources_never_allowed,

@@ -43,3 +43,25 @@ def test_every_resource_references_resolve(tf):
     assert used_locals - set(tf.locals) == set(), f"undefined locals: {sorted(used_locals - set(tf.locals))}"
     unused = sorted(set(tf.variables) - used_vars - {"project_id"})
     assert not unused, f"declared but unused variables: {unused}"
+
+
+def test_condition_evaluator_reads_hcl(tf):
+    """evaluate_condition (check_immich_network_access's truth table) follows HCL's precedence and
+    refuses what it cannot read, so a condition it misreads cannot pass a check."""
+    import pytest
+
+    def ev(text, **env):
+        return infra_tf.evaluate_condition(tf, "${" + text + "}", env)
+
+    assert ev("!var.a || var.b == \"x\"", a=True, b="x") is True
+    assert ev("!var.a || var.b == \"x\"", a=True, b="y") is False
+    assert ev("!var.a || var.b == \"x\"", a=False, b="y") is True
+    assert ev("!var.a == false", a=True) is True  # (!a) == false, not !(a == false)
+    assert ev("var.a && var.b || var.c", a=False, b=True, c=True) is True
+    assert ev("var.a && (var.b || var.c)", a=False, b=True, c=True) is False
+    assert ev("contains([\"p\", \"q\"], var.b)", b="q") is True
+    assert ev("var.b != \"x\"", b="x") is False
+    assert infra_tf.evaluate_condition(tf, True, {}) is True
+    for unreadable in ("length(var.b) > 0", "var.b == \"${var.c}\"", "var.unknown", "var.a ||"):
+        with pytest.raises(AssertionError):
+            ev(unreadable, a=True, b="x", c="y")
