@@ -56,7 +56,10 @@ for i in "${!WEIGHTS[@]}"; do
   f="$FACEAPI_MODEL/${WEIGHTS[$i]}"
   [[ -f "$f" ]] || fail "@vladmandic/face-api 1.7.15 has no model/${WEIGHTS[$i]} (in $FACEAPI_MODEL)"
   got="$(sha256sum "$f" | cut -d' ' -f1)"
-  [[ "$got" == "${WEIGHTS_SHA256[$i]}" ]] || fail "model/${WEIGHTS[$i]}: sha256 $got, pinned ${WEIGHTS_SHA256[$i]}"
+  if [[ "$got" != "${WEIGHTS_SHA256[$i]}" ]]; then
+    rm -f "$NODE_DIR/.lock.sha"  # the next run reinstalls .cache/node
+    fail "model/${WEIGHTS[$i]}: sha256 $got, pinned ${WEIGHTS_SHA256[$i]} (re-run to reinstall .cache/node)"
+  fi
   dst="$OUT/faceapi/${WEIGHTS[$i]}"
   if [[ ! -f "$dst" || "$(sha256sum "$dst" | cut -d' ' -f1)" != "$got" ]]; then
     cp "$f" "$dst.tmp" && mv "$dst.tmp" "$dst"
