@@ -87,7 +87,7 @@ def faceapi(x, weights, modules, node):
         f.flush()
         cmd = [node, os.path.join(REPO, "tools/faceapi/reference.cjs"), "--model", weights, "--chips", f.name,
                "--n", str(len(x)), "--modules", modules]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"dlib_parity: face-api's reference failed ({' '.join(cmd)}):\n{r.stderr}")
     out = json.loads(r.stdout)

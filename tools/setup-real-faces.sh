@@ -30,7 +30,9 @@ WEIGHTS_SHA256=(cbaffa501b0b9275a12b63357a6843e7e30c054e1c9151e1a5f879b26e32986b
 sha() { sha256sum "$@" | cut -d' ' -f1 | sha256sum | cut -c1-16; }
 fail() { echo "setup-real-faces: $*" >&2; exit 1; }
 
-command -v node >/dev/null && command -v npm >/dev/null || fail "node and npm (>= 18) are needed (apt-get install nodejs npm)"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  fail "node and npm (>= 18) are needed (apt-get install nodejs npm)"
+fi
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' \
   || fail "node $(node --version) is too old: face-api's reference needs node >= 18"
 [[ -x "$PY" ]] || fail "no Python at $PY (run tools/setup.sh first, or set CLIPFN_PYTHON)"
