@@ -93,6 +93,9 @@ the service's preprocessing can be checked to follow the file.
                        Input "input" [N,3,150,150] raw RGB 0-255, (x - mean) / --input-scale in the
                        graph (255: face-api's, the default; 256: dlib's own); output "embedding"
                        [N,128], not normalised. metadata_props clipfn.face_format=dlib.
+  --kind immich-clip-test  a CLIP folder in Immich's model-cache layout (issue 39; tools/models/immich.py):
+                       visual/model.onnx ("image", side 192) + open_clip's preprocess_cfg.json (mean and
+                       std 0.5), textual/model.onnx ("text" int32) + CLIP's BPE as tokenizer.json.
 
 Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
                       [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
@@ -103,6 +106,7 @@ Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-t
        make_models.py --kind faces-scrfd-test|faces-yunet-test|faces-scrfd-drawn|faces-yunet-drawn|
                       faces-buffalo-random [--folder DIR] [--seed N] [--check]
        make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
+       make_models.py --kind immich-clip-test --folder DIR [--seed N] [--check]
        make_models.py --kind dlib-recognizer --weights DIR [--input-scale 255|256] [--out PATH] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/

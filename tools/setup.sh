@@ -127,6 +127,9 @@ model face-recognizer-bad face-recognizer-bad.onnx  # [N,3,96,96]: not ArcFace's
 # 4. photos
 CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.sh"
 
+# 4b. real face weights from npm (issue 35): face-api 1.7.15's dlib recognizer, rebuilt as ONNX
+CLIPFN_PYTHON="$PY" "$REPO/tools/setup-real-faces.sh"
+
 # 5. env file (written to a temp file first so readers never see half of it)
 ENV="$CACHE/clipfn.env"
 cat >"$ENV.tmp" <<EOF
@@ -145,6 +148,8 @@ CLIPFN_TEST_SIGLIP2_FOLDER=$CACHE/models/siglip2-test
 CLIPFN_TEST_SIGLIP_FOLDER=$CACHE/models/siglip-test
 CLIPFN_TEST_SIGLIP2_NOLOGITS_FOLDER=$CACHE/models/siglip2-test-nologits
 CLIPFN_TEST_IMMICH_CLIP=$CACHE/models/immich/clip/ViT-B-32__openai
+CLIPFN_TEST_DLIB_RECOGNIZER=$CACHE/models/dlib-recognizer/model.onnx
+CLIPFN_TEST_DLIB_FACEAPI_WEIGHTS=$CACHE/models/dlib-recognizer/faceapi
 CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
 CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
 CLIPFN_TEST_FACES_SCRFD_DRAWN=$CACHE/models/faces-scrfd-drawn

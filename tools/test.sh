@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh
+# The rebuilt dlib recognizer equals face-api's own JavaScript on the same chips (issue 35).
+.venv/bin/python tools/dlib_parity.py
 # Formatting and lints before the tests: every target, every feature (heif and avif build against
 # the libraries setup.sh installs), warnings as errors.
 cargo fmt --check
