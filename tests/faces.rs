@@ -341,3 +341,42 @@ fn a_noise_photo_is_capped_and_says_so() {
     assert_eq!(item["faces"].as_array().unwrap().len(), 3, "{item}");
     assert!(item["faces_left_out"].as_u64().unwrap() > 0, "{item}");
 }
+
+/// dlib's recognizer with its real weights (face-api 1.7.15's, rebuilt by
+/// tools/setup-real-faces.sh; tools/dlib_parity.py holds it to face-api's own pipeline): clipfn
+/// cuts 150 x 150 chips on dlib's template and feeds them raw, as the reference does, on the
+/// generated SCRFD's candidates on camera photos. ArcFace's template scaled to 150 px would give
+/// other embeddings, so the check can tell the chips apart.
+#[test]
+fn a_dlib_recognizer_gets_dlibs_chips() {
+    let photos = camera_photos(6);
+    let folder = tempfile::tempdir().unwrap();
+    for (part, model) in [
+        ("detection", Path::new(&setup_var("CLIPFN_TEST_FACES_SCRFD")).join("detection/model.onnx")),
+        ("recognition", PathBuf::from(setup_var("CLIPFN_TEST_DLIB_RECOGNIZER"))),
+    ] {
+        std::fs::create_dir(folder.path().join(part)).unwrap();
+        std::os::unix::fs::symlink(model, folder.path().join(part).join("model.onnx")).unwrap();
+    }
+    let folder = folder.path().to_str().unwrap();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_FACE_MODEL", folder).start();
+    let recognizer = server.get("/readyz").1["faces"]["recognizer"].clone();
+    assert_eq!((&recognizer["format"], &recognizer["dim"]), (&json!("dlib"), &json!(128)), "{recognizer}");
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys }));
+    assert_eq!(status, 200, "{body}");
+    let dlib = reference(&["detect", folder, "--draft"], &photos, None);
+    let arcface = reference(&["detect", folder, "--draft", "--arcface-template"], &photos, None);
+    let (mut agreement, mut wrong_chip) = (Agreement::default(), Agreement::default());
+    for (i, photo) in photos.iter().enumerate() {
+        let ours = body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{}", photo.display()));
+        agreement.add(ours, dlib[i]["faces"].as_array().unwrap());
+        wrong_chip.add(ours, arcface[i]["faces"].as_array().unwrap());
+    }
+    eprintln!("dlib chips: {agreement:?}; against ArcFace's template: {wrong_chip:?}");
+    assert!(agreement.reference >= 10, "the generated detector should find candidates ({agreement:?})");
+    assert_eq!(agreement.matched, agreement.reference, "{agreement:?}");
+    assert!(agreement.off <= agreement.reference / 40 && agreement.worst_cosine >= 0.98, "{agreement:?}");
+    assert!(wrong_chip.worst_cosine < 0.98, "ArcFace's template gives the same embeddings: {wrong_chip:?}");
+}

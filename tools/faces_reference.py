@@ -4,7 +4,8 @@ OpenCV, scikit-image and scikit-learn, written from the spec below (no InsightFa
 Immich code), the yardstick the Rust side is held to.
 
 A face model folder holds detection/model.onnx (SCRFD: 9 outputs; YuNet: 12 outputs named cls_8 ...
-kps_32) and recognition/model.onnx (ArcFace: [N,3,112,112] -> [N,512]).
+kps_32) and recognition/model.onnx (ArcFace: [N,3,112,112] -> [N,512]; or dlib's ResNet as
+tools/models/dlib_recognizer.py rebuilds it: [N,3,150,150] raw RGB 0-255 -> [N,128]).
 
   1. Photo: Pillow open, ImageOps.exif_transpose, RGB; W, H = the upright size.
   2. Letterbox: ratio = H / W; ratio > 1: new_h = 640, new_w = int(640 / ratio); else new_w = 640,
@@ -23,13 +24,15 @@ kps_32) and recognition/model.onnx (ArcFace: [N,3,112,112] -> [N,512]).
      NMS in both: candidates in descending score, ties in decode order (stride 8 first, then row
      order: a stable sort); a candidate is dropped when its IoU with a kept face is > the limit.
   4. Alignment: the 5 landmarks in 640-canvas coordinates (before the division by scale) onto
-     the ArcFace 112x112 template by a similarity transform (Umeyama, with scale, no reflection:
+     the recognizer's template by a similarity transform (Umeyama, with scale, no reflection:
      skimage's SimilarityTransform), cv2.warpAffine of the canvas (the RGB pixels the detector
-     saw) to 112x112, INTER_LINEAR, BORDER_CONSTANT 0.
-  5. Recognizer: RGB (p - 127.5) / 127.5, NCHW, all faces of a photo in one batch; L2-normalised.
+     saw) to the chip, INTER_LINEAR, BORDER_CONSTANT 0. ArcFace: its 112x112 template; dlib:
+     150x150, the template tools/dlib_template.py derives from dlib's mean face.
+  5. Recognizer: ArcFace RGB (p - 127.5) / 127.5, dlib raw RGB, NCHW, all faces of a photo in one
+     batch; L2-normalised.
 
 Commands (JSON on stdout):
-  detect FOLDER PHOTO... [--min-score 0.7] [--draft]
+  detect FOLDER PHOTO... [--min-score 0.7] [--draft] [--arcface-template]
       [{"width": W, "height": H, "faces": [{"box": [x1, y1, x2, y2], "score": s,
         "landmarks": [[x, y] x 5], "embedding": [512 floats]}, ...]}, ...]  one per photo, in
       order, faces by descending score, coordinates in pixels of the upright full-size photo.
@@ -48,7 +51,6 @@ CANVAS = 640
 STRIDES = (8, 16, 32)
 ARCFACE_TEMPLATE = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
                              [41.5493, 92.3655], [70.7299, 92.2041]], np.float64)
-CROP = 112
 SCRFD_NMS, YUNET_NMS = 0.4, 0.3
 
 
@@ -171,25 +173,40 @@ def nms(scores, boxes, limit, plus_one):
     return kept
 
 
-def align(canvas, landmarks):
-    """The 112x112 RGB crop: landmarks (canvas pixels) onto the ArcFace template."""
+def chip_of(side):
+    """The recognizer's chip by its input's side: (template, normalisation of the 0-255 pixels)."""
+    if side == 112:
+        return ARCFACE_TEMPLATE, lambda x: (x - 127.5) / 127.5
+    if side == 150:
+        from dlib_template import template
+
+        return np.asarray(template(), np.float64), lambda x: x
+    raise ValueError(f"a recognizer taking {side}x{side} faces is neither ArcFace's nor dlib's")
+
+
+def align(canvas, landmarks, template, side):
+    """The side x side RGB crop: landmarks (canvas pixels) onto the template."""
     import cv2
     from skimage.transform import SimilarityTransform
 
-    t = SimilarityTransform.from_estimate(landmarks, ARCFACE_TEMPLATE)
+    t = SimilarityTransform.from_estimate(landmarks, template)
     if not t:
         raise ValueError(f"no similarity transform for landmarks {landmarks.tolist()}")
-    return cv2.warpAffine(canvas, t.params[:2], (CROP, CROP), flags=cv2.INTER_LINEAR,
+    return cv2.warpAffine(canvas, t.params[:2], (side, side), flags=cv2.INTER_LINEAR,
                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
 
 class Faces:
-    def __init__(self, folder):
+    def __init__(self, folder, arcface_template=False):
         self.det = session(f"{folder}/detection/model.onnx")
         self.rec = session(f"{folder}/recognition/model.onnx")
         self.format = detector_format(self.det)
         self.det_input = self.det.get_inputs()[0].name
         self.rec_input = self.rec.get_inputs()[0].name
+        self.side = self.rec.get_inputs()[0].shape[2]
+        self.template, self.normalize = chip_of(self.side)
+        if arcface_template:  # a wrong chip on purpose, for tests that must tell chips apart
+            self.template = ARCFACE_TEMPLATE * self.side / 112
 
     def detect_canvas(self, canvas, min_score):
         """Candidates after NMS, best first, in canvas pixels: (scores, boxes, landmarks)."""
@@ -207,7 +224,7 @@ class Faces:
         return scores, boxes, kps, limit, plus_one
 
     def embed(self, crops):
-        x = ((np.stack(crops).astype(np.float32) - 127.5) / 127.5).transpose(0, 3, 1, 2)
+        x = self.normalize(np.stack(crops).astype(np.float32)).transpose(0, 3, 1, 2)
         (y,) = self.rec.run(None, {self.rec_input: np.ascontiguousarray(x)})
         return y / np.linalg.norm(y, axis=1, keepdims=True)
 
@@ -220,7 +237,7 @@ class Faces:
         kept = nms(scores, boxes / scale, limit, plus_one)
         faces = []
         if kept:
-            emb = self.embed([align(canvas, kps[i]) for i in kept])
+            emb = self.embed([align(canvas, kps[i], self.template, self.side) for i in kept])
             for j, i in enumerate(kept):
                 box = np.clip(boxes[i] / scale, 0, [w, h, w, h])
                 faces.append({"box": [float(v) for v in box], "score": float(scores[i]),
@@ -246,12 +263,14 @@ def main():
     d.add_argument("photos", nargs="+")
     d.add_argument("--min-score", type=float, default=0.7)
     d.add_argument("--draft", action="store_true", help="decode JPEGs at clipfn's DCT scale")
+    d.add_argument("--arcface-template", action="store_true",
+                   help="align to ArcFace's template scaled to the recognizer's side, whatever its format")
     p = sub.add_parser("people", help="DBSCAN labels of the embeddings on stdin")
     p.add_argument("--eps", type=float, default=0.5)
     p.add_argument("--min-samples", type=int, default=2)
     a = ap.parse_args()
     if a.cmd == "detect":
-        faces = Faces(a.folder)
+        faces = Faces(a.folder, a.arcface_template)
         out = [faces.detect(*load_photo(path, a.draft), a.min_score) for path in a.photos]
     else:
         out = {"labels": people(json.load(sys.stdin), a.eps, a.min_samples)}

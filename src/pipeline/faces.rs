@@ -47,9 +47,13 @@ impl Pipeline {
             return Ok(Faces { faces: Vec::new(), left_out });
         }
         let landmarks: Vec<[[f32; 2]; 5]> = detections.iter().map(|d| d.landmarks).collect();
+        let (_, recognizer) = self.faces().expect("the detector answered, so the face towers are loaded");
+        let chip = recognizer.format.chip();
         let (_, crops) = self
             .decoders
-            .run(move || Ok::<_, ItemError>(landmarks.iter().map(|points| aligned_face(&pixels, points)).collect()))
+            .run(move || {
+                Ok::<_, ItemError>(landmarks.iter().map(|points| aligned_face(&pixels, points, &chip)).collect())
+            })
             .await;
         let crops: Vec<image::RgbImage> = crops?;
         let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;

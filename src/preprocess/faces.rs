@@ -1,7 +1,7 @@
 //! The face views, made on the decode threads: the detector's canvas (the photo letterboxed into
 //! the top-left of a black square, keeping its aspect, as InsightFace and OpenCV feed their
-//! detectors), and once the detector has found faces on it, each face aligned to ArcFace's 112 x 112
-//! template, warped from the same canvas pixels the detector saw.
+//! detectors), and once the detector has found faces on it, each face aligned to the recognizer's
+//! chip (ArcFace's 112 x 112, dlib's 150 x 150), warped from the same canvas pixels the detector saw.
 //!
 //! Warping from the canvas rather than the full photo keeps one photo's pixels at the canvas's
 //! size while its faces are found; a face under about 40 canvas pixels is then upscaled into its
@@ -14,10 +14,29 @@ use image::RgbImage;
 
 use super::PreprocessError;
 
-/// ArcFace's five landmark positions in its 112 x 112 crop (eyes, nose, mouth corners).
-const ARCFACE_TEMPLATE: [[f32; 2]; 5] =
-    [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]];
-pub const CROP_SIDE: u32 = 112;
+/// A recognizer's face chip: its side, and where the five landmarks (eyes, nose, mouth corners)
+/// go on it. The chip is part of a recognizer's format: a model fed faces placed otherwise
+/// answers embeddings that match worse, silently.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Chip {
+    pub side: u32,
+    pub template: [[f32; 2]; 5],
+}
+
+/// ArcFace's 112 x 112 chip (InsightFace's `norm_crop`).
+pub const ARCFACE_CHIP: Chip = Chip {
+    side: 112,
+    template: [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]],
+};
+
+/// dlib's 150 x 150 chip (`get_face_chip_details`: padding 0.25 around its 68-point mean face),
+/// for a detector's five points: each eye's six points averaged, the nose tip (30) and the mouth
+/// corners (48, 54) of that mean face, mapped by (p + 0.25) / 1.5 x 150 (tools/dlib_template.py;
+/// docs/faces-real-weights.md).
+pub const DLIB_CHIP: Chip = Chip {
+    side: 150,
+    template: [[47.5492, 46.599], [100.4761, 46.599], [74.0127, 76.5625], [50.4149, 103.0233], [97.6104, 103.0233]],
+};
 
 /// A photo on the face detector's canvas.
 #[derive(Debug, Clone)]
@@ -50,15 +69,15 @@ pub fn canvas(image: &RgbImage, full_size: (u32, u32), side: u32) -> Result<Face
     Ok(FaceCanvas { image: Arc::new(canvas), scale: new_height as f32 / height as f32, full_size })
 }
 
-/// The face with these `landmarks` (canvas pixels) aligned to the ArcFace template: the least-squares
-/// similarity (rotation, uniform scale, shift; Umeyama's, no reflection) from the landmarks to the
+/// The face with these `landmarks` (canvas pixels) aligned to `chip`: the least-squares similarity
+/// (rotation, uniform scale, shift; Umeyama's, no reflection) from the landmarks to the chip's
 /// template, applied by bilinear sampling with black outside the canvas, as OpenCV's `warpAffine`.
-pub fn aligned_face(canvas: &RgbImage, landmarks: &[[f32; 2]; 5]) -> RgbImage {
-    let [a, b, tx, ty] = similarity(landmarks, &ARCFACE_TEMPLATE);
+pub fn aligned_face(canvas: &RgbImage, landmarks: &[[f32; 2]; 5], chip: &Chip) -> RgbImage {
+    let [a, b, tx, ty] = similarity(landmarks, &chip.template);
     // The inverse of x' = [a -b; b a] x + t, to find each crop pixel's source.
     let norm = a * a + b * b;
     let (ia, ib) = (a / norm, -b / norm);
-    let mut crop = RgbImage::new(CROP_SIDE, CROP_SIDE);
+    let mut crop = RgbImage::new(chip.side, chip.side);
     for (x, y, pixel) in crop.enumerate_pixels_mut() {
         let (dx, dy) = (x as f64 - tx, y as f64 - ty);
         let (sx, sy) = (ia * dx - ib * dy, ib * dx + ia * dy);
@@ -132,13 +151,14 @@ mod tests {
     fn the_similarity_maps_a_scaled_turned_template_back_onto_it() {
         // The template turned 30 degrees, doubled and moved: the fit undoes exactly that.
         let (angle, scale, shift) = (30f64.to_radians(), 2.0, [100.0, 40.0]);
-        let moved = ARCFACE_TEMPLATE.map(|[x, y]| {
+        let template = ARCFACE_CHIP.template;
+        let moved = template.map(|[x, y]| {
             let (x, y) = (f64::from(x), f64::from(y));
             let (c, s) = (angle.cos() * scale, angle.sin() * scale);
             [(c * x - s * y + shift[0]) as f32, (s * x + c * y + shift[1]) as f32]
         });
-        let [a, b, tx, ty] = similarity(&moved, &ARCFACE_TEMPLATE);
-        for (p, q) in moved.iter().zip(ARCFACE_TEMPLATE) {
+        let [a, b, tx, ty] = similarity(&moved, &template);
+        for (p, q) in moved.iter().zip(template) {
             let (x, y) = (f64::from(p[0]), f64::from(p[1]));
             assert!((a * x - b * y + tx - f64::from(q[0])).abs() < 1e-3);
             assert!((b * x + a * y + ty - f64::from(q[1])).abs() < 1e-3);
@@ -150,11 +170,22 @@ mod tests {
     fn a_face_already_on_the_template_is_copied_and_the_outside_is_black() {
         let mut canvas = RgbImage::new(112, 112);
         canvas.enumerate_pixels_mut().for_each(|(x, y, p)| p.0 = [x as u8, y as u8, 7]);
-        let crop = aligned_face(&canvas, &ARCFACE_TEMPLATE);
+        let crop = aligned_face(&canvas, &ARCFACE_CHIP.template, &ARCFACE_CHIP);
         assert_eq!(crop, canvas, "the identity warp");
-        let shifted = ARCFACE_TEMPLATE.map(|[x, y]| [x + 10.0, y]);
-        let crop = aligned_face(&canvas, &shifted);
+        let shifted = ARCFACE_CHIP.template.map(|[x, y]| [x + 10.0, y]);
+        let crop = aligned_face(&canvas, &shifted, &ARCFACE_CHIP);
         assert_eq!(crop.get_pixel(0, 5).0, [10, 5, 7]);
         assert_eq!(crop.get_pixel(111, 5).0, [0, 0, 0], "x 121 lies outside the 112-wide canvas");
+    }
+
+    #[test]
+    fn a_dlib_chip_is_150_wide_and_frames_the_face_closer() {
+        // The same face on both chips: dlib's template puts the eyes 0.35 of its side apart,
+        // ArcFace's 0.31 (dlib's padding 0.25 is around the mean face's inner points only).
+        let share = |chip: &Chip| (chip.template[1][0] - chip.template[0][0]) / chip.side as f32;
+        assert!(share(&DLIB_CHIP) > share(&ARCFACE_CHIP) + 0.03, "{} vs {}", share(&DLIB_CHIP), share(&ARCFACE_CHIP));
+        let canvas = RgbImage::from_pixel(300, 300, image::Rgb([9, 9, 9]));
+        let crop = aligned_face(&canvas, &ARCFACE_CHIP.template.map(|[x, y]| [x + 80.0, y + 80.0]), &DLIB_CHIP);
+        assert_eq!((crop.width(), crop.height(), crop.get_pixel(75, 75).0), (150, 150, [9, 9, 9]));
     }
 }

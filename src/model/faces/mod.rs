@@ -5,7 +5,8 @@
 //! - `detector`: the detector's two formats (InsightFace's SCRFD, OpenCV Zoo's YuNet), told apart by
 //!   their outputs, each decoded to boxes, scores and five landmarks on the detector's canvas;
 //! - `nms`: the greedy non-maximum suppression both formats end with;
-//! - `recognizer`: ArcFace-format recognizers, one unit-length embedding per aligned 112 x 112 crop.
+//! - `recognizer`: ArcFace- and dlib-format recognizers, one unit-length embedding per aligned chip
+//!   (112 x 112 or 150 x 150: the input's side tells them apart).
 //!
 //! The canvas and the aligned crops are made on the decode threads (`preprocess::faces`); the towers
 //! only run graphs and read their outputs.
@@ -16,7 +17,7 @@ mod recognizer;
 
 pub use self::{
     detector::{Detections, DetectorFormat, DetectorInfo, FaceDetector},
-    recognizer::{FaceRecognizer, RecognizerInfo},
+    recognizer::{FaceRecognizer, RecognizerFormat, RecognizerInfo},
 };
 use super::{ModelData, ModelError, Runtime};
 use crate::settings::ModelSettings;
@@ -45,7 +46,7 @@ pub struct FaceFiles {
 
 impl FaceModels {
     /// Builds both sessions on the image tower's runtime; a detector of neither format, or a
-    /// recognizer that does not take 112 x 112 faces, stops start-up naming its file.
+    /// recognizer of neither (112 x 112 or 150 x 150 faces), stops start-up naming its file.
     pub fn load(
         runtime: &mut Runtime,
         settings: &ModelSettings,

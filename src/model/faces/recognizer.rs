@@ -1,6 +1,8 @@
-//! The face recognizer tower (ArcFace format: InsightFace's `w600k_r50`, AuraFace): aligned 112 x 112
-//! crops in, RGB `(p - 127.5) / 127.5`; one embedding each, L2-normalised as every tower's
-//! (`outputs::unit_rows`). Crops from many photos and requests batch together.
+//! The face recognizer tower, in two formats told apart by the input's side: ArcFace's
+//! (InsightFace's `w600k_r50`, AuraFace: 112 x 112 chips, RGB `(p - 127.5) / 127.5`) and dlib's
+//! ResNet as tools/models/dlib_recognizer.py rebuilds it from face-api's weights (150 x 150 chips,
+//! raw RGB 0..255: its mean and scale are in the graph). One embedding per chip, L2-normalised as
+//! every tower's (`outputs::unit_rows`). Chips from many photos and requests batch together.
 
 use image::RgbImage;
 use ort::{session::Session, value::TensorRef};
@@ -8,14 +10,44 @@ use ort::{session::Session, value::TensorRef};
 use super::{refuse, square_side};
 use crate::{
     model::{FaceCrops, ModelData, ModelError, Runtime, Tower, TowerInfo, outputs::unit_rows},
-    preprocess::CROP_SIDE,
+    preprocess::{ARCFACE_CHIP, Chip, DLIB_CHIP},
     settings::ModelSettings,
 };
+
+/// A recognizer's format: its chip and its input's normalisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecognizerFormat {
+    Arcface,
+    Dlib,
+}
+
+impl RecognizerFormat {
+    /// The format of a recognizer taking `side` x `side` chips.
+    fn of_side(side: u32) -> Option<Self> {
+        [RecognizerFormat::Arcface, RecognizerFormat::Dlib].into_iter().find(|format| format.chip().side == side)
+    }
+
+    pub fn chip(self) -> Chip {
+        match self {
+            RecognizerFormat::Arcface => ARCFACE_CHIP,
+            RecognizerFormat::Dlib => DLIB_CHIP,
+        }
+    }
+
+    fn normalized(self, channel: u8) -> f32 {
+        match self {
+            RecognizerFormat::Arcface => (f32::from(channel) - 127.5) / 127.5,
+            RecognizerFormat::Dlib => f32::from(channel),
+        }
+    }
+}
 
 /// What the rest of the service is told about the recognizer.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RecognizerInfo {
     pub file: String,
+    pub format: RecognizerFormat,
     pub dim: usize,
     pub batch_size: usize,
 }
@@ -49,32 +81,38 @@ impl FaceRecognizer {
                 return Err(refuse(
                     "recognizer",
                     &file,
-                    format!(
-                        "has {} inputs and {} outputs, not [N, 3, 112, 112] -> [N, D]",
-                        inputs.len(),
-                        outputs.len()
-                    ),
+                    format!("has {} inputs and {} outputs, not [N, 3, S, S] -> [N, D]", inputs.len(), outputs.len()),
                 ));
             }
         };
         let shape = input.dtype().tensor_shape().map(|s| s.to_vec());
-        if square_side(shape.as_deref(), CROP_SIDE) != Some(CROP_SIDE) {
-            return Err(refuse("recognizer", &file, format!("takes {shape:?}, not [N, 3, 112, 112] aligned faces")));
-        }
+        let side = square_side(shape.as_deref(), ARCFACE_CHIP.side);
+        let Some(format) = side.and_then(RecognizerFormat::of_side) else {
+            return Err(refuse(
+                "recognizer",
+                &file,
+                format!("takes {shape:?}, not [N, 3, 112, 112] (ArcFace) or [N, 3, 150, 150] (dlib) aligned faces"),
+            ));
+        };
         let dim = match output.dtype().tensor_shape().map(|s| s.to_vec()).as_deref() {
             Some([_, dim]) if *dim > 0 => *dim as usize,
             shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, D] embeddings"))),
         };
         let (input, output) = (input.name().to_string(), output.name().to_string());
-        let info = RecognizerInfo { file, dim, batch_size };
+        let info = RecognizerInfo { file, format, dim, batch_size };
         let mut recognizer = FaceRecognizer { session, input, output, info, _environment: runtime.environment() };
         for n in [1, batch_size] {
-            let black = RgbImage::new(CROP_SIDE, CROP_SIDE);
+            let black = recognizer.black_chip();
             recognizer
                 .run(&vec![&black; n])
                 .map_err(|e| refuse("recognizer", &recognizer.info.file, format!("the warm-up failed: {e}")))?;
         }
         Ok(recognizer)
+    }
+
+    fn black_chip(&self) -> RgbImage {
+        let side = self.info.format.chip().side;
+        RgbImage::new(side, side)
     }
 }
 
@@ -86,22 +124,27 @@ impl Tower for FaceRecognizer {
     }
 
     fn run(&mut self, crops: &[&RgbImage]) -> Result<Vec<Vec<f32>>, ModelError> {
-        let plane = (CROP_SIDE * CROP_SIDE) as usize;
+        let format = self.info.format;
+        let side = format.chip().side;
+        let plane = (side * side) as usize;
         let mut batch = vec![0.0f32; crops.len() * 3 * plane];
         for (crop, laid) in crops.iter().zip(batch.chunks_exact_mut(3 * plane)) {
+            if crop.dimensions() != (side, side) {
+                return Err(ModelError::Inference(format!("a {:?} chip, not {side} x {side}", crop.dimensions())));
+            }
             for (i, px) in crop.as_raw().chunks_exact(3).enumerate() {
                 for channel in 0..3 {
-                    laid[channel * plane + i] = (f32::from(px[channel]) - 127.5) / 127.5;
+                    laid[channel * plane + i] = format.normalized(px[channel]);
                 }
             }
         }
-        let (n, side) = (crops.len() as i64, i64::from(CROP_SIDE));
+        let (n, side) = (crops.len() as i64, i64::from(side));
         let input = TensorRef::from_array_view(([n, 3, side, side], &batch[..])).map_err(ModelError::inference)?;
         let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
         unit_rows(&outputs, &self.output, crops.len())
     }
 
     fn check(&mut self) -> Result<(), ModelError> {
-        self.run(&[&RgbImage::new(CROP_SIDE, CROP_SIDE)]).map(drop)
+        self.run(&[&self.black_chip()]).map(drop)
     }
 }
