@@ -16,17 +16,21 @@ use super::{
     respond::{Answered, respond},
     schema::{CannotClassify, Refusals},
     subjects::Subjects,
-    types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, PersonItem, Quality, TimingsMs},
+    types::{
+        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, PersonItem, Quality, TimingsMs,
+    },
 };
 use crate::{
     album::{duplicate_groups, people},
+    decode::TakenAt,
     pipeline::Wants,
 };
 
 /// Every signal of a photo from one fetch and one decode
 ///
 /// The embedding, labels (with `labels` or `label_set`), sharpness and blur, the perceptual hash,
-/// the heads' scores, and the request's near-duplicate groups. Stored `embeddings` in place of
+/// the capture time and place (EXIF) and the upright size, the heads' scores, and the request's
+/// near-duplicate groups. Stored `embeddings` in place of
 /// `images` get the labels and scores only.
 #[utoipa::path(
     post,
@@ -108,6 +112,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
+    let with_location = request.location != Some(false);
     let data = subjects.answers(results, |index, image, result| match result {
         Ok(photo) => {
             let (faces, faces_left_out, faces_error) = match photo.faces {
@@ -118,6 +123,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
                 None => (None, None, None),
             };
+            let metadata = photo.metadata.unwrap_or_default();
+            let (width, height) = photo.size.unzip();
             AnalyzeItem {
                 index,
                 labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
@@ -127,6 +134,10 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                     blurry: pixels.sharpness < signals.blur_threshold,
                 }),
                 hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
+                taken_at: metadata.taken_at.as_ref().map(TakenAt::iso8601),
+                location: metadata.location.filter(|_| with_location).map(LocationItem::from),
+                width,
+                height,
                 scores: heads
                     .zip(photo.scores)
                     .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
@@ -139,6 +150,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         }
         Err(error) => {
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
+            let (taken_at, location, width, height) = (None, None, None, None);
             let (faces, faces_left_out, faces_error) = (None, None, None);
             AnalyzeItem {
                 index,
@@ -147,6 +159,10 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 labels,
                 quality,
                 hash,
+                taken_at,
+                location,
+                width,
+                height,
                 scores,
                 faces,
                 faces_left_out,

@@ -226,6 +226,9 @@ pub struct AnalyzeRequest {
     /// `false` skips the faces where face models are loaded; `true` where none are is a 400.
     #[serde(default)]
     pub faces: Option<bool>,
+    /// `false` leaves each photo's `location` out of the answer.
+    #[serde(default)]
+    pub location: Option<bool>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
 }
@@ -263,6 +266,25 @@ pub struct AnalyzeItem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, pattern = "^[0-9a-f]{16}$")]
     pub hash: Option<String>,
+    /// When the photo was taken (EXIF `DateTimeOriginal`, with `SubSecTimeOriginal`), ISO 8601:
+    /// with its offset from UTC when the photo records one (`OffsetTimeOriginal`) or its GPS clock
+    /// gives one (rounded to 15 minutes); without an offset, a local time of an unknown zone.
+    /// Absent when the photo has no readable capture time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = "2024-05-04T13:02:01.045+09:00")]
+    pub taken_at: Option<String>,
+    /// Where the photo was taken (EXIF GPS); absent without a usable fix, or with `"location": false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub location: Option<LocationItem>,
+    /// The upright photo's width in pixels at its full size (after the EXIF orientation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub width: Option<u32>,
+    /// The upright photo's height in pixels at its full size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub height: Option<u32>,
     /// One score per head (`CLIPFN_HEADS`), by name.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -303,6 +325,25 @@ pub struct FaceItem {
     pub landmarks: [[f32; 2]; 5],
     /// The recognizer's, of unit length.
     pub embedding: Vec<f32>,
+}
+
+/// A place: WGS 84 degrees (north and east positive), metres above sea level.
+#[derive(Serialize, ToSchema)]
+pub struct LocationItem {
+    #[schema(minimum = -90, maximum = 90)]
+    pub lat: f64,
+    #[schema(minimum = -180, maximum = 180)]
+    pub lon: f64,
+    /// Negative below sea level; absent when the photo records none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub alt: Option<f64>,
+}
+
+impl From<crate::decode::Location> for LocationItem {
+    fn from(crate::decode::Location { lat, lon, alt }: crate::decode::Location) -> Self {
+        LocationItem { lat, lon, alt }
+    }
 }
 
 #[derive(Serialize, ToSchema)]

@@ -368,6 +368,7 @@ mod tests {
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
             size: Some((4, 3)),
+            metadata: None,
         };
         let rows = vec![
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },
