@@ -504,3 +504,48 @@ fn the_pillow_test_images_with_exif_read_as_pillow_reads_them() {
     }
     assert!(compared.0 >= 10 && compared.1 >= 1, "compared {compared:?} of {}", with_exif.len());
 }
+
+#[test]
+fn two_days_in_two_cities_are_two_events() {
+    let folder = tempfile::tempdir().unwrap();
+    let status = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/exif_reference.py"))
+        .args(["album".as_ref(), folder.path().as_os_str()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Shuffled: the events come in time order whatever the request's order.
+    let names = ["day2-3.jpg", "day1-0.jpg", "untimed.jpg", "day1-4.jpg", "day2-0.jpg", "day1-2.jpg", "day2-4.jpg"];
+    let names: Vec<&str> = names.into_iter().chain(["day1-1.jpg", "day2-1.jpg", "day2-2.jpg", "day1-3.jpg"]).collect();
+    let photos: Vec<PathBuf> = names.iter().map(|name| folder.path().join(name)).collect();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let events = body["album"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{body}");
+    let index = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    for (event, day, (lat, lon)) in [(&events[0], "day1", (48.856, 2.352)), (&events[1], "day2", (45.764, 4.834))] {
+        let expected: Vec<usize> = (0..5).map(|hour| index(&format!("{day}-{hour}.jpg"))).collect();
+        assert_eq!(event["photos"], json!(expected), "{event}");
+        let date = if day == "day1" { "2024-05-04" } else { "2024-05-05" };
+        assert_eq!(event["start"], format!("{date}T10:00:00+02:00"));
+        assert_eq!(event["end"], format!("{date}T14:00:00+02:00"));
+        let centre = &event["centre"];
+        assert!((centre["lat"].as_f64().unwrap() - lat).abs() < 0.01, "{centre}");
+        assert!((centre["lon"].as_f64().unwrap() - lon).abs() < 0.01, "{centre}");
+    }
+    // One city a day: with a distance of 1,000 km and a gap of 2 days the two are one event; and
+    // `"location": false` leaves the centres out.
+    let wide = ServerConfig::local(store.path())
+        .env("CLIPFN_EVENT_GAP_S", "172800")
+        .env("CLIPFN_EVENT_DISTANCE_M", "1000000")
+        .start();
+    let (status, body) =
+        wide.post_json("/v1/analyze", &json!({ "images": names, "embedding": false, "location": false }));
+    assert_eq!(status, 200, "{body}");
+    let events = body["album"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{body}");
+    assert_eq!(events[0]["photos"].as_array().unwrap().len(), 10);
+    assert!(events[0].get("centre").is_none(), "{body}");
+}

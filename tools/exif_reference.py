@@ -1,6 +1,8 @@
 """The reference for /v1/analyze's `taken_at`, `location`, `width` and `height` (tests/analyze.rs).
 
     exif_reference.py write DIR     writes the EXIF corpus (JPEG, PNG, WebP, HEIC) into DIR
+    exif_reference.py album DIR     writes an album for events: two days in two cities, one photo
+                                    without a time (day1-*.jpg, day2-*.jpg, untimed.jpg)
     exif_reference.py read FILE...  prints {file name: {taken_at, location, width, height}}
 
 `read` parses with Pillow's own EXIF reader (getexif, and pillow-heif's for HEIC), not clipfn's,
@@ -207,9 +209,28 @@ def write(folder):
         photo().save(os.path.join(folder, name), quality=90, **kwargs)
 
 
+def album(folder):
+    """Paris on 4 May from 10:00 (+02:00), Lyon on 5 May from 10:00, a photo an hour apart each."""
+    os.makedirs(folder, exist_ok=True)
+    cities = [("day1", 4, (48.0, 51.0, 24.0), (2.0, 21.0, 8.0)), ("day2", 5, (45.0, 45.0, 51.0), (4.0, 50.0, 2.0))]
+    for name, day, lat, lon in cities:
+        for hour in range(5):
+            exif = Image.Exif()
+            ifd = exif.get_ifd(EXIF_IFD)
+            ifd[ORIGINAL] = f"2024:05:{day:02} {10 + hour:02}:00:00"
+            ifd[OFFSET] = "+02:00"
+            exif.get_ifd(GPS_IFD).update({LAT_REF: "N", LAT: lat, LON_REF: "E", LON: lon})
+            image = Image.radial_gradient("L").resize((64 + hour, 48)).convert("RGB")
+            image.save(os.path.join(folder, f"{name}-{hour}.jpg"), exif=exif.tobytes())
+    Image.linear_gradient("L").resize((64, 48)).convert("RGB").save(os.path.join(folder, "untimed.jpg"))
+
+
 def main():
     if sys.argv[1] == "write":
         write(sys.argv[2])
+        return
+    if sys.argv[1] == "album":
+        album(sys.argv[2])
         return
     answers = {}
     for path in sys.argv[2:]:

@@ -17,12 +17,13 @@ use super::{
     schema::{CannotClassify, Refusals},
     subjects::Subjects,
     types::{
-        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, PersonItem, Quality, TimingsMs,
+        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, EventItem, FaceItem, LocationItem, PersonItem, Quality,
+        TimingsMs,
     },
 };
 use crate::{
-    album::{duplicate_groups, people},
-    decode::TakenAt,
+    album::{Timed, duplicate_groups, events, people},
+    decode::{Location, TakenAt},
     pipeline::Wants,
 };
 
@@ -108,11 +109,11 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     };
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
-    let album = photos.then(|| album(&results, state, wants.faces));
+    let with_location = request.location != Some(false);
+    let album = photos.then(|| album(&results, state, wants.faces, with_location));
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
-    let with_location = request.location != Some(false);
     let data = subjects.answers(results, |index, image, result| match result {
         Ok(photo) => {
             let (faces, faces_left_out, faces_error) = match photo.faces {
@@ -182,10 +183,11 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
 
 /// The request's groupings: near-duplicates by hash and, with faces, people. Photos that failed
 /// (and faces a model tripped on) take part in neither.
-fn album(results: &[PhotoResult], state: &AppState, with_faces: bool) -> Album {
+fn album(results: &[PhotoResult], state: &AppState, with_faces: bool, with_location: bool) -> Album {
     let hashes: Vec<Option<u64>> =
         results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
     let duplicates = duplicate_groups(&hashes, state.settings.signals.duplicate_bits);
+    let events = album_events(results, state, with_location);
     let people = with_faces.then(|| {
         let faces: Vec<(usize, usize, &[f32])> = results
             .iter()
@@ -204,5 +206,42 @@ fn album(results: &[PhotoResult], state: &AppState, with_faces: bool) -> Album {
             })
             .collect()
     });
-    Album { duplicates, people }
+    Album { duplicates, events, people }
+}
+
+/// The request's events. Their clock: the instants in UTC when every photo with a time has an
+/// offset; otherwise every photo's wall-clock time, offset or not, since a local time has no
+/// instant and a camera without a zone is set to the clock where it is (docs/design.md, "Events").
+fn album_events(results: &[PhotoResult], state: &AppState, with_location: bool) -> Vec<EventItem> {
+    let timed: Vec<(usize, &TakenAt, Option<Location>)> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(index, r)| {
+            let metadata = r.as_ref().ok()?.metadata.as_ref()?;
+            Some((index, metadata.taken_at.as_ref()?, metadata.location))
+        })
+        .collect();
+    let instants = timed.iter().all(|(_, taken, _)| taken.offset_minutes.is_some());
+    let photos: Vec<Timed> = timed
+        .iter()
+        .map(|&(index, taken, place)| Timed {
+            index,
+            at_ms: match taken.utc_millis() {
+                Some(utc) if instants => utc,
+                _ => taken.local.and_utc().timestamp_millis(),
+            },
+            place: place.map(|place| (place.lat, place.lon)),
+        })
+        .collect();
+    let signals = &state.settings.signals;
+    let by_index = |index: usize| timed.iter().find(|(i, _, _)| *i == index).expect("an event holds timed photos").1;
+    events(&photos, (signals.event_gap_s * 1000) as i64, signals.event_distance_m)
+        .into_iter()
+        .map(|event| EventItem {
+            start: by_index(event.photos[0]).iso8601(),
+            end: by_index(*event.photos.last().expect("an event has photos")).iso8601(),
+            centre: event.centre.filter(|_| with_location).map(|(lat, lon)| LocationItem { lat, lon, alt: None }),
+            photos: event.photos,
+        })
+        .collect()
 }

@@ -357,10 +357,29 @@ pub struct Quality {
 pub struct Album {
     /// Groups of input indices whose photos are near-duplicates.
     pub duplicates: Vec<Vec<usize>>,
+    /// The photos that have a `taken_at`, in time order, in runs cut where the gap exceeds
+    /// CLIPFN_EVENT_GAP_S or consecutive located photos are further apart than
+    /// CLIPFN_EVENT_DISTANCE_M; photos without a time are in none.
+    pub events: Vec<EventItem>,
     /// The faces grouped into people, largest first (when faces were found for the request).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub people: Option<Vec<PersonItem>>,
+}
+
+/// One event: its photos' indices in time order, the first's and last's `taken_at`.
+#[derive(Serialize, ToSchema)]
+pub struct EventItem {
+    /// The first photo's `taken_at`.
+    pub start: String,
+    /// The last photo's `taken_at`.
+    pub end: String,
+    pub photos: Vec<usize>,
+    /// The mean place of its located photos (no `alt`); absent when none is located, or with
+    /// `"location": false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub centre: Option<LocationItem>,
 }
 
 /// One person: faces as `[photo index, face index]`.
