@@ -353,3 +353,199 @@ fn stored_embeddings_get_their_photos_labels_and_scores_without_a_fetch() {
     assert_eq!(status, 400, "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("labels and head scores only"), "{answer}");
 }
+
+/// tools/exif_reference.py's reading (Pillow's EXIF reader, README's rules) of `paths`, by name.
+fn exif_reference(paths: &[PathBuf]) -> serde_json::Map<String, Value> {
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/exif_reference.py"))
+        .arg("read")
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "exif_reference.py: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice::<Value>(&output.stdout).unwrap().as_object().unwrap().clone()
+}
+
+/// Holds clipfn's `taken_at`, `location`, `width` and `height` of one photo to the reference's.
+fn same_metadata(name: &str, ours: &Value, theirs: &Value) {
+    assert!(ours.get("embedding").is_some(), "{name}: {ours}");
+    for field in ["taken_at", "width", "height"] {
+        assert_eq!(ours.get(field), theirs.get(field), "{name}'s {field}: {ours} against {theirs}");
+    }
+    match (ours.get("location"), theirs.get("location")) {
+        (None, None) => {}
+        (Some(ours), Some(theirs)) => {
+            for part in ["lat", "lon", "alt"] {
+                match (ours.get(part).and_then(Value::as_f64), theirs.get(part).and_then(Value::as_f64)) {
+                    (None, None) => {}
+                    (Some(a), Some(b)) => assert!((a - b).abs() < 1e-9, "{name}'s {part}: {a} against {b}"),
+                    other => panic!("{name}'s {part}: {other:?}"),
+                }
+            }
+        }
+        other => panic!("{name}'s location: {other:?}"),
+    }
+}
+
+#[test]
+fn capture_time_place_and_size_follow_pillows_reading_of_the_exif() {
+    let corpus = tempfile::tempdir().unwrap();
+    let status = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/exif_reference.py"))
+        .arg("write")
+        .arg(corpus.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut photos: Vec<PathBuf> = std::fs::read_dir(corpus.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    photos.retain(|p| cfg!(feature = "heif") || p.extension().is_none_or(|e| e != "heic"));
+    photos.sort();
+    let theirs = exif_reference(&photos);
+    let ours = analyze(&photos, ServerConfig::local);
+    for (photo, item) in photos.iter().zip(&ours) {
+        let name = file_name(photo);
+        same_metadata(name, item, &theirs[name]);
+    }
+    // What the corpus was written to hold, so that a reference that read nothing fails too.
+    let by_name = |name: &str| &ours[photos.iter().position(|p| file_name(p) == name).unwrap()];
+    assert_eq!(by_name("offset_subsec_paris.jpg")["taken_at"], "2024-05-04T13:02:01.045+02:00");
+    assert_eq!(by_name("gps_clock_tokyo.jpg")["taken_at"], "2024-05-04T13:02:01+09:00");
+    assert_eq!(by_name("gps_clock_new_york_past_midnight.jpg")["taken_at"], "2024-05-04T20:03:00-04:00");
+    assert_eq!(by_name("south_west_below_sea.jpg")["location"]["alt"], -12.0);
+    assert_eq!((&by_name("rotated.jpg")["width"], &by_name("rotated.jpg")["height"]), (&json!(64), &json!(96)));
+    for name in ["void_fix.jpg", "zero_zero.jpg", "broken_time_no_refs.jpg", "local.jpg"] {
+        assert!(by_name(name).get("location").is_none(), "{name}: {}", by_name(name));
+    }
+    let plain = by_name("no_exif.jpg").as_object().unwrap();
+    assert!(!plain.contains_key("taken_at") && !plain.contains_key("location") && plain.contains_key("embedding"));
+    for name in ["paris.png", "paris.webp"].into_iter().chain(cfg!(feature = "heif").then_some("paris.heic")) {
+        assert_eq!(by_name(name)["location"]["alt"], 35.5, "{name}: {}", by_name(name));
+    }
+
+    // `"location": false` drops the place and keeps the time.
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).start();
+    let (status, body) = server.post_json(
+        "/v1/analyze",
+        &json!({ "images": ["offset_subsec_paris.jpg"], "location": false, "embedding": false }),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body["data"][0].get("location").is_none(), "{body}");
+    assert_eq!(body["data"][0]["taken_at"], "2024-05-04T13:02:01.045+02:00");
+}
+
+#[test]
+fn a_truncated_exif_block_costs_its_fields_at_most_never_the_photo() {
+    let corpus = tempfile::tempdir().unwrap();
+    let status = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/exif_reference.py"))
+        .args(["write".as_ref(), corpus.path().as_os_str()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let jpeg = std::fs::read(corpus.path().join("offset_subsec_paris.jpg")).unwrap();
+    // Pillow writes APP0 (JFIF), then APP1 (Exif): the latter's TIFF block cut at each length.
+    let app1 = 4 + usize::from(u16::from_be_bytes([jpeg[4], jpeg[5]]));
+    assert_eq!(&jpeg[app1..app1 + 2], [0xFF, 0xE1]);
+    let length = usize::from(u16::from_be_bytes([jpeg[app1 + 2], jpeg[app1 + 3]]));
+    let (tiff, rest) = (&jpeg[app1 + 10..app1 + 2 + length], &jpeg[app1 + 2 + length..]);
+    let cuts: Vec<usize> = (0..tiff.len()).step_by(7).collect();
+    let objects = cuts.iter().map(|&cut| {
+        let mut cut_jpeg = vec![0xFF, 0xD8, 0xFF, 0xE1];
+        cut_jpeg.extend(((cut + 8) as u16).to_be_bytes());
+        cut_jpeg.extend(b"Exif\0\0");
+        cut_jpeg.extend(&tiff[..cut]);
+        cut_jpeg.extend(rest);
+        (format!("cut-{cut}.jpg"), common::Object::Bytes(cut_jpeg))
+    });
+    let store = store(objects);
+    let server = ServerConfig::local(store.path()).start();
+    let keys: Vec<String> = cuts.iter().map(|cut| format!("cut-{cut}.jpg")).collect();
+    for chunk in keys.chunks(32) {
+        let (status, body) = server.post_json("/v1/analyze", &json!({ "images": chunk, "embedding": false }));
+        assert_eq!(status, 200, "{body}");
+        for item in body["data"].as_array().unwrap() {
+            assert!(item.get("error").is_none() && item["width"] == 96, "{item}");
+            // A tag past the cut is left out; what is read is what was written.
+            if let Some(taken_at) = item.get("taken_at").and_then(Value::as_str) {
+                assert!("2024-05-04T13:02:01.045+02:00".starts_with(taken_at), "{item}");
+            }
+            if let Some(lat) = item.get("location").map(|l| l["lat"].as_f64().unwrap()) {
+                assert!((lat - (48.0 + 51.0 / 60.0 + 24.0 / 3600.0)).abs() < 1e-9, "{item}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_pillow_test_images_with_exif_read_as_pillow_reads_them() {
+    let folder = PathBuf::from(setup_var("CLIPFN_PILLOW_IMAGES_DIR"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let theirs = exif_reference(&files);
+    // The images whose EXIF holds a time or a place, and which clipfn decodes.
+    let with_exif: Vec<PathBuf> = files
+        .into_iter()
+        .filter(|f| {
+            theirs.get(file_name(f)).is_some_and(|t| t.get("taken_at").is_some() || t.get("location").is_some())
+        })
+        .collect();
+    let ours = analyze(&with_exif, ServerConfig::local);
+    let mut compared = (0, 0);
+    for (photo, item) in with_exif.iter().zip(&ours) {
+        if item.get("error").is_some() {
+            eprintln!("{}: {}", file_name(photo), item["error"]);
+            continue; // a format or a file clipfn refuses: no metadata to compare
+        }
+        let name = file_name(photo);
+        same_metadata(name, item, &theirs[name]);
+        compared.0 += 1;
+        compared.1 += usize::from(item.get("location").is_some());
+    }
+    assert!(compared.0 >= 10 && compared.1 >= 1, "compared {compared:?} of {}", with_exif.len());
+}
+
+#[test]
+fn two_days_in_two_cities_are_two_events() {
+    let folder = tempfile::tempdir().unwrap();
+    let status = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/exif_reference.py"))
+        .args(["album".as_ref(), folder.path().as_os_str()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Shuffled: the events come in time order whatever the request's order.
+    let names = ["day2-3.jpg", "day1-0.jpg", "untimed.jpg", "day1-4.jpg", "day2-0.jpg", "day1-2.jpg", "day2-4.jpg"];
+    let names: Vec<&str> = names.into_iter().chain(["day1-1.jpg", "day2-1.jpg", "day2-2.jpg", "day1-3.jpg"]).collect();
+    let photos: Vec<PathBuf> = names.iter().map(|name| folder.path().join(name)).collect();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let events = body["album"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{body}");
+    let index = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    for (event, day, (lat, lon)) in [(&events[0], "day1", (48.856, 2.352)), (&events[1], "day2", (45.764, 4.834))] {
+        let expected: Vec<usize> = (0..5).map(|hour| index(&format!("{day}-{hour}.jpg"))).collect();
+        assert_eq!(event["photos"], json!(expected), "{event}");
+        let date = if day == "day1" { "2024-05-04" } else { "2024-05-05" };
+        assert_eq!(event["start"], format!("{date}T10:00:00+02:00"));
+        assert_eq!(event["end"], format!("{date}T14:00:00+02:00"));
+        let centre = &event["centre"];
+        assert!((centre["lat"].as_f64().unwrap() - lat).abs() < 0.01, "{centre}");
+        assert!((centre["lon"].as_f64().unwrap() - lon).abs() < 0.01, "{centre}");
+    }
+    // One city a day: with a distance of 1,000 km and a gap of 2 days the two are one event; and
+    // `"location": false` leaves the centres out.
+    let wide = ServerConfig::local(store.path())
+        .env("CLIPFN_EVENT_GAP_S", "172800")
+        .env("CLIPFN_EVENT_DISTANCE_M", "1000000")
+        .start();
+    let (status, body) =
+        wide.post_json("/v1/analyze", &json!({ "images": names, "embedding": false, "location": false }));
+    assert_eq!(status, 200, "{body}");
+    let events = body["album"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{body}");
+    assert_eq!(events[0]["photos"].as_array().unwrap().len(), 10);
+    assert!(events[0].get("centre").is_none(), "{body}");
+}

@@ -1,5 +1,7 @@
 //! Photo bytes -> model input, as the server runs it on every fetched object: sniff, header
-//! checks, decode at the DCT scale for a 224 input, orientation, resize, crop, normalise.
+//! checks, decode at the DCT scale for a 224 input, orientation and EXIF metadata, resize, crop,
+//! normalise; and the bytes read as an EXIF block on their own (`decode::metadata::from_exif`),
+//! so that IFD counts and offsets of every kind reach the EXIF parser.
 //!
 //! A finding is anything that would take the process down or stall it: a crash or memory error
 //! (the C decoders too), an abort, a panic in clipfn's own code, a timeout, running out of memory,
@@ -36,6 +38,13 @@ fuzz_target!(
         }));
     },
     |data: &[u8]| {
+        let metadata = clipfn::decode::metadata::from_exif(data);
+        if let Some(taken_at) = &metadata.taken_at {
+            let _ = (taken_at.iso8601(), taken_at.utc_millis());
+        }
+        if let Some(place) = metadata.location {
+            assert!(place.lat.abs() <= 90.0 && place.lon.abs() <= 180.0, "a place off the globe");
+        }
         let decoded = std::panic::catch_unwind(|| decode(data, &DecodeOptions::for_input(SIZE, MAX_PIXELS)));
         let Ok(Ok(decoded)) = decoded else { return };
         let (width, height) = decoded.image.dimensions();

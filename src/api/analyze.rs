@@ -16,17 +16,22 @@ use super::{
     respond::{Answered, respond},
     schema::{CannotClassify, Refusals},
     subjects::Subjects,
-    types::{Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, PersonItem, Quality, TimingsMs},
+    types::{
+        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, EventItem, FaceItem, LocationItem, PersonItem, Quality,
+        TimingsMs,
+    },
 };
 use crate::{
-    album::{duplicate_groups, people},
+    album::{Timed, duplicate_groups, events, people},
+    decode::{Location, TakenAt},
     pipeline::Wants,
 };
 
 /// Every signal of a photo from one fetch and one decode
 ///
 /// The embedding, labels (with `labels` or `label_set`), sharpness and blur, the perceptual hash,
-/// the heads' scores, and the request's near-duplicate groups. Stored `embeddings` in place of
+/// the capture time and place (EXIF) and the upright size, the heads' scores, and the request's
+/// near-duplicate groups. Stored `embeddings` in place of
 /// `images` get the labels and scores only.
 #[utoipa::path(
     post,
@@ -104,7 +109,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     };
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
-    let album = photos.then(|| album(&results, state, wants.faces));
+    let with_location = request.location != Some(false);
+    let album = photos.then(|| album(&results, state, wants.faces, with_location));
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
@@ -118,6 +124,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
                 None => (None, None, None),
             };
+            let metadata = photo.metadata.unwrap_or_default();
+            let (width, height) = photo.size.unzip();
             AnalyzeItem {
                 index,
                 labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
@@ -127,6 +135,10 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                     blurry: pixels.sharpness < signals.blur_threshold,
                 }),
                 hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
+                taken_at: metadata.taken_at.as_ref().map(TakenAt::iso8601),
+                location: metadata.location.filter(|_| with_location).map(LocationItem::from),
+                width,
+                height,
                 scores: heads
                     .zip(photo.scores)
                     .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
@@ -139,6 +151,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         }
         Err(error) => {
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
+            let (taken_at, location, width, height) = (None, None, None, None);
             let (faces, faces_left_out, faces_error) = (None, None, None);
             AnalyzeItem {
                 index,
@@ -147,6 +160,10 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 labels,
                 quality,
                 hash,
+                taken_at,
+                location,
+                width,
+                height,
                 scores,
                 faces,
                 faces_left_out,
@@ -166,10 +183,11 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
 
 /// The request's groupings: near-duplicates by hash and, with faces, people. Photos that failed
 /// (and faces a model tripped on) take part in neither.
-fn album(results: &[PhotoResult], state: &AppState, with_faces: bool) -> Album {
+fn album(results: &[PhotoResult], state: &AppState, with_faces: bool, with_location: bool) -> Album {
     let hashes: Vec<Option<u64>> =
         results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
     let duplicates = duplicate_groups(&hashes, state.settings.signals.duplicate_bits);
+    let events = album_events(results, state, with_location);
     let people = with_faces.then(|| {
         let faces: Vec<(usize, usize, &[f32])> = results
             .iter()
@@ -188,5 +206,42 @@ fn album(results: &[PhotoResult], state: &AppState, with_faces: bool) -> Album {
             })
             .collect()
     });
-    Album { duplicates, people }
+    Album { duplicates, events, people }
+}
+
+/// The request's events. Their clock: the instants in UTC when every photo with a time has an
+/// offset; otherwise every photo's wall-clock time, offset or not, since a local time has no
+/// instant and a camera without a zone is set to the clock where it is (docs/design.md, "Events").
+fn album_events(results: &[PhotoResult], state: &AppState, with_location: bool) -> Vec<EventItem> {
+    let timed: Vec<(usize, &TakenAt, Option<Location>)> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(index, r)| {
+            let metadata = r.as_ref().ok()?.metadata.as_ref()?;
+            Some((index, metadata.taken_at.as_ref()?, metadata.location))
+        })
+        .collect();
+    let instants = timed.iter().all(|(_, taken, _)| taken.offset_minutes.is_some());
+    let photos: Vec<Timed> = timed
+        .iter()
+        .map(|&(index, taken, place)| Timed {
+            index,
+            at_ms: match taken.utc_millis() {
+                Some(utc) if instants => utc,
+                _ => taken.local.and_utc().timestamp_millis(),
+            },
+            place: place.map(|place| (place.lat, place.lon)),
+        })
+        .collect();
+    let signals = &state.settings.signals;
+    let by_index = |index: usize| timed.iter().find(|(i, _, _)| *i == index).expect("an event holds timed photos").1;
+    events(&photos, (signals.event_gap_s * 1000) as i64, signals.event_distance_m)
+        .into_iter()
+        .map(|event| EventItem {
+            start: by_index(event.photos[0]).iso8601(),
+            end: by_index(*event.photos.last().expect("an event has photos")).iso8601(),
+            centre: event.centre.filter(|_| with_location).map(|(lat, lon)| LocationItem { lat, lon, alt: None }),
+            photos: event.photos,
+        })
+        .collect()
 }

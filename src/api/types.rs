@@ -226,6 +226,9 @@ pub struct AnalyzeRequest {
     /// `false` skips the faces where face models are loaded; `true` where none are is a 400.
     #[serde(default)]
     pub faces: Option<bool>,
+    /// `false` leaves each photo's `location` out of the answer.
+    #[serde(default)]
+    pub location: Option<bool>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
 }
@@ -263,6 +266,25 @@ pub struct AnalyzeItem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, pattern = "^[0-9a-f]{16}$")]
     pub hash: Option<String>,
+    /// When the photo was taken (EXIF `DateTimeOriginal`, with `SubSecTimeOriginal`), ISO 8601:
+    /// with its offset from UTC when the photo records one (`OffsetTimeOriginal`) or its GPS clock
+    /// gives one (rounded to 15 minutes); without an offset, a local time of an unknown zone.
+    /// Absent when the photo has no readable capture time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = "2024-05-04T13:02:01.045+09:00")]
+    pub taken_at: Option<String>,
+    /// Where the photo was taken (EXIF GPS); absent without a usable fix, or with `"location": false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub location: Option<LocationItem>,
+    /// The upright photo's width in pixels at its full size (after the EXIF orientation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub width: Option<u32>,
+    /// The upright photo's height in pixels at its full size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub height: Option<u32>,
     /// One score per head (`CLIPFN_HEADS`), by name.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -305,6 +327,25 @@ pub struct FaceItem {
     pub embedding: Vec<f32>,
 }
 
+/// A place: WGS 84 degrees (north and east positive), metres above sea level.
+#[derive(Serialize, ToSchema)]
+pub struct LocationItem {
+    #[schema(minimum = -90, maximum = 90)]
+    pub lat: f64,
+    #[schema(minimum = -180, maximum = 180)]
+    pub lon: f64,
+    /// Negative below sea level; absent when the photo records none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub alt: Option<f64>,
+}
+
+impl From<crate::decode::Location> for LocationItem {
+    fn from(crate::decode::Location { lat, lon, alt }: crate::decode::Location) -> Self {
+        LocationItem { lat, lon, alt }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct Quality {
     pub sharpness: f64,
@@ -316,10 +357,29 @@ pub struct Quality {
 pub struct Album {
     /// Groups of input indices whose photos are near-duplicates.
     pub duplicates: Vec<Vec<usize>>,
+    /// The photos that have a `taken_at`, in time order, in runs cut where the gap exceeds
+    /// CLIPFN_EVENT_GAP_S or consecutive located photos are further apart than
+    /// CLIPFN_EVENT_DISTANCE_M; photos without a time are in none.
+    pub events: Vec<EventItem>,
     /// The faces grouped into people, largest first (when faces were found for the request).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub people: Option<Vec<PersonItem>>,
+}
+
+/// One event: its photos' indices in time order, the first's and last's `taken_at`.
+#[derive(Serialize, ToSchema)]
+pub struct EventItem {
+    /// The first photo's `taken_at`.
+    pub start: String,
+    /// The last photo's `taken_at`.
+    pub end: String,
+    pub photos: Vec<usize>,
+    /// The mean place of its located photos (no `alt`); absent when none is located, or with
+    /// `"location": false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub centre: Option<LocationItem>,
 }
 
 /// One person: faces as `[photo index, face index]`.

@@ -1,19 +1,15 @@
 //! EXIF orientation: phones store the sensor's pixels as they came and say in a tag which way is up.
 //!
 //! Which formats carry it, and who reads it:
-//! - JPEG: the APP1 `Exif` segment, read here (the scaled JPEG decoder does not parse metadata).
+//! - JPEG: the APP1 `Exif` segment, found here (the scaled JPEG decoder does not parse metadata);
+//!   a broken or missing tag means upright (it must not cost the photo).
 //! - WebP (`EXIF` chunk) and PNG (`eXIf` chunk before the image data): the block `image`'s
 //!   decoders extract, read here; TIFF (tag 274): `image`'s `ImageDecoder::orientation`.
 //! - HEIC and AVIF: the `irot`/`imir` boxes, applied by libheif itself. Their EXIF orientation tag
-//!   is ignored, as the HEIF spec says and as pillow-heif and Pillow's AVIF plugin do.
+//!   is ignored, as the HEIF spec says and as pillow-heif and Pillow's AVIF plugin do (their EXIF
+//!   item still gives the capture time and place: `metadata.rs`).
 
 use image::{DynamicImage, RgbImage, metadata::Orientation};
-
-/// The orientation in a JPEG's first APP1 `Exif` segment before the first scan; `NoTransforms`
-/// when there is none or it is unreadable (a broken tag must not cost the photo).
-pub fn jpeg_orientation(jpeg: &[u8]) -> Orientation {
-    jpeg_exif(jpeg).and_then(block_orientation).unwrap_or(Orientation::NoTransforms)
-}
 
 /// The orientation tag of an EXIF block (a TIFF structure). Some writers keep JPEG's `Exif\0\0`
 /// prefix in WebP `EXIF` and PNG `eXIf` chunks too (Pillow's own test files do); Pillow accepts
@@ -22,8 +18,9 @@ pub fn block_orientation(block: &[u8]) -> Option<Orientation> {
     Orientation::from_exif_chunk(block.strip_prefix(b"Exif\0\0").unwrap_or(block))
 }
 
-/// The first APP1 `Exif\0\0` segment's body, if any.
-fn jpeg_exif(jpeg: &[u8]) -> Option<&[u8]> {
+/// The first APP1 `Exif\0\0` segment's body, if any (the capture time and place are read from it
+/// too: `metadata.rs`).
+pub fn jpeg_exif(jpeg: &[u8]) -> Option<&[u8]> {
     let mut at = 2; // after SOI
     // Metadata segments come before the first scan; a bounded walk of the marker chain finds them.
     for _ in 0..64 {
@@ -72,6 +69,12 @@ pub fn apply(image: RgbImage, orientation: Orientation) -> RgbImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The orientation in a JPEG's first APP1 `Exif` segment before the first scan, as the decode
+    /// reads it: `NoTransforms` when there is none or it is unreadable.
+    fn jpeg_orientation(jpeg: &[u8]) -> Orientation {
+        jpeg_exif(jpeg).and_then(block_orientation).unwrap_or(Orientation::NoTransforms)
+    }
 
     /// A minimal big- or little-endian TIFF block with one IFD0 entry: Orientation = `value`.
     fn exif_block(value: u16, little: bool) -> Vec<u8> {

@@ -15,7 +15,7 @@ use libheif_rs::{
     ColorSpace, HeifContext, HeifError, HeifErrorCode, HeifErrorSubCode, LibHeif, RgbChroma, SecurityLimits,
 };
 
-use super::{DecodeError, DecodeOptions, Format, check_pixels};
+use super::{DecodeError, DecodeOptions, Format, Metadata, check_pixels, metadata};
 
 /// libheif's global state (decoder registry), initialised once and kept for the process's life.
 fn libheif() -> &'static LibHeif {
@@ -23,7 +23,7 @@ fn libheif() -> &'static LibHeif {
     LIB.get_or_init(LibHeif::new)
 }
 
-pub fn decode(bytes: &[u8], options: &DecodeOptions, format: Format) -> Result<RgbImage, DecodeError> {
+pub fn decode(bytes: &[u8], options: &DecodeOptions, format: Format) -> Result<(RgbImage, Metadata), DecodeError> {
     let lib = libheif();
     let mut context = HeifContext::read_from_bytes(bytes).map_err(|e| error(e, format))?;
     let mut limits = SecurityLimits::new();
@@ -34,6 +34,7 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions, format: Format) -> Result<R
     let handle = context.primary_image_handle().map_err(|e| error(e, format))?;
     // The size after rotation and cropping, from the header boxes: nothing is decoded yet.
     check_pixels(handle.width(), handle.height(), options.max_pixels)?;
+    let metadata = exif_item(&handle).map(|block| metadata::from_exif(&block)).unwrap_or_default();
     let decoded = lib.decode(&handle, ColorSpace::Rgb(RgbChroma::Rgb), None).map_err(|e| error(e, format))?;
     let planes = decoded.planes();
     let plane = planes
@@ -48,7 +49,23 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions, format: Format) -> Result<R
     for line in plane.data.chunks(plane.stride).take(height as usize) {
         pixels.extend_from_slice(line.get(..row).ok_or_else(|| DecodeError::Failed("short libheif row".into()))?);
     }
-    RgbImage::from_raw(width, height, pixels).ok_or_else(|| DecodeError::Failed("short libheif image".into()))
+    let image =
+        RgbImage::from_raw(width, height, pixels).ok_or_else(|| DecodeError::Failed("short libheif image".into()))?;
+    Ok((image, metadata))
+}
+
+/// The primary image's first `Exif` item, as a TIFF structure. HEIF stores it after a 4-byte
+/// big-endian offset to the TIFF header (ISO/IEC 23008-12, annex A), which may skip an
+/// `Exif\0\0` prefix; none where there is no item or the offset points outside it.
+fn exif_item(handle: &libheif_rs::ImageHandle) -> Option<Vec<u8>> {
+    let mut ids = [0; 1];
+    if handle.metadata_block_ids(&mut ids, b"Exif") == 0 {
+        return None;
+    }
+    let item = handle.metadata(ids[0]).ok()?;
+    let skip = usize::try_from(u32::from_be_bytes(item.get(..4)?.try_into().ok()?)).ok()?;
+    let tiff = item.get(4usize.checked_add(skip)?..)?;
+    Some(tiff.to_vec())
 }
 
 /// Bytes the decode holds at its peak, from the container's boxes (nothing is decoded): libheif's

@@ -16,6 +16,9 @@
 //! composited onto a background (a transparent pixel contributes whatever colour is stored under
 //! it); grayscale is replicated; CMYK JPEG converts with Pillow's formula; 16-bit samples are
 //! scaled to 8 bits. Animated files (GIF, WebP) and MPO give their first image.
+//!
+//! The capture time and place come from the same bytes at the same step (`metadata.rs`), from the
+//! EXIF block the orientation is read from, so the block is found once.
 
 // Without `jpeg-turbo`, `image` reads JPEG's orientation itself.
 #[cfg_attr(not(feature = "jpeg-turbo"), allow(dead_code))]
@@ -25,12 +28,14 @@ mod gif;
 mod heif;
 #[cfg(feature = "jpeg-turbo")]
 mod jpeg;
+pub mod metadata;
 mod sniff;
 
 use std::{io::Cursor, time::Duration};
 
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, RgbImage, metadata::Orientation};
 
+pub use metadata::{Location, Metadata, TakenAt};
 pub use sniff::{Format, sniff};
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +92,8 @@ pub struct Decoded {
     pub full_size: (u32, u32),
     /// The photo was decoded at 1/`scale_denom` scale (1: full size, and every non-JPEG format).
     pub scale_denom: u32,
+    /// When and where it was taken, as far as its EXIF says (nothing for GIF and BMP).
+    pub metadata: Metadata,
 }
 
 /// Decodes `bytes` into upright RGB, saying which format it was and at which scale it was decoded.
@@ -100,22 +107,30 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, DecodeEr
             " ({format} support is not built in: build clipfn with the `{format}` cargo feature)"
         )));
     }
-    let plain = |image: RgbImage| Decoded { full_size: image.dimensions(), image, format, scale_denom: 1 };
+    let plain = |(image, metadata): (RgbImage, Metadata)| Decoded {
+        full_size: image.dimensions(),
+        image,
+        format,
+        scale_denom: 1,
+        metadata,
+    };
     match format {
         #[cfg(feature = "jpeg-turbo")]
         Format::Jpeg => {
-            let orientation = exif::jpeg_orientation(bytes);
+            let block = exif::jpeg_exif(bytes);
+            let orientation = block.and_then(exif::block_orientation).unwrap_or(Orientation::NoTransforms);
             let jpeg = jpeg::decode(bytes, options)?;
             let image = exif::apply(jpeg.image, orientation);
             let (w, h) = jpeg.full_size;
             let full_size = if exif::swaps_axes(orientation) { (h, w) } else { (w, h) };
-            Ok(Decoded { image, format, full_size, scale_denom: jpeg.scale_denom })
+            let metadata = block.map(metadata::from_exif).unwrap_or_default();
+            Ok(Decoded { image, format, full_size, scale_denom: jpeg.scale_denom, metadata })
         }
         #[cfg(any(feature = "heif", feature = "avif"))]
         Format::Heif | Format::Avif => Ok(plain(heif::decode(bytes, options, format)?)),
         #[cfg(not(any(feature = "heif", feature = "avif")))]
         Format::Heif | Format::Avif => unreachable!("is_supported() said no"),
-        Format::Gif => Ok(plain(gif::decode(bytes, options)?)),
+        Format::Gif => Ok(plain((gif::decode(bytes, options)?, Metadata::default()))),
         _ => Ok(plain(with_image_crate(bytes, image_format(format), options)?)),
     }
 }
@@ -160,8 +175,13 @@ fn image_format(format: Format) -> ImageFormat {
 }
 
 /// PNG, WebP, BMP, TIFF (and JPEG without `jpeg-turbo`) through the `image` crate, at full
-/// size. Its decoders read the orientation (WebP `EXIF`, PNG `eXIf`, TIFF tag, JPEG APP1).
-fn with_image_crate(bytes: &[u8], format: ImageFormat, options: &DecodeOptions) -> Result<RgbImage, DecodeError> {
+/// size. Its decoders read the orientation (WebP `EXIF`, PNG `eXIf`, TIFF tag, JPEG APP1), and the
+/// same block gives the metadata; a TIFF file is itself the TIFF structure EXIF is written in.
+fn with_image_crate(
+    bytes: &[u8],
+    format: ImageFormat,
+    options: &DecodeOptions,
+) -> Result<(RgbImage, Metadata), DecodeError> {
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     let mut limits = image::Limits::default();
     // Enough for the largest allowed photo at 16 bits per RGBA channel, and no more.
@@ -171,15 +191,20 @@ fn with_image_crate(bytes: &[u8], format: ImageFormat, options: &DecodeOptions) 
     let (width, height) = decoder.dimensions();
     check_pixels(width, height, options.max_pixels)?;
     // A damaged EXIF block must not cost the photo: it is then shown as stored.
-    let orientation = match decoder.exif_metadata() {
-        Ok(Some(block)) => exif::block_orientation(&block),
-        _ => None,
-    }
-    .or_else(|| decoder.orientation().ok())
-    .unwrap_or(Orientation::NoTransforms);
+    let block = decoder.exif_metadata().ok().flatten();
+    let orientation = block
+        .as_deref()
+        .and_then(exif::block_orientation)
+        .or_else(|| decoder.orientation().ok())
+        .unwrap_or(Orientation::NoTransforms);
+    let metadata = match (&block, format) {
+        (Some(block), _) => metadata::from_exif(block),
+        (None, ImageFormat::Tiff) => metadata::from_exif(bytes),
+        (None, _) => Metadata::default(),
+    };
     let mut image = DynamicImage::from_decoder(decoder).map_err(failed)?;
     image.apply_orientation(orientation);
-    Ok(image.into_rgb8())
+    Ok((image.into_rgb8(), metadata))
 }
 
 /// Refuses empty images and images over the pixel budget, before their pixels are decoded.

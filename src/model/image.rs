@@ -306,7 +306,13 @@ mod tests {
 
     /// A photo decoded at full size.
     fn full_size(image: RgbImage) -> Decoded {
-        Decoded { full_size: image.dimensions(), image, format: Format::Png, scale_denom: 1 }
+        Decoded {
+            full_size: image.dimensions(),
+            image,
+            format: Format::Png,
+            scale_denom: 1,
+            metadata: Default::default(),
+        }
     }
 
     /// The photos preprocessed and laid out as one normalised NCHW batch.

@@ -6,8 +6,12 @@
 
 use super::Faces;
 use crate::{
-    decode::DecodeError, preprocess::PreprocessError, signals::PixelSignals, source::SourceError,
-    storage::StorageError, worker::BatchError,
+    decode::{DecodeError, Metadata},
+    preprocess::PreprocessError,
+    signals::PixelSignals,
+    source::SourceError,
+    storage::StorageError,
+    worker::BatchError,
 };
 
 /// Why one photo has no embedding.
@@ -49,6 +53,9 @@ pub struct Signals {
     pub faces: Option<Result<Faces, ItemError>>,
     /// The upright photo's width and height at its full size; none for a stored embedding.
     pub size: Option<(u32, u32)>,
+    /// When and where the photo was taken, from its EXIF; none for a stored embedding. Personal:
+    /// it goes to answers only, never to a log line or a span.
+    pub metadata: Option<Metadata>,
 }
 
 pub type ItemResult = Result<Signals, ItemError>;

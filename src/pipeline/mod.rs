@@ -203,7 +203,7 @@ impl Pipeline {
             } else {
                 None
             };
-            Ok(Signals { embedding, pixels: None, scores, faces: None, size: None })
+            Ok(Signals { embedding, pixels: None, scores, faces: None, size: None, metadata: None })
         });
         let results = futures::future::join_all(scored).await;
         let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
@@ -282,13 +282,13 @@ impl Pipeline {
                 let (_memory, _entered) = (memory, in_job.enter());
                 let viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
                 let pixels = viewed.luma.as_ref().map(PixelSignals::of);
-                Ok::<_, ItemError>((viewed.square, pixels, viewed.canvas, viewed.full_size))
+                Ok::<_, ItemError>((viewed.square, pixels, viewed.canvas, viewed.full_size, viewed.metadata))
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels, canvas, size) = viewed.inspect_err(|_| failed(&span))?;
+        let (square, pixels, canvas, size, metadata) = viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         // The faces beside the embedding: a face model that trips on the photo fails its faces
@@ -315,7 +315,7 @@ impl Pipeline {
             (None, embedded.finished)
         };
         timings.inference = Interval::new(embedded.started, finished);
-        Ok(Signals { embedding: embedded.output, pixels, scores, faces, size: Some(size) })
+        Ok(Signals { embedding: embedded.output, pixels, scores, faces, size: Some(size), metadata: Some(metadata) })
     }
 }
 

@@ -17,7 +17,7 @@ use image::{GrayImage, RgbImage};
 
 pub use self::faces::{ARCFACE_CHIP, Chip, DLIB_CHIP, FaceCanvas, aligned_face};
 use crate::{
-    decode::{DecodeError, DecodeOptions, Decoded, decode},
+    decode::{DecodeError, DecodeOptions, Decoded, Metadata, decode},
     signals::luma_size,
 };
 
@@ -119,6 +119,8 @@ pub struct Viewed {
     pub canvas: Option<FaceCanvas>,
     /// The upright photo's width and height at its full size.
     pub full_size: (u32, u32),
+    /// When and where it was taken, read from the same bytes by the decode.
+    pub metadata: Metadata,
 }
 
 /// Decodes `bytes` once, just large enough for the largest view (a JPEG at the smallest DCT scale
@@ -130,7 +132,8 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
     drop(bytes);
     let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
     let canvas = views.canvas.map(|side| faces::canvas(&decoded.image, decoded.full_size, side)).transpose()?;
-    Ok(Viewed { square: preprocess(&decoded, &views.square)?, luma, canvas, full_size: decoded.full_size })
+    let square = preprocess(&decoded, &views.square)?;
+    Ok(Viewed { square, luma, canvas, full_size: decoded.full_size, metadata: decoded.metadata })
 }
 
 /// [`decode_views`] for the square alone.

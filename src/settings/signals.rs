@@ -1,12 +1,14 @@
 //! The pixel signals of `/v1/analyze` and the album groupings over them: where blurry begins, how
-//! close two hashes must be to make duplicates.
+//! close two hashes must be to make duplicates, how far apart in time or space two photos may be
+//! and stay one event.
 
 use serde::Deserialize;
 
 use super::ConfigError;
 
 /// The variables of [`SignalSettings`], one per field and in the fields' order (see `variables`).
-pub(super) const VARIABLES: &[&str] = &["CLIPFN_BLUR_THRESHOLD", "CLIPFN_DUPLICATE_BITS"];
+pub(super) const VARIABLES: &[&str] =
+    &["CLIPFN_BLUR_THRESHOLD", "CLIPFN_DUPLICATE_BITS", "CLIPFN_EVENT_GAP_S", "CLIPFN_EVENT_DISTANCE_M"];
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct SignalSettings {
@@ -18,6 +20,14 @@ pub struct SignalSettings {
     /// (the album app's DBSCAN eps).
     #[serde(default = "defaults::duplicate_bits")]
     pub duplicate_bits: u32,
+    /// A new event starts where the time since the previous photo exceeds this many seconds (3 h:
+    /// docs/design.md, "Events").
+    #[serde(default = "defaults::event_gap_s")]
+    pub event_gap_s: u64,
+    /// A new event starts where a located photo is further than this many metres (great-circle)
+    /// from the previous located photo (25 km: docs/design.md, "Events").
+    #[serde(default = "defaults::event_distance_m")]
+    pub event_distance_m: f64,
 }
 
 mod defaults {
@@ -26,6 +36,12 @@ mod defaults {
     }
     pub fn duplicate_bits() -> u32 {
         10
+    }
+    pub fn event_gap_s() -> u64 {
+        3 * 3600
+    }
+    pub fn event_distance_m() -> f64 {
+        25_000.0
     }
 }
 
@@ -42,6 +58,15 @@ impl SignalSettings {
                 "CLIPFN_DUPLICATE_BITS is a number of bits of a 64-bit hash: 0 to 64, got {}",
                 self.duplicate_bits
             )));
+        }
+        if !(self.event_distance_m.is_finite() && self.event_distance_m >= 0.0) {
+            return Err(ConfigError(format!(
+                "CLIPFN_EVENT_DISTANCE_M must be a number of metres of at least 0, got {}",
+                self.event_distance_m
+            )));
+        }
+        if self.event_gap_s > i64::MAX as u64 / 1000 {
+            return Err(ConfigError(format!("CLIPFN_EVENT_GAP_S is too large: {}", self.event_gap_s)));
         }
         Ok(())
     }

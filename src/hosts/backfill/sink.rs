@@ -8,12 +8,12 @@ use arrow_array::{
     ArrayRef, RecordBatch, StructArray,
     builder::{
         ArrayBuilder, FixedSizeListBuilder, Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
-        StructBuilder,
+        StructBuilder, TimestampMillisecondBuilder,
     },
     cast::AsArray,
 };
 use arrow_buffer::NullBuffer;
-use arrow_schema::{DataType, Field, Fields, Schema};
+use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt, future::BoxFuture};
 use object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -207,7 +207,8 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 /// The columns: `key`, `embedding` (list of float32, null on error), `error_code` and
 /// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched),
 /// `hash` (the perceptual hash's 64 bits as int64: `printf('%016x', hash)` is the API's hex) and
-/// `sharpness` (null on error), with heads, `scores` (a float32 field per head), and with face
+/// `sharpness` (null on error), `taken_at` (the API's text: ISO 8601, with an offset when the photo
+/// gives one) and `taken_at_utc` (its instant, where the offset is known), with heads, `scores` (a float32 field per head), and with face
 /// models, `faces` (a list of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or
 /// when a face model tripped on the photo).
 fn schema(heads: &[String], faces: bool) -> Schema {
@@ -219,6 +220,8 @@ fn schema(heads: &[String], faces: bool) -> Schema {
         Field::new("bytes", DataType::Int64, true),
         Field::new("hash", DataType::Int64, true),
         Field::new("sharpness", DataType::Float64, true),
+        Field::new("taken_at", DataType::Utf8, true),
+        Field::new("taken_at_utc", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), true),
     ];
     if !heads.is_empty() {
         fields.push(Field::new("scores", DataType::Struct(score_fields(heads)), true));
@@ -280,6 +283,8 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) 
     let mut bytes = Int64Builder::with_capacity(rows.len());
     let mut hashes = Int64Builder::with_capacity(rows.len());
     let mut sharpness = Float64Builder::with_capacity(rows.len());
+    let mut taken_at = StringBuilder::new();
+    let mut taken_at_utc = TimestampMillisecondBuilder::with_capacity(rows.len()).with_timezone("UTC");
     let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
     let mut found = faces_builder();
     for row in rows {
@@ -299,6 +304,9 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) 
         // The same 64 bits, read as a signed integer: the type SQL engines xor and bit_count.
         hashes.append_option(pixels.map(|pixels| pixels.hash as i64));
         sharpness.append_option(pixels.map(|pixels| pixels.sharpness));
+        let taken = signals.and_then(|signals| signals.metadata.as_ref()?.taken_at.as_ref());
+        taken_at.append_option(taken.map(|taken| taken.iso8601()));
+        taken_at_utc.append_option(taken.and_then(|taken| taken.utc_millis()));
         let row_scores = signals.and_then(|signals| signals.scores.as_deref());
         for (head, builder) in scores.iter_mut().enumerate() {
             builder.append_option(row_scores.map(|scores| scores[head]));
@@ -313,6 +321,8 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) 
         Arc::new(bytes.finish()),
         Arc::new(hashes.finish()),
         Arc::new(sharpness.finish()),
+        Arc::new(taken_at.finish()),
+        Arc::new(taken_at_utc.finish()),
     ];
     if !heads.is_empty() {
         let scored =
@@ -342,11 +352,15 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) 
 mod tests {
     use arrow_array::{
         Array,
-        types::{Float32Type, Float64Type, Int64Type},
+        types::{Float32Type, Float64Type, Int64Type, TimestampMillisecondType},
     };
 
     use super::*;
-    use crate::{pipeline::Faces, signals::PixelSignals};
+    use crate::{
+        decode::{Metadata, TakenAt},
+        pipeline::Faces,
+        signals::PixelSignals,
+    };
 
     #[test]
     fn file_names_name_task_and_chunk_and_parse_back() {
@@ -361,6 +375,8 @@ mod tests {
     #[test]
     fn rows_round_trip_with_model_metadata_and_every_signal() {
         let pixels = PixelSignals { hash: 0xfedc_ba98_7654_3210, sharpness: 412.5 };
+        let local = chrono::NaiveDate::from_ymd_opt(2024, 5, 4).unwrap().and_hms_opt(13, 2, 1).unwrap();
+        let taken = TakenAt { local, subsec_digits: 0, offset_minutes: Some(120), offset_from_gps: false };
         let face = Face { bbox: [1.0, 2.0, 3.0, 4.0], score: 0.9, landmarks: [[0.0; 2]; 5], embedding: vec![1.0, 0.0] };
         let signals = Signals {
             embedding: vec![0.6, 0.8],
@@ -368,6 +384,7 @@ mod tests {
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
             size: Some((4, 3)),
+            metadata: Some(Metadata { taken_at: Some(taken), location: None }),
         };
         let rows = vec![
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },
@@ -393,6 +410,10 @@ mod tests {
             column("sharpness").as_primitive::<Float64Type>().iter().collect::<Vec<_>>(),
             vec![Some(412.5), None]
         );
+        let taken_at = column("taken_at").as_string::<i32>();
+        assert_eq!(taken_at.iter().collect::<Vec<_>>(), vec![Some("2024-05-04T13:02:01+02:00"), None]);
+        let utc = column("taken_at_utc").as_primitive::<TimestampMillisecondType>();
+        assert_eq!(utc.iter().collect::<Vec<_>>(), vec![Some(1_714_820_521_000), None], "11:02:01 UTC");
         let scores = column("scores").as_struct();
         assert!(scores.is_valid(0) && scores.is_null(1));
         let sharp = scores.column_by_name("sharp").unwrap().as_primitive::<Float32Type>();
@@ -414,6 +435,19 @@ mod tests {
         let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[], false).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
-        assert_eq!(names, ["key", "embedding", "error_code", "error_message", "bytes", "hash", "sharpness"]);
+        assert_eq!(
+            names,
+            [
+                "key",
+                "embedding",
+                "error_code",
+                "error_message",
+                "bytes",
+                "hash",
+                "sharpness",
+                "taken_at",
+                "taken_at_utc"
+            ]
+        );
     }
 }

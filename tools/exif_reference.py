@@ -1,0 +1,245 @@
+"""The reference for /v1/analyze's `taken_at`, `location`, `width` and `height` (tests/analyze.rs).
+
+    exif_reference.py write DIR     writes the EXIF corpus (JPEG, PNG, WebP, HEIC) into DIR
+    exif_reference.py album DIR     writes an album for events: two days in two cities, one photo
+                                    without a time (day1-*.jpg, day2-*.jpg, untimed.jpg)
+    exif_reference.py read FILE...  prints {file name: {taken_at, location, width, height}}
+
+`read` parses with Pillow's own EXIF reader (getexif, and pillow-heif's for HEIC), not clipfn's,
+and applies README's rules to what it reads: DateTimeOriginal with SubSecTimeOriginal and
+OffsetTimeOriginal; without an offset, local time minus the GPS clock's UTC rounded to 15 minutes;
+GPS void fixes and 0,0 left out; anything unreadable left out. A file Pillow cannot open is left out.
+"""
+
+import datetime
+import json
+import math
+import os
+import re
+import sys
+
+from PIL import Image
+
+try:
+    import pillow_heif
+
+    pillow_heif.register_heif_opener()
+except ImportError:  # HEIC then stays out of the corpus
+    pillow_heif = None
+
+EXIF_IFD, GPS_IFD = 0x8769, 0x8825
+ORIGINAL, OFFSET, SUBSEC = 0x9003, 0x9011, 0x9291
+LAT_REF, LAT, LON_REF, LON, ALT_REF, ALT, TIME, STATUS, DATE = 1, 2, 3, 4, 5, 6, 7, 9, 0x1D
+MAX_OFFSET = 14 * 60
+
+
+def text(value):
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str):
+        return None
+    value = value.rstrip("\0 ")
+    return value or None
+
+
+def number(value):
+    try:
+        value = float(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def taken_at(exif, gps):
+    original = text(exif.get(ORIGINAL))
+    if original is None:
+        return None
+    try:
+        local = datetime.datetime.strptime(original, "%Y:%m:%d %H:%M:%S")
+    except ValueError:
+        return None
+    out = local.strftime("%Y-%m-%dT%H:%M:%S")
+    subsec = text(exif.get(SUBSEC))
+    if subsec:
+        digits = re.match(r"\d*", subsec).group()[:9]
+        if digits:
+            out += "." + digits
+            local += datetime.timedelta(microseconds=int(digits.ljust(9, "0")) / 1000)
+    offset = None
+    recorded = text(exif.get(OFFSET))
+    match = re.fullmatch(r"([+-])(\d\d):(\d\d)", recorded or "")
+    if match and int(match.group(3)) < 60:
+        minutes = int(match.group(2)) * 60 + int(match.group(3))
+        minutes = -minutes if match.group(1) == "-" else minutes
+        if abs(minutes) <= MAX_OFFSET:
+            offset = minutes
+    if offset is None:
+        offset = gps_offset(gps, local)
+    if offset is not None:
+        sign = "-" if offset < 0 else "+"
+        out += f"{sign}{abs(offset) // 60:02}:{abs(offset) % 60:02}"
+    return out
+
+
+def gps_offset(gps, local):
+    date, hms = text(gps.get(DATE)), gps.get(TIME)
+    if date is None or not isinstance(hms, tuple) or len(hms) != 3:
+        return None
+    try:
+        day = datetime.datetime.strptime(date, "%Y:%m:%d")
+    except ValueError:
+        return None
+    h, m, s = (number(v) for v in hms)
+    if None in (h, m, s) or not (0 <= h < 24 and 0 <= m < 60 and 0 <= s < 61):
+        return None
+    utc = day + datetime.timedelta(milliseconds=round((h * 3600 + m * 60 + s) * 1000))
+    offset = round((local - utc).total_seconds() / 60 / 15) * 15
+    return offset if abs(offset) <= MAX_OFFSET else None
+
+
+def coordinate(gps, tag, ref_tag, positive, negative, limit):
+    parts = gps.get(tag)
+    if not isinstance(parts, tuple) or not 1 <= len(parts) <= 3:
+        return None
+    parts = [number(p) for p in parts]
+    if None in parts:
+        return None
+    magnitude = sum(p / d for p, d in zip(parts, (1, 60, 3600)))
+    ref = (text(gps.get(ref_tag)) or "").upper()
+    sign = {positive: 1, negative: -1}.get(ref)
+    if sign is None or magnitude > limit:
+        return None
+    return sign * magnitude
+
+
+def location(gps):
+    if text(gps.get(STATUS)) == "V":
+        return None
+    lat = coordinate(gps, LAT, LAT_REF, "N", "S", 90)
+    lon = coordinate(gps, LON, LON_REF, "E", "W", 180)
+    if lat is None or lon is None or (lat == 0 and lon == 0):
+        return None
+    place = {"lat": lat, "lon": lon}
+    alt = number(gps.get(ALT)) if ALT in gps else None
+    ref = gps.get(ALT_REF, b"\0")
+    ref = ref[0] if isinstance(ref, bytes) and len(ref) == 1 else ref
+    if alt is not None and ref in (0, 1):
+        place["alt"] = -alt if ref == 1 else alt
+    return place
+
+
+def read(path):
+    with Image.open(path) as image:
+        exif = image.getexif()
+        width, height = image.size
+        # pillow-heif gives HEIC upright already (irot/imir); the others say so in the tag.
+        if image.format not in ("HEIF", "AVIF") and exif.get(0x0112) in (5, 6, 7, 8):
+            width, height = height, width
+        # A TIFF's IFDs are read from the open file.
+        gps = exif.get_ifd(GPS_IFD)
+        when, where = taken_at(exif.get_ifd(EXIF_IFD), gps), location(gps)
+    out = {"width": width, "height": height}
+    if when is not None:
+        out["taken_at"] = when
+    if where is not None:
+        out["location"] = where
+    return out
+
+
+def write(folder):
+    """The corpus: each file's name says what its EXIF holds."""
+    os.makedirs(folder, exist_ok=True)
+
+    def exif_of(original=None, offset=None, subsec=None, gps=None, orientation=None):
+        exif = Image.Exif()
+        if orientation:
+            exif[0x0112] = orientation
+        ifd = exif.get_ifd(EXIF_IFD)
+        for tag, value in ((ORIGINAL, original), (OFFSET, offset), (SUBSEC, subsec)):
+            if value is not None:
+                ifd[tag] = value
+        if gps:
+            exif.get_ifd(GPS_IFD).update(gps)
+        return exif
+
+    def photo(width=96, height=64):
+        return Image.radial_gradient("L").resize((width, height)).convert("RGB")
+
+    def paris():
+        return {LAT_REF: "N", LAT: (48.0, 51.0, 24.0), LON_REF: "E", LON: (2.0, 21.0, 0.5), ALT_REF: b"\0", ALT: 35.5}
+
+    corpus = {
+        "local.jpg": exif_of("2024:05:04 13:02:01"),
+        "offset_subsec_paris.jpg": exif_of("2024:05:04 13:02:01", "+02:00", "045", paris()),
+        "gps_clock_tokyo.jpg": exif_of(
+            "2024:05:04 13:02:01",
+            gps={LAT_REF: "N", LAT: (35.0, 40.0, 52.3), LON_REF: "E", LON: (139.0, 46.0, 1.6),
+                 DATE: "2024:05:04", TIME: (4.0, 1.0, 21.0)},
+        ),
+        "gps_clock_new_york_past_midnight.jpg": exif_of(
+            "2024:05:04 20:03:00",
+            gps={LAT_REF: "N", LAT: (40.0, 42.0, 46.0), LON_REF: "W", LON: (74.0, 0.0, 22.0),
+                 DATE: "2024:05:05", TIME: (0.0, 7.0, 0.0)},
+        ),
+        "south_west_below_sea.jpg": exif_of(
+            "2023:12:31 23:59:59", "-03:00",
+            gps={LAT_REF: "S", LAT: (22.0, 54.0, 0.0), LON_REF: "W", LON: (43.0, 12.0, 0.0), ALT_REF: b"\x01", ALT: 12.0},
+        ),
+        "south_east.jpg": exif_of(
+            "2022:01:01 08:00:00", "+11:00",
+            gps={LAT_REF: "S", LAT: (33.0, 51.0, 25.0), LON_REF: "E", LON: (151.0, 12.0, 40.0)},
+        ),
+        "void_fix.jpg": exif_of("2024:05:04 13:02:01", gps={**paris(), STATUS: "V"}),
+        "zero_zero.jpg": exif_of(
+            "2024:05:04 13:02:01", gps={LAT_REF: "N", LAT: (0.0, 0.0, 0.0), LON_REF: "E", LON: (0.0, 0.0, 0.0)}
+        ),
+        "broken_time_no_refs.jpg": exif_of(
+            "2024:02:30 10:00:00", gps={LAT: (48.0, 51.0, 24.0), LON: (2.0, 21.0, 0.0)}
+        ),
+        "bad_offset.jpg": exif_of("2024:05:04 13:02:01", "+5:30"),
+        "rotated.jpg": exif_of("2024:05:04 13:02:01", orientation=6),
+        "no_exif.jpg": None,
+        "paris.png": exif_of("2024:05:04 13:02:01", "+02:00", "5", paris()),
+        "paris.webp": exif_of("2024:05:04 13:02:01", "+02:00", None, paris()),
+    }
+    if pillow_heif is not None:
+        corpus["paris.heic"] = exif_of("2024:05:04 13:02:01", "+02:00", "25", paris())
+    for name, exif in corpus.items():
+        kwargs = {} if exif is None else {"exif": exif.tobytes()}
+        photo().save(os.path.join(folder, name), quality=90, **kwargs)
+
+
+def album(folder):
+    """Paris on 4 May from 10:00 (+02:00), Lyon on 5 May from 10:00, a photo an hour apart each."""
+    os.makedirs(folder, exist_ok=True)
+    cities = [("day1", 4, (48.0, 51.0, 24.0), (2.0, 21.0, 8.0)), ("day2", 5, (45.0, 45.0, 51.0), (4.0, 50.0, 2.0))]
+    for name, day, lat, lon in cities:
+        for hour in range(5):
+            exif = Image.Exif()
+            ifd = exif.get_ifd(EXIF_IFD)
+            ifd[ORIGINAL] = f"2024:05:{day:02} {10 + hour:02}:00:00"
+            ifd[OFFSET] = "+02:00"
+            exif.get_ifd(GPS_IFD).update({LAT_REF: "N", LAT: lat, LON_REF: "E", LON: lon})
+            image = Image.radial_gradient("L").resize((64 + hour, 48)).convert("RGB")
+            image.save(os.path.join(folder, f"{name}-{hour}.jpg"), exif=exif.tobytes())
+    Image.linear_gradient("L").resize((64, 48)).convert("RGB").save(os.path.join(folder, "untimed.jpg"))
+
+
+def main():
+    if sys.argv[1] == "write":
+        write(sys.argv[2])
+        return
+    if sys.argv[1] == "album":
+        album(sys.argv[2])
+        return
+    answers = {}
+    for path in sys.argv[2:]:
+        try:
+            answers[os.path.basename(path)] = read(path)
+        except Exception:  # noqa: BLE001 - a file Pillow cannot read has no reference
+            pass
+    json.dump(answers, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
