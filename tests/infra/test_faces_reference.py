@@ -267,11 +267,22 @@ def test_alignment_maps_the_landmarks_onto_the_template():
     yy, xx = np.mgrid[0:640, 0:640]
     canvas = np.stack([xx % 256, yy % 256, (xx + yy) % 256], axis=2).astype(np.uint8)
     lm = fr.ARCFACE_TEMPLATE * 2 + [100, 50]
-    crop = fr.align(canvas, lm)
+    crop = fr.align(canvas, lm, fr.ARCFACE_TEMPLATE, 112)
     assert crop.shape == (112, 112, 3)
     # crop pixel (u, v) samples canvas (2u + 100, 2v + 50)
     for u, v in ((0, 0), (10, 90), (111, 111), (56, 30)):
         assert crop[v, u].tolist() == canvas[2 * v + 50, 2 * u + 100].tolist(), (u, v)
+
+
+def test_chip_of_tells_arcface_from_dlib_by_side():
+    template, normalize = fr.chip_of(112)
+    np.testing.assert_array_equal(template, fr.ARCFACE_TEMPLATE)
+    assert normalize(np.float64(255)) == 1.0
+    template, normalize = fr.chip_of(150)
+    assert template.shape == (5, 2) and np.all((template > 0) & (template < 150))
+    assert normalize(np.float64(255)) == 255  # dlib's network takes raw RGB; its mean is inside the graph
+    with pytest.raises(ValueError, match="neither"):
+        fr.chip_of(128)
 
 
 def run(*args, stdin=None):
