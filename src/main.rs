@@ -1,4 +1,4 @@
-//! The `clipfn` command line: `serve` (HTTP or Lambda), `replay` and `backfill`.
+//! The `clipfn` command line: `serve` (HTTP or Lambda), `replay`, `backfill` and `openapi`.
 
 use std::{
     path::PathBuf,
@@ -8,7 +8,7 @@ use std::{
 
 use clap::{CommandFactory, Parser, Subcommand};
 use clipfn::{
-    hosts::{backfill, lambda, replay, serve},
+    hosts::{backfill, lambda, openapi, replay, serve},
     observe::telemetry,
     settings,
     sys::memory,
@@ -38,6 +38,10 @@ enum Command {
     /// Embed a whole manifest or bucket prefix into Parquet files, as one task of a Cloud Run Job
     /// or AWS Batch array job (same CLIPFN_* settings as serve).
     Backfill(backfill::Args),
+    /// Print the OpenAPI document for these settings as served before a model is loaded (without
+    /// the model's dim and label sets), for generating clients; nothing is loaded, but
+    /// CLIPFN_MODEL must be set as for serve. docs/openapi.json is it with the default settings.
+    Openapi,
 }
 
 /// Settings are environment variables, not flags; say where they are described.
@@ -132,6 +136,7 @@ async fn run(
         Command::Serve => serve::run(settings, settings::port()?, telemetry).await.map(Some),
         Command::Replay { events } => replay::run(settings, &events, telemetry).await.map(|()| None),
         Command::Backfill(args) => backfill::run(settings, args, telemetry).await.map(|()| None),
+        Command::Openapi => openapi::print(&settings).map(|()| None).map_err(Into::into),
     }
 }
 

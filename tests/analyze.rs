@@ -232,11 +232,11 @@ fn labels_are_classifys_and_bad_requests_name_their_problem() {
         assert_eq!(status, 400, "{body}: {answer}");
         assert!(answer["error"]["message"].as_str().unwrap().contains(names), "{body}: {answer}");
     }
-    // Without a text tower, asking for labels is a bad request that says why.
+    // Without a text tower, asking for labels is /v1/classify's 404, which says why.
     let plain_server = ServerConfig::local(store.path()).start();
     let (status, answer) = plain_server.post_json("/v1/analyze", &json!({ "images": keys, "labels": labels }));
-    assert_eq!(status, 400, "{answer}");
-    assert!(answer["error"]["message"].as_str().unwrap().contains("text tower"), "{answer}");
+    assert_eq!((status, &answer["error"]["code"]), (404, &json!("text_model_not_configured")), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("CLIPFN_TEXT_MODEL"), "{answer}");
 }
 
 /// The heads run on each photo's embedding as Python's ONNX Runtime runs them on the embedding the

@@ -348,24 +348,27 @@ fn openai_client_embeds_photos_on_v1_embeddings() {
     let summary: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(summary["dim"], 128, "{summary}");
 
-    // The same rules as /v1/embed: the limits, inline photos, a bad reference named by its index.
+    // The same rules as /v1/embed: the limits, inline photos, a bad reference named by its index
+    // with the photo's own status (OpenAI's shape has no per-item errors).
     let inline = format!("data:image/jpeg;base64,{}", base64_of(&photos[0]));
     let (status, body) =
         server.post_json("/v1/embeddings", &json!({"model": "x", "input": [inline], "modality": "image"}));
     assert_eq!(status, 200, "{body}");
     let (_, own) = server.post_json("/v1/embed", &json!({ "images": keys[..1] }));
     assert!(cosine(&floats(&body["data"][0]["embedding"]), &item(&own, 0).unwrap()) > 0.99999);
-    for (request, wanted) in [
-        (json!({"input": ["a.jpg", 7], "modality": "image"}), "input[1] must be a photo reference"),
-        (json!({"input": [], "modality": "image"}), "images must hold 1 to"),
-        (json!({"input": ["http://169.254.169.254/x.jpg"], "modality": "image"}), "input[0]"),
-        (json!({"input": ["a.jpg"], "modality": "audio"}), "modality must be text or image"),
-        (json!({"input": [keys[0]], "modality": "image", "dimensions": 512}), "this model answers 128"),
+    for (request, wanted, named) in [
+        (json!({"input": ["a.jpg", 7], "modality": "image"}), 400, "input[1] must be a photo reference"),
+        (json!({"input": [], "modality": "image"}), 400, "images must hold 1 to"),
+        (json!({"input": [keys[0], "http://169.254.169.254/x.jpg"], "modality": "image"}), 403, "input[1]"),
+        (json!({"input": [keys[0], "no/such.jpg"], "modality": "image"}), 404, "input[1]: no object"),
+        (json!({"input": ["data:image/jpeg;base64,AAAA"], "modality": "image"}), 422, "input[0]"),
+        (json!({"input": ["a.jpg"], "modality": "audio"}), 400, "modality must be text or image"),
+        (json!({"input": [keys[0]], "modality": "image", "dimensions": 512}), 400, "this model answers 128"),
     ] {
         let (status, body) = server.post_json("/v1/embeddings", &request);
         let message = body["error"]["message"].as_str().unwrap_or_default();
-        assert_eq!(status, 400, "{request}: {body}");
-        assert!(message.contains(wanted), "{request}: '{message}' does not say '{wanted}'");
+        assert_eq!(status, wanted, "{request}: {body}");
+        assert!(message.contains(named), "{request}: '{message}' does not say '{named}'");
     }
 }
 

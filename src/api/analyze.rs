@@ -14,7 +14,7 @@ use super::{
     photos::{PhotoResult, photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
-    schema::{CannotClassify, Refusals},
+    schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
     types::{
         Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, EventItem, FaceItem, LocationItem, PersonItem, Quality,
@@ -25,6 +25,7 @@ use crate::{
     album::{Timed, duplicate_groups, events, people},
     decode::{Location, TakenAt},
     pipeline::Wants,
+    text::TextError,
 };
 
 /// Every signal of a photo from one fetch and one decode
@@ -46,6 +47,7 @@ use crate::{
     responses(
         (status = 200, description = "An item per photo or stored embedding, in order, and the album's groups",
             body = AnalyzeResponse, headers(("Server-Timing" = String, description = "The photos' stage timings"))),
+        (status = 404, response = NotFound),
         (status = 501, response = CannotClassify),
         Refusals,
     )
@@ -65,15 +67,11 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let service = state.ready_service()?;
     subjects.check_dim(service.pipeline.model().dim)?;
     let heads = service.pipeline.heads();
-    // Labels are one signal among several here: asking for them where there is no text tower is a
-    // bad request (/v1/classify, which is nothing but labels, is a 404 there). So is asking
-    // nothing of stored embeddings, which have only labels and scores to give.
+    // Labels need the text tower, as at /v1/classify: without one they are a named resource this
+    // server lacks (404). Stored embeddings have only labels and scores to give, so asking
+    // nothing of them is a bad request.
     if asked.is_some() && service.text.is_none() {
-        return Err(ApiError::BadRequest(
-            "labels and label_set need a text tower, and this server has none (CLIPFN_TEXT_MODEL, or a model folder \
-             with one)"
-                .into(),
-        ));
+        return Err(ApiError::Text(TextError::NotConfigured));
     }
     let face_models = service.pipeline.faces().is_some();
     if request.faces == Some(true) && (!face_models || subjects.are_stored()) {

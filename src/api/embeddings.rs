@@ -9,7 +9,7 @@ use axum::{
 use base64::Engine;
 use serde_json::Value;
 
-use crate::pipeline::Wants;
+use crate::pipeline::{ItemCode, Wants};
 
 use super::{
     AppState,
@@ -17,7 +17,7 @@ use super::{
     photos::photo_results,
     request::{RequestBody, check_body_size, check_images, deadline, json_body, json_kind, string_list},
     respond::{Answered, Counts, respond},
-    schema::{NotFound, Refusals},
+    schema::{NotFound, PhotoFetchFailed, PhotoForbidden, Refusals, Unprocessable},
     types::{EmbeddingObject, EmbeddingsRequest, EmbeddingsResponse, Usage},
 };
 
@@ -25,7 +25,8 @@ use super::{
 ///
 /// For OpenAI client libraries and vector-database tooling. Photos (`"modality": "image"`) go
 /// through the same sources, limits and pipeline as `/v1/embed`; OpenAI's shape has no per-item
-/// errors, so a photo that fails answers 400 naming its index.
+/// errors, so a photo that fails fails the request, with the photo's own status (404, 403, 413,
+/// 422, 502, 504) and a message naming its index.
 #[utoipa::path(
     post,
     path = "/v1/embeddings",
@@ -36,7 +37,10 @@ use super::{
     )),
     responses(
         (status = 200, description = "An embedding per input, in order", body = EmbeddingsResponse),
+        (status = 403, response = PhotoForbidden),
         (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 502, response = PhotoFetchFailed),
         Refusals,
     )
 )]
@@ -79,8 +83,8 @@ async fn embeddings_request(state: &AppState, body: RequestBody) -> Answered {
 }
 
 /// `/v1/embeddings` with `"modality": "image"`, as Infinity takes it: photo references (keys, URLs,
-/// data URIs) through the same pipeline, limits and source rules as `/v1/embed`. OpenAI's shape
-/// has no per-item errors, so a photo that fails answers 400 naming its index.
+/// data URIs) through the same pipeline, limits and source rules as `/v1/embed`; the first photo
+/// that fails is the request's error (OpenAI's shape has no per-item errors).
 async fn image_embeddings(state: &AppState, request: EmbeddingsRequest, size: usize, base64: bool) -> Answered {
     let images = match request.input {
         Value::String(image) => vec![image],
@@ -113,7 +117,10 @@ async fn image_embeddings(state: &AppState, request: EmbeddingsRequest, size: us
         .enumerate()
         .map(|(index, result)| match result {
             Ok(signals) => Ok(embedding_object(index, &signals.embedding, base64)),
-            Err(e) => Err(ApiError::BadRequest(format!("input[{index}]: {} ({})", e.message, e.code))),
+            Err(e) => {
+                let code = ItemCode::named(e.code).expect("a photo's error has a photo's code");
+                Err(ApiError::Photo((code, format!("input[{index}]: {}", e.message))))
+            }
         })
         .collect::<Result<_, _>>()?;
     let usage = Usage { prompt_tokens: 0, total_tokens: 0 };

@@ -42,7 +42,8 @@ pub enum ApiError {
     /// Immich's `entries` that are not what its protocol sends (its service answers 422 too).
     #[error("{0}")]
     BadEntries(String),
-    /// The one photo a request carried (Immich's `/predict`) could not be answered for.
+    /// A photo that a request without per-item errors named (Immich's `/predict`, OpenAI's
+    /// `/v1/embeddings`) could not be answered for.
     #[error("{}", .0.1)]
     Photo((ItemCode, String)),
 }
@@ -64,10 +65,12 @@ pub struct ErrorBody {
 impl ApiError {
     /// Every status and code [`ApiError::status_and_code`] gives (a test holds the two together),
     /// for the OpenAPI document.
-    pub const CODES: [(StatusCode, &str); 18] = [
+    pub const CODES: [(StatusCode, &str); 21] = [
         (StatusCode::BAD_REQUEST, "bad_request"),
         (StatusCode::BAD_REQUEST, "bad_text"),
+        (StatusCode::FORBIDDEN, "forbidden"),
         (StatusCode::NOT_FOUND, "no_route"),
+        (StatusCode::NOT_FOUND, "not_found"),
         (StatusCode::NOT_FOUND, "text_model_not_configured"),
         (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
@@ -79,6 +82,7 @@ impl ApiError {
         (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         (StatusCode::INTERNAL_SERVER_ERROR, "inference_failed"),
         (StatusCode::NOT_IMPLEMENTED, "cannot_classify"),
+        (StatusCode::BAD_GATEWAY, "fetch_failed"),
         (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
         (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
@@ -109,19 +113,18 @@ impl ApiError {
     }
 }
 
-/// The status for the one photo a request carried: its bytes were the body, so what is wrong
-/// with them is the request's (422, or 413), unless the model or the deadline failed it. A
-/// carried photo is never fetched, so the fetch codes cannot come.
+/// The status for a photo that failed a request without per-item errors: what is wrong with its
+/// bytes is the request's (422, or 413); a reference that names nothing, or nothing allowed, is
+/// 404 or 403; a store that failed is 502; the model and the deadline are 500 and 504.
 fn photo_status(code: ItemCode) -> StatusCode {
     match code {
         ItemCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ItemCode::UnsupportedFormat | ItemCode::DecodeFailed => StatusCode::UNPROCESSABLE_ENTITY,
+        ItemCode::NotFound => StatusCode::NOT_FOUND,
+        ItemCode::Forbidden => StatusCode::FORBIDDEN,
+        ItemCode::FetchFailed => StatusCode::BAD_GATEWAY,
         ItemCode::InferenceFailed => StatusCode::INTERNAL_SERVER_ERROR,
         ItemCode::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
-        ItemCode::UnsupportedFormat
-        | ItemCode::DecodeFailed
-        | ItemCode::NotFound
-        | ItemCode::Forbidden
-        | ItemCode::FetchFailed => StatusCode::UNPROCESSABLE_ENTITY,
     }
 }
 
@@ -173,10 +176,10 @@ mod tests {
             ApiError::Text(TextError::TokenizerPanic),
             ApiError::BadEntries(String::new()),
         ];
-        let photos =
-            [ItemCode::TooLarge, ItemCode::UnsupportedFormat, ItemCode::DecodeFailed, ItemCode::DeadlineExceeded];
-        let errors =
-            errors.into_iter().chain(photos.map(|code| ApiError::Photo((code, String::new())))).collect::<Vec<_>>();
+        let errors = errors
+            .into_iter()
+            .chain(ItemCode::ALL.map(|code| ApiError::Photo((code, String::new()))))
+            .collect::<Vec<_>>();
         for error in &errors {
             match error {
                 ApiError::BadRequest(_)

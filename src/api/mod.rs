@@ -9,7 +9,8 @@
 //! - `error`: every error to its status, in one place; `types`: the request and response bodies.
 //! - `immich` (`/`, `/ping`, `/predict`): Immich's machine-learning protocol on the same service;
 //! - `openapi` (`/openapi.json`): the OpenAPI document, from `types` and the handlers'
-//!   `#[utoipa::path]`; `schema`: what it says that no type derives.
+//!   `#[utoipa::path]`; `schema`: what it says that no type derives; `exclusive`: the rules
+//!   between fields (`images` or `texts`, ...) it states as `oneOf`.
 //!
 //! Adding an endpoint is a file here with its handler (its work run through `respond::respond`,
 //! its `#[utoipa::path]` listed in `openapi`), its bodies in `types`, and one `.route` line below.
@@ -19,6 +20,7 @@ mod classify;
 mod embed;
 mod embeddings;
 mod error;
+mod exclusive;
 mod immich;
 mod labels;
 mod openapi;
@@ -41,7 +43,7 @@ use std::{
 use axum::{
     Router,
     body::Body,
-    extract::{DefaultBodyLimit, MatchedPath},
+    extract::{DefaultBodyLimit, MatchedPath, State},
     http::{Method, Request, Uri},
     response::{IntoResponse, Response},
     routing::{MethodRouter, get, post},
@@ -54,6 +56,7 @@ use tower_http::{
 use tracing::{Span, field::Empty};
 
 use self::error::ApiError;
+pub use self::openapi::document as openapi_document;
 use crate::{
     observe::{metrics::Metrics, telemetry},
     service::Service,
@@ -120,7 +123,7 @@ impl AppState {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = request::transport_body_limit(&state.settings);
-    let document = openapi::document(&state.settings);
+    let documents = Arc::new(openapi::Documents::new(&state.settings));
     Router::new()
         .route("/healthz", only("GET", get(probes::healthz)))
         .route("/readyz", only("GET", get(probes::readyz)))
@@ -133,7 +136,10 @@ pub fn router(state: AppState) -> Router {
         .route("/", only("GET", get(immich::root)))
         .route("/ping", only("GET", get(immich::ping)))
         .route("/predict", only("POST", post(immich::predict)))
-        .route("/openapi.json", only("GET", get(move || openapi::openapi_json(document.clone()))))
+        .route(
+            "/openapi.json",
+            only("GET", get(move |State(state): State<AppState>| openapi::openapi_json(documents.current(&state)))),
+        )
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_string()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response()))

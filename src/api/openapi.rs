@@ -1,8 +1,10 @@
 //! The OpenAPI 3.1 document of the HTTP API: generated from the request and response types
-//! (`types`, `error`, `schema`) and the handlers' `#[utoipa::path]` attributes, with this server's
-//! limits (CLIPFN_MAX_IMAGES, CLIPFN_MAX_TEXTS, CLIPFN_MAX_TEXT_CHARS) written in when the router
-//! is built. Served at `GET /openapi.json`; docs/openapi.json is the document with the default
-//! settings (tests/openapi.rs keeps the two equal).
+//! (`types`, `error`, `schema`) and the handlers' `#[utoipa::path]` attributes, with the rules
+//! between fields (`exclusive`) and this server's limits (CLIPFN_MAX_IMAGES, CLIPFN_MAX_TEXTS,
+//! CLIPFN_MAX_TEXT_CHARS) written in. Once the model is loaded, the served document also states
+//! what only the model knows: the dim of stored embeddings and `dimensions`, and the label sets.
+//! Served at `GET /openapi.json`; docs/openapi.json is the document before a model is loaded, with
+//! the default settings, which `clipfn openapi` prints (tests/openapi.rs keeps the two equal).
 
 use std::collections::BTreeMap;
 
@@ -17,12 +19,12 @@ use utoipa::{
 };
 
 use super::{
-    analyze, classify, embed, embeddings,
+    AppState, analyze, classify, embed, embeddings,
     error::ErrorResponse,
-    immich, probes,
+    exclusive, immich, probes,
     schema::{
-        BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, ServerError, TextDeadline, Unavailable,
-        Unprocessable,
+        BadRequest, BodyTooLarge, CannotClassify, NotFound, Overloaded, PhotoFetchFailed, PhotoForbidden, ServerError,
+        TextDeadline, Unavailable, Unprocessable,
     },
 };
 use crate::settings::Settings;
@@ -53,6 +55,8 @@ use crate::settings::Settings;
         responses(
             BadRequest,
             NotFound,
+            PhotoForbidden,
+            PhotoFetchFailed,
             BodyTooLarge,
             Overloaded,
             ServerError,
@@ -71,8 +75,17 @@ use crate::settings::Settings;
 )]
 struct Document;
 
-/// The document with `settings`' limits, as JSON.
-pub(super) fn document(settings: &Settings) -> Bytes {
+/// What a loaded model adds to the document.
+pub struct Loaded<'a> {
+    /// The length of every stored embedding, and the only `dimensions` answered.
+    pub dim: usize,
+    /// The names `label_set` may take.
+    pub label_sets: Vec<&'a str>,
+}
+
+/// The document with `settings`' limits, and with what the model knows once it is `loaded`, as
+/// JSON.
+pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     let mut document = Document::openapi();
     let limits = &settings.limits;
     let text = &settings.text;
@@ -94,8 +107,53 @@ pub(super) fn document(settings: &Settings) -> Bytes {
     let Schema::OneOf(input) = input else { panic!("EmbeddingsRequest.input: not a oneOf") };
     let RefOr::T(Schema::Array(list)) = &mut input.items[1] else { panic!("EmbeddingsRequest.input: no list") };
     list.max_items = Some(text.max_texts.max(limits.max_images));
+    if let Some(loaded) = loaded {
+        state_loaded(schemas, loaded);
+    }
+    exclusive::state_rules(schemas);
+    exclusive::state_input_limits(schemas, text, limits);
     add_stored_links(&mut document);
     document.to_pretty_json().expect("the document serialises").into()
+}
+
+/// The loaded model's dim and label sets, where a body names them.
+fn state_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, loaded: &Loaded) {
+    let Some(RefOr::T(Schema::Array(stored))) = schemas.get_mut("StoredEmbedding") else {
+        panic!("StoredEmbedding is not an array")
+    };
+    (stored.min_items, stored.max_items) = (Some(loaded.dim), Some(loaded.dim));
+    let Schema::Object(dimensions) = property(schemas, "EmbeddingsRequest", "dimensions") else {
+        panic!("EmbeddingsRequest.dimensions is not a number")
+    };
+    (dimensions.minimum, dimensions.maximum) = (Some(loaded.dim.into()), Some(loaded.dim.into()));
+    let Schema::Object(label_set) = property(schemas, "LabelsRequest", "label_set") else {
+        panic!("LabelsRequest.label_set is not a string")
+    };
+    // Null stays allowed: serde reads it as no set.
+    let names = loaded.label_sets.iter().map(|name| serde_json::json!(name)).chain([serde_json::Value::Null]);
+    label_set.enum_values = Some(names.collect());
+}
+
+/// The document `GET /openapi.json` serves: the loaded one once the model is, built once.
+pub(super) struct Documents {
+    unloaded: Bytes,
+    loaded: std::sync::OnceLock<Bytes>,
+}
+
+impl Documents {
+    pub(super) fn new(settings: &Settings) -> Self {
+        Documents { unloaded: document(settings, None), loaded: std::sync::OnceLock::new() }
+    }
+
+    pub(super) fn current(&self, state: &AppState) -> Bytes {
+        let Some(service) = state.service.get() else { return self.unloaded.clone() };
+        let build = || {
+            let text = service.text.as_ref();
+            let label_sets = text.map(|text| text.label_set_names()).unwrap_or_default();
+            document(&state.settings, Some(&Loaded { dim: service.pipeline.model().dim, label_sets }))
+        };
+        self.loaded.get_or_init(build).clone()
+    }
 }
 
 /// The links from an answer with embeddings (`/v1/embed`, `/v1/analyze`) to the operations that
@@ -158,7 +216,8 @@ fn array<'a>(schemas: &'a mut BTreeMap<String, RefOr<Schema>>, request: &str, fi
 
 /// The OpenAPI document of this API
 ///
-/// With this server's limits: `maxItems` of `images` is its CLIPFN_MAX_IMAGES, and so on.
+/// With this server's limits: `maxItems` of `images` is its CLIPFN_MAX_IMAGES, and so on; once
+/// the model is loaded, with its dim (stored embeddings, `dimensions`) and label sets too.
 #[utoipa::path(
     get,
     path = "/openapi.json",
@@ -175,7 +234,7 @@ mod tests {
 
     fn with(vars: &[(&str, &str)]) -> serde_json::Value {
         let vars = [("CLIPFN_MODEL", "unused")].iter().chain(vars).map(|(k, v)| (k.to_string(), v.to_string()));
-        serde_json::from_slice(&document(&Settings::from_vars(vars).unwrap())).unwrap()
+        serde_json::from_slice(&document(&Settings::from_vars(vars).unwrap(), None)).unwrap()
     }
 
     /// `request`'s `field`, in its own properties or a flattened part's.

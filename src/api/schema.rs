@@ -11,7 +11,7 @@ use utoipa::{
     IntoResponses, PartialSchema, ToResponse, ToSchema,
     openapi::{
         ArrayBuilder, ContentBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, Ref, RefOr, Response, ResponseBuilder,
-        Schema, SchemaFormat, Type, header::HeaderBuilder, schema::SchemaType,
+        Schema, SchemaFormat, Type, extensions::Extensions, header::HeaderBuilder, schema::SchemaType,
     },
 };
 
@@ -95,7 +95,10 @@ impl PartialSchema for StoredEmbedding {
             .format(Some(SchemaFormat::KnownFormat(KnownFormat::Float)))
             .exclusive_minimum(Some(-limit))
             .exclusive_maximum(Some(limit));
-        ArrayBuilder::new().items(value).min_items(Some(1)).into()
+        // Not all zero: a value that is not 0. utoipa models no `contains`; it writes extensions
+        // into the schema as they are, and only its builder would prefix them with `x-`.
+        let not_all_zero = Extensions::from_iter([("contains", serde_json::json!({"not": {"const": 0}}))]);
+        ArrayBuilder::new().items(value).min_items(Some(1)).extensions(Some(not_all_zero)).into()
     }
 }
 
@@ -133,7 +136,10 @@ pub(super) fn embeddings_input() -> Schema {
 
 /// `labels`: distinct, non-blank strings (null reads as absent).
 pub(super) fn labels() -> Schema {
-    let label = ObjectBuilder::new().schema_type(Type::String).min_length(Some(1));
+    // Non-blank: a character outside Rust's `char::is_whitespace`, which the handler trims with,
+    // spelt out because JSON Schema's `\s` (ECMA-262's) and Python's differ from it.
+    let not_blank = r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]";
+    let label = ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).pattern(Some(not_blank));
     let description = "Labels embedded now (prompt \"a photo of a {}.\"): 1 to CLIPFN_MAX_TEXTS distinct, \
                        non-blank labels of at most CLIPFN_MAX_TEXT_CHARS characters; not with `label_set`.";
     ArrayBuilder::new()
@@ -288,8 +294,11 @@ impl IntoResponses for Refusals {
 error_responses! {
     BadRequest = BAD_REQUEST: "The body is not JSON of this operation's shape, or breaks a limit or a rule of it; \
         the message names the problem."
-    NotFound = NOT_FOUND: "This server has no text tower (CLIPFN_TEXT_MODEL, or a model folder with one), or the \
-        path is none of these."
+    NotFound = NOT_FOUND: "This server has no text tower (CLIPFN_TEXT_MODEL, or a model folder with one), the \
+        path is none of these, or (/v1/embeddings) a photo names no object."
+    PhotoForbidden = FORBIDDEN: "/v1/embeddings: a photo is outside the allowed sources, the store refused access, \
+        or its signed URL has expired; the message names its index."
+    PhotoFetchFailed = BAD_GATEWAY: "/v1/embeddings: a photo's store failed; the message names its index."
     BodyTooLarge = PAYLOAD_TOO_LARGE: "The body is over CLIPFN_MAX_BODY_BYTES, or over \
         CLIPFN_MAX_INLINE_BODY_BYTES with data URIs or stored embeddings."
     Overloaded = TOO_MANY_REQUESTS: "All CLIPFN_MAX_QUEUED_IMAGES queue places are taken; nothing was done."
@@ -298,7 +307,9 @@ error_responses! {
         bias); it still embeds."
     Unavailable = SERVICE_UNAVAILABLE: "The model is loading, the instance is draining, or it is unhealthy; try \
         another instance or later."
-    Unprocessable = UNPROCESSABLE_ENTITY: "Immich's /predict: `entries` that are not JSON of its protocol's shape, or \
-        a photo that cannot be read (one photo a request, so its error is the request's), as Immich ML answers them."
-    TextDeadline = GATEWAY_TIMEOUT: "The texts were not embedded within CLIPFN_REQUEST_TIMEOUT_MS."
+    Unprocessable = UNPROCESSABLE_ENTITY: "A photo that cannot be read where the answer has no per-photo errors \
+        (Immich's /predict, /v1/embeddings), or Immich's `entries` that are not JSON of its protocol's shape, as \
+        Immich ML answers them."
+    TextDeadline = GATEWAY_TIMEOUT: "The texts (or, at /v1/embeddings, the photos) were not answered within \
+        CLIPFN_REQUEST_TIMEOUT_MS."
 }

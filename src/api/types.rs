@@ -112,7 +112,7 @@ pub struct EmbeddingsRequest {
     #[schema(value_type = Option<schema::EncodingFormat>)]
     pub encoding_format: Option<String>,
     /// Must be the model's own dim if given.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole")]
     pub dimensions: Option<usize>,
     /// `text` (the default) or `image`: `input` then holds photo references, as Infinity takes them.
     #[serde(default)]
@@ -179,7 +179,7 @@ pub struct LabelsRequest {
     #[serde(default)]
     pub label_set: Option<String>,
     /// How many of the best labels to keep per photo (default 5).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole")]
     #[schema(minimum = 1)]
     pub top_k: Option<i64>,
 }
@@ -390,4 +390,22 @@ pub struct PersonItem {
     /// The face closest to the person's centre.
     #[schema(value_type = schema::FaceRef)]
     pub representative: [usize; 2],
+}
+
+/// A whole number as JSON Schema's `integer` reads it: `5.0` is 5 (JSON has one number type),
+/// and one past the type's range is the nearest in it; a fraction or a negative count is refused.
+fn whole<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::Error;
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else { return Ok(None) };
+    let value = match (number.as_i64(), number.as_f64()) {
+        (Some(value), _) => value,
+        // `as` saturates: 1e30 reads as i64::MAX.
+        (None, Some(value)) if value.fract() == 0.0 => value as i64,
+        _ => return Err(D::Error::custom(format!("expected a whole number, got {number}"))),
+    };
+    T::try_from(value).map(Some).map_err(|_| D::Error::custom(format!("expected a count, got {number}")))
 }

@@ -99,6 +99,11 @@ impl ItemCode {
         }
     }
 
+    /// The code whose [`as_str`](Self::as_str) is `code`.
+    pub fn named(code: &str) -> Option<ItemCode> {
+        ItemCode::ALL.into_iter().find(|item| item.as_str() == code)
+    }
+
     /// Whether the code says all there is: no detail worth a log line.
     pub fn is_self_explanatory(self) -> bool {
         matches!(self, ItemCode::NotFound | ItemCode::DeadlineExceeded)

@@ -53,10 +53,11 @@ refusal = None
 try:
     client.embeddings.create(model="clip", input=[inputs[0], missing] if photos else [], **extra)
     checks["bad_input_refused"] = False
-except openai.BadRequestError as e:
+except openai.APIStatusError as e:
     refusal = e.message
-    # A photo that fails is named by its index.
-    checks["bad_input_refused"] = e.status_code == 400 and (not photos or "input[1]" in refusal)
+    # An empty input is a bad request; a photo that fails is its own status (404: no object),
+    # named by its index.
+    checks["bad_input_refused"] = e.status_code == 404 and "input[1]" in refusal if photos else e.status_code == 400
 print(json.dumps({"checks": checks, "dim": len(floats.data[0].embedding), "model": floats.model,
                   "prompt_tokens": floats.usage.prompt_tokens, "refusal": refusal}))
 sys.exit(0 if all(checks.values()) else 1)

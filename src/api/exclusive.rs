@@ -1,0 +1,88 @@
+//! The rules between a body's fields that no field's own schema can state: `images` or `texts`,
+//! `images` or `embeddings`, `labels` or `label_set` (as `oneOf`); `"faces": true` only with
+//! `images`, and `/v1/embeddings`' limits on `input`, which depend on its `modality` (as
+//! `anyOf`). The handlers enforce them (a 400 naming the fields); the document states them, so
+//! that a client, and Schemathesis, can tell a valid body from the schema alone. A field counts as
+//! given when it is there and not null, as serde reads it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use utoipa::openapi::{
+    AllOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, RefOr, Schema,
+    schema::{AnyOfBuilder, SchemaType, Type},
+};
+
+use crate::settings::{Limits, TextSettings};
+
+/// How many of two fields a body must give.
+enum Rule {
+    ExactlyOne,
+    AtMostOne,
+}
+
+/// A field, with the type it has when given.
+type Field = (&'static str, Type);
+
+/// Every body's rule: the schema, and its two fields.
+const RULES: [(&str, Rule, [Field; 2]); 4] = [
+    ("EmbedRequest", Rule::ExactlyOne, [("images", Type::Array), ("texts", Type::Array)]),
+    ("SubjectsRequest", Rule::ExactlyOne, [("images", Type::Array), ("embeddings", Type::Array)]),
+    ("ClassifyRequest", Rule::ExactlyOne, [("labels", Type::Array), ("label_set", Type::String)]),
+    ("AnalyzeRequest", Rule::AtMostOne, [("labels", Type::Array), ("label_set", Type::String)]),
+];
+
+/// Writes each rule into its schema as a `oneOf`.
+pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
+    for (name, rule, fields) in RULES {
+        let mut one_of = OneOfBuilder::new();
+        for (field, given) in &fields {
+            let field_given = ObjectBuilder::new().schema_type(given.clone());
+            one_of = one_of.item(ObjectBuilder::new().required(*field).property(*field, field_given));
+        }
+        if let Rule::AtMostOne = rule {
+            let neither = fields.iter().fold(ObjectBuilder::new(), |neither, (field, _)| {
+                neither.property(*field, ObjectBuilder::new().schema_type(SchemaType::new(Type::Null)))
+            });
+            one_of = one_of.item(neither);
+        }
+        add(schemas, name, [one_of.into()]);
+    }
+    // `"faces": true` needs the photos: stored embeddings have no faces.
+    let faces_off = ObjectBuilder::new().property("faces", any_of_values([json!(false), Value::Null]));
+    let photos = ObjectBuilder::new().required("images").property("images", ObjectBuilder::new().schema_type(Type::Array));
+    add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(faces_off).item(photos).into()]);
+}
+
+/// A schema that only `values` satisfy.
+fn any_of_values<const N: usize>(values: [Value; N]) -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(SchemaType::AnyValue).enum_values(Some(values))
+}
+
+/// `/v1/embeddings`' `input`: texts (no `modality`, or `text`) within the text limits, photo
+/// references (`image`) within CLIPFN_MAX_IMAGES. Each limit is an `anyOf`: the other modality,
+/// or `input` within it.
+pub(super) fn state_input_limits(schemas: &mut BTreeMap<String, RefOr<Schema>>, text: &TextSettings, limits: &Limits) {
+    let input = |max_items: usize, max_chars: Option<usize>| {
+        let string = || ObjectBuilder::new().schema_type(Type::String).max_length(max_chars);
+        let list = ArrayBuilder::new().items(string()).max_items(Some(max_items));
+        ObjectBuilder::new().property("input", OneOfBuilder::new().item(string()).item(list))
+    };
+    let photos = ObjectBuilder::new().required("modality").property("modality", any_of_values([json!("image")]));
+    let texts = ObjectBuilder::new().property("modality", any_of_values([json!("text"), Value::Null]));
+    let text_limits = AnyOfBuilder::new().item(photos).item(input(text.max_texts, Some(text.max_text_chars)));
+    let photo_limits = AnyOfBuilder::new().item(texts).item(input(limits.max_images, None));
+    add(schemas, "EmbeddingsRequest", [text_limits.into(), photo_limits.into()]);
+}
+
+/// `name`'s schema becomes `allOf` its parts and `rules`, its description kept on top.
+fn add<const N: usize>(schemas: &mut BTreeMap<String, RefOr<Schema>>, name: &str, rules: [Schema; N]) {
+    let schema = schemas.remove(name).unwrap_or_else(|| panic!("no schema {name}"));
+    let (description, parts) = match schema {
+        RefOr::T(Schema::AllOf(all)) => (all.description, all.items),
+        RefOr::T(Schema::Object(mut object)) => (object.description.take(), vec![object.into()]),
+        _ => panic!("{name} is neither an object nor allOf"),
+    };
+    let all = parts.into_iter().chain(rules.map(RefOr::T)).fold(AllOfBuilder::new(), AllOfBuilder::item);
+    schemas.insert(name.to_owned(), Schema::AllOf(all.description(description).build()).into());
+}
