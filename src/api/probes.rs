@@ -61,9 +61,10 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                 "heads": service.pipeline.heads(),
                 "faces": service.pipeline.faces().map(|(detector, recognizer)| {
                     let faces = &state.settings.faces;
+                    let distance = recognizer.max_distance(faces);
                     json!({
-                        "detector": detector, "recognizer": recognizer,
-                        "max_distance": faces.face_max_distance, "min_faces": faces.face_min_faces,
+                        "detector": detector, "recognizer": recognizer, "max_distance": distance.value,
+                        "max_distance_from": distance.from, "min_faces": faces.face_min_faces,
                     })
                 }),
             });

@@ -27,7 +27,7 @@ mod tower;
 pub use self::{
     faces::{
         Detection, Detections, DetectorFormat, DetectorInfo, FaceDetector, FaceFiles, FaceModels, FaceRecognizer,
-        RecognizerFormat, RecognizerInfo,
+        MaxDistance, RecognizerFormat, RecognizerInfo,
     },
     family::{Family, read_family},
     files::{ModelFile, TextFiles, locate_text_model, read_image_model, read_weights},

@@ -32,9 +32,10 @@ pub struct FaceSettings {
     /// The most faces a photo answers, best first; a noise photo can make thousands of detections.
     #[serde(default = "defaults::max_faces")]
     pub max_faces: usize,
-    /// DBSCAN's eps over the faces' cosine distances (Immich's 0.5).
-    #[serde(default = "defaults::max_distance")]
-    pub face_max_distance: f32,
+    /// DBSCAN's eps over the faces' cosine distances. Unset: the recognizer format's own
+    /// (`RecognizerFormat::default_max_distance`).
+    #[serde(default)]
+    pub face_max_distance: Option<f32>,
     /// DBSCAN's min_samples: the faces, itself included, within the distance that make a face a
     /// person's core (the album app's 2).
     #[serde(default = "defaults::min_faces")]
@@ -47,9 +48,6 @@ mod defaults {
     }
     pub fn max_faces() -> usize {
         50
-    }
-    pub fn max_distance() -> f32 {
-        0.5
     }
     pub fn min_faces() -> usize {
         2
@@ -73,10 +71,9 @@ impl FaceSettings {
                 self.score_floor()
             )));
         }
-        if !(self.face_max_distance > 0.0 && self.face_max_distance <= 2.0) {
+        if let Some(distance) = self.face_max_distance.filter(|d| !(*d > 0.0 && *d <= 2.0)) {
             return Err(ConfigError(format!(
-                "CLIPFN_FACE_MAX_DISTANCE is a cosine distance: over 0, at most 2, got {}",
-                self.face_max_distance
+                "CLIPFN_FACE_MAX_DISTANCE is a cosine distance: over 0, at most 2, got {distance}"
             )));
         }
         if self.max_faces == 0 {

