@@ -37,8 +37,9 @@ Commands (JSON on stdout):
         "landmarks": [[x, y] x 5], "embedding": [512 floats]}, ...]}, ...]  one per photo, in
       order, faces by descending score, coordinates in pixels of the upright full-size photo.
   people [--eps 0.5] [--min-samples 2]
-      stdin: [[embedding], ...] (every face of a request, in order) -> {"labels": [...]}:
-      sklearn DBSCAN(eps, min_samples, metric="cosine") labels, -1 = noise.
+      stdin: {"embeddings": [[...], ...], "photos": [photo index, ...]} (every face of a request,
+      in order) -> {"labels": [...]}: sklearn DBSCAN(eps, min_samples, metric="cosine") labels
+      with no photo twice in a group (`people`), -1 = noise.
 """
 import argparse
 import json
@@ -246,13 +247,38 @@ class Faces:
         return {"width": w, "height": h, "faces": faces}
 
 
-def people(embeddings, eps, min_samples):
+def people(embeddings, photos, eps, min_samples):
+    """sklearn's DBSCAN labels, then the cannot-link: a group holding two faces of one photo loses
+    the one of them least similar to the group's summed embedding (the later face on a tie), and
+    the rest is clustered again on its own; the faces that left are clustered the same way among
+    themselves. -1 = noise."""
     from sklearn.cluster import DBSCAN
 
-    if not embeddings:
-        return []
     x = np.asarray(embeddings, np.float64)
-    return [int(v) for v in DBSCAN(eps=eps, min_samples=min_samples, metric="cosine").fit(x).labels_]
+
+    def dbscan(members):
+        labels = DBSCAN(eps=eps, min_samples=min_samples, metric="cosine").fit(x[members]).labels_
+        return [[m for m, l in zip(members, labels) if l == k] for k in range(labels.max() + 1)]
+
+    def apart(members):
+        kept, left, todo = [], [], dbscan(members)
+        while todo:
+            group = todo.pop()
+            twice = [i for i in group if sum(photos[j] == photos[i] for j in group) > 1]
+            if not twice:
+                kept.append(group)
+                continue
+            centre = x[group].sum(axis=0)
+            leaver = min(twice, key=lambda i: (float(x[i] @ centre), -i))
+            left.append(leaver)
+            todo.extend(dbscan([i for i in group if i != leaver]))
+        return kept + (apart(sorted(left)) if left else [])
+
+    labels = [-1] * len(embeddings)
+    for k, group in enumerate(apart(list(range(len(embeddings)))) if embeddings else []):
+        for i in group:
+            labels[i] = k
+    return labels
 
 
 def main():
@@ -273,7 +299,8 @@ def main():
         faces = Faces(a.folder, a.arcface_template)
         out = [faces.detect(*load_photo(path, a.draft), a.min_score) for path in a.photos]
     else:
-        out = {"labels": people(json.load(sys.stdin), a.eps, a.min_samples)}
+        faces = json.load(sys.stdin)
+        out = {"labels": people(faces["embeddings"], faces["photos"], a.eps, a.min_samples)}
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 
