@@ -98,8 +98,8 @@ fn the_real_detector_finds_the_packages_faces_and_none_where_there_are_none() {
         }
     }
     assert_eq!(faces(3).len(), 1, "astronaut.png: {:?}", faces(3));
-    for i in 4..names.len() {
-        assert_eq!(faces(i), Vec::<Value>::new(), "{} has no face", names[i]);
+    for (i, name) in names.iter().enumerate().skip(4) {
+        assert_eq!(faces(i), Vec::<Value>::new(), "{name} has no face");
     }
 }
 
@@ -177,7 +177,7 @@ fn real_people_from_real_faces_at_the_defaults() {
     let faces: Vec<_> = label.iter().collect();
     for (a, (face_a, label_a)) in faces.iter().enumerate() {
         for (face_b, label_b) in &faces[a + 1..] {
-            let with = person_of.get(face_a).is_some() && person_of.get(face_a) == person_of.get(face_b);
+            let with = person_of.contains_key(face_a) && person_of.get(face_a) == person_of.get(face_b);
             match (label_a, label_b) {
                 (Some(x), Some(y)) if x == y => {
                     same += 1;

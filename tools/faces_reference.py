@@ -275,7 +275,8 @@ def people(embeddings, photos, eps, min_samples):
         return kept + (apart(sorted(left)) if left else [])
 
     labels = [-1] * len(embeddings)
-    for k, group in enumerate(apart(list(range(len(embeddings)))) if embeddings else []):
+    # Numbered by their first face, as scikit-learn numbers its clusters.
+    for k, group in enumerate(sorted(apart(list(range(len(embeddings)))), key=min) if embeddings else []):
         for i in group:
             labels[i] = k
     return labels

@@ -184,12 +184,13 @@ def test_a_resized_copys_faces_join_their_originals(tmp_path):
     for name in ("CLIPFN_TEST_FACES_SCRFD", "CLIPFN_TEST_FACES_YUNET"):
         f = fr.Faces(str(folder(name)))
         answers = [f.detect(*fr.load_photo(p)) for p in photos + copies]
-        embeddings, first = [], []
-        for a in answers:
+        embeddings, first, photo_of_face = [], [], []
+        for i, a in enumerate(answers):
             first.append(len(embeddings) if a["faces"] else None)
             embeddings += [face["embedding"] for face in a["faces"]]
+            photo_of_face += [i] * len(a["faces"])
         assert len(embeddings) >= 4
-        labels = fr.people(embeddings, 0.5, 2)
+        labels = fr.people(embeddings, photo_of_face, 0.5, 2)
         n = len(photos)
         for i in range(n):
             if first[i] is None:
@@ -292,14 +293,21 @@ def run(*args, stdin=None):
     return json.loads(proc.stdout)
 
 
-def test_people_cli_is_sklearn_dbscan():
+def test_people_cli_is_sklearn_dbscan_with_no_photo_twice():
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal(512), rng.standard_normal(512)
     points = [a, a + 0.1 * rng.standard_normal(512), b, rng.standard_normal(512), b + 0.1 * rng.standard_normal(512),
               a + 0.1 * rng.standard_normal(512)]
-    out = run("people", "--eps", "0.5", "--min-samples", "2", stdin=json.dumps([p.tolist() for p in points]))
+    faces = {"embeddings": [p.tolist() for p in points], "photos": [0, 1, 2, 3, 4, 5]}
+    out = run("people", "--eps", "0.5", "--min-samples", "2", stdin=json.dumps(faces))
     assert out == {"labels": [0, 0, 1, -1, 1, 0]}
-    assert run("people", stdin="[]") == {"labels": []}
+    # Faces 0 and 5 (both near a) in one photo: the one farther from a's centre leaves, and alone.
+    faces["photos"] = [0, 1, 2, 3, 4, 0]
+    labels = run("people", "--eps", "0.5", "--min-samples", "2", stdin=json.dumps(faces))["labels"]
+    centre = np.sum([points[i] for i in (0, 1, 5)], axis=0)
+    leaver = 0 if points[0] @ centre < points[5] @ centre else 5
+    assert labels[leaver] == -1 and labels[1] == labels[5 - leaver] != -1 and labels[2] == labels[4] != -1, labels
+    assert run("people", stdin=json.dumps({"embeddings": [], "photos": []})) == {"labels": []}
 
 
 def test_detect_cli_answers_one_entry_per_photo():
