@@ -196,3 +196,124 @@ fn real_people_from_real_faces_at_the_defaults() {
     assert_eq!(joined, 0, "a stranger's face joined a labelled person");
     assert!(recall >= 0.9, "recall {recall:.3} over {same} pairs");
 }
+
+/// People across albums: the first album's people, sent back with their exemplars as
+/// `known_people`, name the second album's faces of the same people, and nobody else's; a
+/// request naming another recognizer, or an exemplar of the wrong length, is refused naming it.
+#[test]
+fn known_people_name_the_next_albums_faces() {
+    let labelled = photos(&[
+        "obama.jpg",
+        "obama2.jpg",
+        "obama3.jpg",
+        "obama_partial_face.jpg",
+        "obama_partial_face2.jpg",
+        "biden.jpg",
+    ]);
+    let copies = tempfile::tempdir().unwrap();
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools/face_copies.py"))
+        .arg(copies.path())
+        .args(&labelled[..])
+        .output()
+        .expect("running tools/face_copies.py");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let copy = |name: &str| copies.path().join(name);
+    let first = vec![
+        labelled[0].clone(),
+        labelled[1].clone(),
+        copy("obama-mirror.jpg"),
+        labelled[5].clone(),
+        copy("biden-mirror.jpg"),
+        copy("biden-half.jpg"),
+    ];
+    let mut second = vec![
+        labelled[2].clone(),
+        labelled[3].clone(),
+        labelled[4].clone(),
+        copy("obama3-q30.jpg"),
+        copy("biden-q30.jpg"),
+        copy("biden-crop.jpg"),
+    ];
+    let labelled_in_second = second.len();
+    second.extend(photos(&["astronaut.png", "newton.png", "gauss.png", "solvay_conference_1927.jpg"]));
+    let store = store_named(&first.iter().chain(&second).cloned().collect::<Vec<_>>());
+    let server = serve(store.path());
+
+    let album = analyze(&server, &first);
+    let recognizer = album["data"][0]["faces"][0]["recognizer"].as_str().unwrap().to_string();
+    assert!(recognizer.starts_with("dlib:") && recognizer.ends_with(":chips-2"), "{recognizer}");
+    let mut known = Vec::new();
+    for person in album["album"]["people"].as_array().unwrap() {
+        let faces: Vec<(usize, usize)> = person["faces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f[0].as_u64().unwrap() as usize, f[1].as_u64().unwrap() as usize))
+            .collect();
+        let named: Vec<&str> = faces.iter().map(|&(photo, _)| person_of_photo(&first[photo])).collect();
+        assert!(named.windows(2).all(|w| w[0] == w[1]), "one album's person holds two people: {named:?}");
+        let exemplars = person["exemplars"].as_array().unwrap();
+        assert!(!exemplars.is_empty() && exemplars.len() <= 5 && exemplars[0] == person["representative"], "{person}");
+        let embeddings: Vec<Value> = exemplars
+            .iter()
+            .map(|f| {
+                album["data"][f[0].as_u64().unwrap() as usize]["faces"][f[1].as_u64().unwrap() as usize]["embedding"]
+                    .clone()
+            })
+            .collect();
+        known.push(json!({ "id": format!("p-{}", named[0]), "embeddings": embeddings }));
+    }
+    assert_eq!(known.len(), 2, "the first album's people: {}", album["album"]["people"]);
+
+    let keys: Vec<&str> = second.iter().map(|p| file_name(p)).collect();
+    let body = json!({ "images": keys, "embedding": false, "known_people": known, "recognizer": recognizer });
+    let (status, next) = server.post_json("/v1/analyze", &body);
+    assert_eq!(status, 200, "{next}");
+    let mut named = BTreeMap::new();
+    for person in next["album"]["people"].as_array().unwrap() {
+        for face in person["faces"].as_array().unwrap() {
+            named.insert(face[0].as_u64().unwrap() as usize, person["id"].as_str().map(str::to_string));
+        }
+    }
+    let (mut right, mut wrong) = (0, 0);
+    for (i, photo) in second.iter().enumerate() {
+        let faces = next["data"][i]["faces"].as_array().unwrap().len();
+        let id = named.get(&i).cloned().flatten();
+        if i < labelled_in_second {
+            if faces == 0 {
+                continue;
+            }
+            match id {
+                Some(id) if id == format!("p-{}", person_of_photo(photo)) => right += 1,
+                Some(_) => wrong += 1,
+                None => {}
+            }
+        } else {
+            assert!(id.is_none() || faces == 0, "{} was named {id:?}", file_name(photo));
+        }
+    }
+    eprintln!("the second album's labelled photos: {right} named right, {wrong} wrong, of {labelled_in_second}");
+    assert_eq!(wrong, 0);
+    assert!(right >= labelled_in_second - 1, "{right} of {labelled_in_second} named: {}", next["album"]);
+
+    // Refusals, each naming what is wrong.
+    let mut other = body.clone();
+    other["recognizer"] = json!("arcface:0123456789abcdef:chips-2");
+    let (status, answer) = server.post_json("/v1/analyze", &other);
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(status == 400 && message.contains("arcface:0123456789abcdef") && message.contains(&recognizer), "{answer}");
+    let mut short = body.clone();
+    short["known_people"][0]["embeddings"][0].as_array_mut().unwrap().pop();
+    let (status, answer) = server.post_json("/v1/analyze", &short);
+    assert!(
+        status == 400
+            && answer["error"]["message"].as_str().unwrap().contains("known_people[0].embeddings[0] has 127 values"),
+        "{answer}"
+    );
+}
+
+/// The person a labelled photo (or its copy) shows.
+fn person_of_photo(photo: &Path) -> &str {
+    person(file_name(photo))
+}

@@ -12,5 +12,5 @@ mod people;
 pub use self::{
     duplicates::duplicate_groups,
     events::{Timed, events},
-    people::people,
+    people::{Known, Rules, people},
 };

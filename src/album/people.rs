@@ -3,31 +3,116 @@
 //! that a face between two people joins the one scikit-learn gives it; and never two faces of one
 //! photo in one person (a cannot-link: one photo cannot show a person twice).
 
-/// One person: their faces, as `(photo index, face index)`, in input order, and the one closest to
-/// their centre.
+/// One person: their faces, as `(photo index, face index)`, in input order, the one closest to
+/// their centre, and up to `Rules::exemplars` faces spread across them (for the app to keep and
+/// send back as a known person's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Person {
     pub faces: Vec<(usize, usize)>,
     pub representative: (usize, usize),
+    pub exemplars: Vec<(usize, usize)>,
+    /// The known person these faces are (an index into `known`).
+    pub known: Option<usize>,
+    /// For a new person: the known person whose exemplars its centre is within
+    /// `Rules::suggest_distance` of, and that distance: a question for the app's user.
+    pub maybe: Option<(usize, f32)>,
 }
 
-/// The people among `faces` (each `(photo, face, unit embedding)`): a face with at least
-/// `min_faces` faces (itself included) within `max_distance` is a core face; a person is the core
-/// faces linked through each other and the faces within reach of them. Faces reached by no core
-/// face belong to no one. Largest first; equal sizes in the order of their first face.
+/// A person the app already knows: exemplar embeddings of the recognizer's, of unit length.
+pub struct Known<'a> {
+    pub exemplars: Vec<&'a [f32]>,
+}
+
+/// How faces become people.
+pub struct Rules {
+    /// DBSCAN's eps, and the reach of a known person's exemplars (cosine distance).
+    pub max_distance: f32,
+    /// DBSCAN's min_samples.
+    pub min_faces: usize,
+    /// A face whose two nearest known people are within this of each other goes to neither.
+    pub margin: f32,
+    /// The reach of a suggestion (`Person::maybe`).
+    pub suggest_distance: f32,
+    /// The most exemplars a person answers.
+    pub exemplars: usize,
+}
+
+/// People, and the faces that were about equally near two known people (the face, and the two).
+#[derive(Debug, Default, PartialEq)]
+pub struct People {
+    pub people: Vec<Person>,
+    pub unsure: Vec<((usize, usize), [usize; 2])>,
+}
+
+/// The people among `faces` (each `(photo, face, unit embedding)`), given the `known` ones.
 ///
-/// Where a person would hold two faces of one photo, the one of them farther from the person's
-/// centre leaves it, and the rest is grouped again on its own: where the face that left was the
-/// bridge between two parts, those parts are two people now (or one, and faces of no one). The
-/// faces that left are grouped the same way among themselves: each becomes one of a new person
-/// if it has neighbours of its own there, or no one's.
-pub fn people(faces: &[(usize, usize, &[f32])], max_distance: f32, min_faces: usize) -> Vec<Person> {
-    let everyone: Vec<usize> = (0..faces.len()).collect();
-    let mut people: Vec<Person> =
-        apart(faces, &everyone, max_distance, min_faces).into_iter().map(|members| person(faces, &members)).collect();
+/// A face within `max_distance` of a known person's nearest exemplar is that person's, unless a
+/// second known person is within `margin` of that: then it is neither's (`unsure`) and goes on as
+/// unknown. Of one photo's faces that one known person takes, the nearest stays and the others go
+/// on as unknown. The unknown faces are clustered (DBSCAN: a face with at least `min_faces` faces,
+/// itself included, within `max_distance` is a core face; a person is the core faces linked
+/// through each other and the faces within reach of them; faces reached by no core face belong to
+/// no one), and one photo never shows a person twice: where a person would hold two faces of one
+/// photo, the one farther from its centre leaves, the rest is clustered again on its own (where
+/// the face that left was the bridge between two parts, those parts are two people now), and the
+/// faces that left are clustered the same way among themselves. Known people first, in `known`'s
+/// order; then the new, largest first, equal sizes in the order of their first face.
+pub fn people(faces: &[(usize, usize, &[f32])], known: &[Known], rules: &Rules) -> People {
+    let distance_to = |face: &[f32], person: &Known| {
+        person.exemplars.iter().map(|exemplar| 1.0 - dot(face, exemplar)).fold(f32::INFINITY, f32::min)
+    };
+    let mut unsure = Vec::new();
+    // Each face's known person, where it has one: (person, distance).
+    let mut claimed: Vec<Option<(usize, f32)>> = vec![None; faces.len()];
+    for (i, (photo, face, embedding)) in faces.iter().enumerate() {
+        let mut near: Vec<(usize, f32)> =
+            known.iter().map(|person| distance_to(embedding, person)).enumerate().collect();
+        near.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        match near[..] {
+            [(first, d1), (second, d2), ..] if d1 <= rules.max_distance && d2 - d1 < rules.margin => {
+                unsure.push(((*photo, *face), [first, second]));
+            }
+            [(first, d1), ..] if d1 <= rules.max_distance => claimed[i] = Some((first, d1)),
+            _ => {}
+        }
+    }
+    // One photo, one face a known person: the nearest.
+    for i in 0..faces.len() {
+        let Some((person, distance)) = claimed[i] else { continue };
+        let nearer = (0..faces.len()).any(|j| {
+            j != i
+                && faces[j].0 == faces[i].0
+                && claimed[j].is_some_and(|(other, d)| other == person && (d, j) < (distance, i))
+        });
+        if nearer {
+            claimed[i] = None;
+        }
+    }
+    let mut found: Vec<Person> = (0..known.len())
+        .filter_map(|k| {
+            let members: Vec<usize> = (0..faces.len()).filter(|&i| claimed[i].is_some_and(|(p, _)| p == k)).collect();
+            (!members.is_empty()).then(|| Person { known: Some(k), ..person(faces, &members, rules.exemplars) })
+        })
+        .collect();
+    let unknown: Vec<usize> = (0..faces.len()).filter(|&i| claimed[i].is_none()).collect();
+    let mut new: Vec<Person> = apart(faces, &unknown, rules.max_distance, rules.min_faces)
+        .into_iter()
+        .map(|members| {
+            let mut person = person(faces, &members, rules.exemplars);
+            let centre = normalised(centre(faces, &members));
+            person.maybe = known
+                .iter()
+                .map(|known| distance_to(&centre, known))
+                .enumerate()
+                .filter(|(_, d)| *d <= rules.suggest_distance)
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            person
+        })
+        .collect();
     // Stable: equal sizes keep their first face's order.
-    people.sort_by_key(|person| (std::cmp::Reverse(person.faces.len()), person.faces[0]));
-    people
+    new.sort_by_key(|person| (std::cmp::Reverse(person.faces.len()), person.faces[0]));
+    found.append(&mut new);
+    People { people: found, unsure }
 }
 
 /// The groups of `members` (indices into `faces`) that hold no photo twice.
@@ -96,16 +181,35 @@ fn dbscan(faces: &[(usize, usize, &[f32])], members: &[usize], max_distance: f32
     (0..clusters).map(|cluster| (0..n).filter(|&i| labels[i] == Some(cluster)).map(|i| members[i]).collect()).collect()
 }
 
-fn person(faces: &[(usize, usize, &[f32])], members: &[usize]) -> Person {
+/// A person of `members`: the representative is the face nearest their centre, and the exemplars
+/// start from it and add, each time, the member farthest from those chosen (farthest-point
+/// sampling: spread across the person, not bunched at its centre).
+fn person(faces: &[(usize, usize, &[f32])], members: &[usize], exemplars: usize) -> Person {
     let centre = centre(faces, members);
     let closest = members
         .iter()
         .copied()
         .max_by(|&a, &b| dot(faces[a].2, &centre).total_cmp(&dot(faces[b].2, &centre)).then(b.cmp(&a)))
         .expect("a person has a face");
+    let mut chosen = vec![closest];
+    while chosen.len() < exemplars.min(members.len()) {
+        let nearest_chosen =
+            |i: usize| chosen.iter().map(|&c| 1.0 - dot(faces[i].2, faces[c].2)).fold(f32::INFINITY, f32::min);
+        let farthest = members
+            .iter()
+            .copied()
+            .filter(|i| !chosen.contains(i))
+            .max_by(|&a, &b| nearest_chosen(a).total_cmp(&nearest_chosen(b)).then(b.cmp(&a)))
+            .expect("a member is left");
+        chosen.push(farthest);
+    }
+    let at = |i: usize| (faces[i].0, faces[i].1);
     Person {
-        faces: members.iter().map(|&i| (faces[i].0, faces[i].1)).collect(),
-        representative: (faces[closest].0, faces[closest].1),
+        faces: members.iter().map(|&i| at(i)).collect(),
+        representative: at(closest),
+        exemplars: chosen.into_iter().map(at).collect(),
+        known: None,
+        maybe: None,
     }
 }
 
@@ -118,6 +222,12 @@ fn centre(faces: &[(usize, usize, &[f32])], members: &[usize]) -> Vec<f32> {
     centre
 }
 
+fn normalised(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = dot(&v, &v).sqrt();
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
@@ -125,6 +235,21 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// DBSCAN's rules with no known people (suggestions and exemplars aside).
+    fn rules(max_distance: f32, min_faces: usize) -> Rules {
+        Rules {
+            max_distance,
+            min_faces,
+            margin: max_distance / 10.0,
+            suggest_distance: max_distance * 1.5,
+            exemplars: 5,
+        }
+    }
+
+    fn plain(faces: &[(usize, usize, &[f32])], max_distance: f32, min_faces: usize) -> Vec<Person> {
+        people(faces, &[], &rules(max_distance, min_faces)).people
+    }
 
     fn unit(angle_degrees: f32) -> Vec<f32> {
         let a = angle_degrees.to_radians();
@@ -137,7 +262,7 @@ mod tests {
         let vectors = [unit(0.0), unit(90.0), unit(20.0), unit(95.0), unit(200.0), unit(10.0)];
         let faces: Vec<(usize, usize, &[f32])> =
             vectors.iter().enumerate().map(|(i, v)| (i / 2, i % 2, &v[..])).collect();
-        let found = people(&faces, 0.5, 2);
+        let found = plain(&faces, 0.5, 2);
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].faces, [(0, 0), (1, 0), (2, 1)], "largest first");
         assert_eq!(found[0].representative, (2, 1), "10 degrees is the centre of 0, 20 and 10");
@@ -149,8 +274,8 @@ mod tests {
     fn min_faces_of_one_makes_every_face_someone() {
         let vectors = [unit(0.0), unit(120.0)];
         let faces: Vec<(usize, usize, &[f32])> = vectors.iter().enumerate().map(|(i, v)| (i, 0, &v[..])).collect();
-        assert_eq!(people(&faces, 0.5, 1).len(), 2);
-        assert!(people(&faces, 0.5, 2).is_empty());
+        assert_eq!(plain(&faces, 0.5, 1).len(), 2);
+        assert!(plain(&faces, 0.5, 2).is_empty());
     }
 
     /// `(photo, face, embedding)` for each `(photo, angle)`, the faces of a photo numbered in order.
@@ -168,7 +293,7 @@ mod tests {
 
     fn grouped(faces: &[(usize, usize, Vec<f32>)], max_distance: f32) -> Vec<Person> {
         let faces: Vec<(usize, usize, &[f32])> = faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
-        people(&faces, max_distance, 2)
+        plain(&faces, max_distance, 2)
     }
 
     /// 1 - cos(10 degrees) is 0.0152: faces link up to about 10 degrees apart.
@@ -220,5 +345,71 @@ mod tests {
         let mut own = faces.clone();
         own[7].0 = 10;
         assert_eq!(grouped(&own, TEN_DEGREES).len(), 1);
+    }
+
+    fn known(angles: &[f32]) -> Vec<Vec<f32>> {
+        angles.iter().map(|&a| unit(a)).collect()
+    }
+
+    #[test]
+    fn faces_near_a_known_persons_exemplars_are_that_person() {
+        // A known near 0 degrees, B near 90; faces at 3 and 88 in two photos, one at 45 (no one).
+        let (a, b) = (known(&[0.0, 5.0]), known(&[90.0]));
+        let known = [Known { exemplars: a.iter().map(|v| &v[..]).collect() }, Known { exemplars: vec![&b[0][..]] }];
+        let faces = at(&[(0, 3.0), (1, 88.0), (1, 45.0), (2, 2.0)]);
+        let faces: Vec<(usize, usize, &[f32])> = faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
+        let found = people(&faces, &known, &rules(TEN_DEGREES, 2));
+        assert_eq!(found.people.len(), 2, "{found:?}");
+        assert_eq!((found.people[0].known, &found.people[0].faces[..]), (Some(0), &[(0, 0), (2, 0)][..]));
+        assert_eq!((found.people[1].known, &found.people[1].faces[..]), (Some(1), &[(1, 0)][..]), "one face is enough");
+        assert!(found.unsure.is_empty());
+    }
+
+    #[test]
+    fn a_face_between_two_known_people_is_neithers_and_said() {
+        // A at 0, B at 8: a face at 4 is as near to both (margin: a tenth of the distance).
+        let (a, b) = (known(&[0.0]), known(&[8.0]));
+        let known = [Known { exemplars: vec![&a[0][..]] }, Known { exemplars: vec![&b[0][..]] }];
+        let faces = at(&[(0, 4.0)]);
+        let faces: Vec<(usize, usize, &[f32])> = faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
+        let found = people(&faces, &known, &rules(TEN_DEGREES, 2));
+        assert!(found.people.is_empty(), "{found:?}");
+        assert_eq!(found.unsure, [((0, 0), [0, 1])]);
+    }
+
+    #[test]
+    fn one_photo_gives_a_known_person_its_nearest_face_and_the_other_goes_on() {
+        // Photo 0 shows two faces near A (1 and 6 degrees); photos 1 and 2 one face near 7 each.
+        let a = known(&[0.0]);
+        let known = [Known { exemplars: vec![&a[0][..]] }];
+        let faces = at(&[(0, 1.0), (0, 6.0), (1, 7.5), (2, 8.0)]);
+        let faces: Vec<(usize, usize, &[f32])> = faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
+        let found = people(&faces, &known, &rules(TEN_DEGREES, 2));
+        assert_eq!(found.people[0].faces, [(0, 0), (1, 0), (2, 0)], "{found:?}");
+        assert_eq!(found.people[0].known, Some(0));
+        // The farther face of photo 0 went on as unknown, and is no one's: its neighbours are A's.
+        assert!(found.people.iter().all(|p| !p.faces.contains(&(0, 1))), "{found:?}");
+    }
+
+    #[test]
+    fn a_new_person_near_a_known_one_is_a_suggestion_and_exemplars_spread() {
+        // A known at 0; a new person at 14-22 degrees, farther than the reach (10), within 1.5 x.
+        let a = known(&[0.0]);
+        let known = [Known { exemplars: vec![&a[0][..]] }];
+        let faces = at(&[(0, 14.0), (1, 16.0), (2, 18.0), (3, 20.0), (4, 22.0), (5, 17.0), (6, 19.0)]);
+        let faces: Vec<(usize, usize, &[f32])> = faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
+        let mut near = rules(TEN_DEGREES, 2);
+        near.suggest_distance = 1.0 - 20f32.to_radians().cos();
+        near.exemplars = 3;
+        let found = people(&faces, &known, &near);
+        assert_eq!(found.people.len(), 1, "{found:?}");
+        let person = &found.people[0];
+        assert_eq!(person.known, None);
+        let (to, distance) = person.maybe.expect("a suggestion");
+        assert!(to == 0 && (distance - (1.0 - 18f32.to_radians().cos())).abs() < 1e-3, "{distance}");
+        // The representative (18 degrees, the centre), then the two ends.
+        assert_eq!(person.exemplars, [(2, 0), (0, 0), (4, 0)]);
+        near.suggest_distance = 1.0 - 15f32.to_radians().cos();
+        assert_eq!(people(&faces, &known, &near).people[0].maybe, None, "beyond the suggestion's reach");
     }
 }

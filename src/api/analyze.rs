@@ -11,20 +11,20 @@ use super::{
     AppState,
     error::ApiError,
     labels,
+    people::{KnownPeople, album_people, known_people},
     photos::{PhotoResult, photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
     types::{
-        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, EventItem, FaceItem, LocationItem, PersonItem, Quality,
-        TimingsMs,
+        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, EventItem, FaceItem, LocationItem, Quality, TimingsMs,
     },
 };
 use crate::{
-    album::{Timed, duplicate_groups, events, people},
+    album::{Timed, duplicate_groups, events},
     decode::{Location, TakenAt},
-    model::MaxDistance,
+    model::RecognizerInfo,
     pipeline::Wants,
     text::TextError,
 };
@@ -63,7 +63,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         &state.settings,
         r#"{"images": ["key", ...]} (or "embeddings": [[...], ...]), optionally with "labels": [...] or "label_set": "NAME", "top_k", "embedding": false"#,
     )?;
-    let subjects = Subjects::new(request.subjects, size, &state.settings)?;
+    let subjects = Subjects::new(request.subjects, size, request.known_people.is_some(), &state.settings)?;
     let asked = labels::asked(request.labels, &state.settings)?;
     let service = state.ready_service()?;
     subjects.check_dim(service.pipeline.model().dim)?;
@@ -85,6 +85,21 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
             .into(),
         ));
     }
+    let faces_info = service.pipeline.faces();
+    let known = match (request.known_people, faces_info) {
+        (None, _) => KnownPeople::none(),
+        (Some(_), _) if subjects.are_stored() || request.faces == Some(false) => {
+            return Err(ApiError::BadRequest("known_people need the photos' faces".into()));
+        }
+        (Some(_), None) => {
+            return Err(ApiError::BadRequest(
+                "known_people need face models (CLIPFN_FACE_MODEL), and this server has none".into(),
+            ));
+        }
+        (Some(given), Some((_, recognizer))) => {
+            known_people(given, request.recognizer.as_deref(), recognizer, &state.settings.faces)?
+        }
+    };
     if subjects.are_stored() && asked.is_none() && heads.is_none() {
         return Err(ApiError::BadRequest(
             "stored embeddings get labels and head scores only: name labels or a label_set (this server has no \
@@ -109,9 +124,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
-    let people_within = service.pipeline.faces().filter(|_| wants.faces);
-    let people_within = people_within.map(|(_, recognizer)| recognizer.max_distance(&state.settings.faces));
-    let album = photos.then(|| album(&results, state, people_within, with_location));
+    let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
+    let album = photos.then(|| album(&results, state, recognizer.map(|r| (r, &known)), with_location));
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
@@ -120,7 +134,12 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
             let (faces, faces_left_out, faces_error) = match photo.faces {
                 Some(Ok(found)) => {
                     let left_out = Some(found.left_out).filter(|&n| n > 0);
-                    (Some(found.faces.into_iter().map(FaceItem::from).collect()), left_out, None)
+                    let recognizer = recognizer.map_or("", |r| r.id.as_str());
+                    (
+                        Some(found.faces.into_iter().map(|face| FaceItem::new(face, recognizer)).collect()),
+                        left_out,
+                        None,
+                    )
                 }
                 Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
                 None => (None, None, None),
@@ -182,32 +201,22 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     Ok((response, counts))
 }
 
-/// The request's groupings: near-duplicates by hash and, with faces, people (faces within
-/// `people_within` of each other). Photos that failed (and faces a model tripped on) take part in
-/// neither.
-fn album(results: &[PhotoResult], state: &AppState, people_within: Option<MaxDistance>, with_location: bool) -> Album {
+/// The request's groupings: near-duplicates by hash and, with faces (by `recognizer`, with the
+/// request's known people), people. Photos that failed (and faces a model tripped on) take part
+/// in neither.
+fn album(
+    results: &[PhotoResult],
+    state: &AppState,
+    recognizer: Option<(&RecognizerInfo, &KnownPeople)>,
+    with_location: bool,
+) -> Album {
     let hashes: Vec<Option<u64>> =
         results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
     let duplicates = duplicate_groups(&hashes, state.settings.signals.duplicate_bits);
     let events = album_events(results, state, with_location);
-    let people = people_within.map(|distance| {
-        let faces: Vec<(usize, usize, &[f32])> = results
-            .iter()
-            .enumerate()
-            .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
-            .flat_map(|(photo, found)| {
-                found.faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..]))
-            })
-            .collect();
-        people(&faces, distance.value, state.settings.faces.face_min_faces)
-            .into_iter()
-            .map(|person| PersonItem {
-                faces: person.faces.into_iter().map(|(photo, face)| [photo, face]).collect(),
-                representative: [person.representative.0, person.representative.1],
-            })
-            .collect()
-    });
-    Album { duplicates, events, people }
+    let grouped = recognizer.map(|(recognizer, known)| album_people(results, known, recognizer, &state.settings.faces));
+    let (people, unsure) = grouped.unzip();
+    Album { duplicates, events, people, unsure }
 }
 
 /// The request's events. Their clock: the instants in UTC when every photo with a time has an

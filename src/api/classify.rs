@@ -52,7 +52,7 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
         &state.settings,
         r#"{"images": ["key", ...], "labels": ["beach", ...]} or {"embeddings": [[...], ...], "label_set": "NAME"}"#,
     )?;
-    let subjects = Subjects::new(request.subjects, size, &state.settings)?;
+    let subjects = Subjects::new(request.subjects, size, false, &state.settings)?;
     let asked = labels::asked(request.labels, &state.settings)?
         .ok_or_else(|| ApiError::BadRequest(r#"body must hold "labels" or "label_set""#.into()))?;
     let service = state.ready_service()?;

@@ -6,6 +6,7 @@
 //! - `respond`: how every endpoint answers, written once: the request's log line and metrics,
 //!   and `cancelled` when the client goes away first;
 //! - `request`: the body, its limits and the request's deadline; `photos`: answering for photos;
+//!   `people`: `/v1/analyze`'s known people and album people;
 //! - `error`: every error to its status, in one place; `types`: the request and response bodies.
 //! - `immich` (`/`, `/ping`, `/predict`): Immich's machine-learning protocol on the same service;
 //! - `openapi` (`/openapi.json`): the OpenAPI document, from `types` and the handlers'
@@ -24,6 +25,7 @@ mod exclusive;
 mod immich;
 mod labels;
 mod openapi;
+mod people;
 mod photos;
 mod probes;
 mod request;

@@ -1,10 +1,11 @@
 //! The OpenAPI 3.1 document of the HTTP API: generated from the request and response types
 //! (`types`, `error`, `schema`) and the handlers' `#[utoipa::path]` attributes, with the rules
 //! between fields (`exclusive`) and this server's limits (CLIPFN_MAX_IMAGES, CLIPFN_MAX_TEXTS,
-//! CLIPFN_MAX_TEXT_CHARS) written in. Once the model is loaded, the served document also states
-//! what only the model knows: the dim of stored embeddings and `dimensions`, and the label sets.
-//! Served at `GET /openapi.json`; docs/openapi.json is the document before a model is loaded, with
-//! the default settings, which `clipfn openapi` prints (tests/openapi.rs keeps the two equal).
+//! CLIPFN_MAX_TEXT_CHARS, CLIPFN_MAX_KNOWN_PEOPLE, CLIPFN_MAX_EXEMPLARS) written in. Once the
+//! model is loaded, the served document also states what only the model knows: the dim of stored
+//! embeddings, of face embeddings and of `dimensions`, and the label sets. Served at
+//! `GET /openapi.json`; docs/openapi.json is the document before a model is loaded, with the
+//! default settings, which `clipfn openapi` prints (tests/openapi.rs keeps the two equal).
 
 use std::collections::BTreeMap;
 
@@ -81,6 +82,9 @@ pub struct Loaded<'a> {
     pub dim: usize,
     /// The names `label_set` may take.
     pub label_sets: Vec<&'a str>,
+    /// With face models: the length of a face embedding (`known_people`) and the recognizer's id,
+    /// the only `recognizer` a request may name.
+    pub faces: Option<(usize, &'a str)>,
 }
 
 /// The document with `settings`' limits, and with what the model knows once it is `loaded`, as
@@ -102,6 +106,9 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
         let RefOr::T(Schema::Object(each)) = each.as_mut() else { panic!("{request}: texts are not strings") };
         each.max_length = Some(text.max_text_chars);
     }
+    let faces = &settings.faces;
+    array(schemas, "AnalyzeRequest", "known_people").max_items = Some(faces.max_known_people);
+    array(schemas, "KnownPerson", "embeddings").max_items = Some(faces.max_exemplars);
     // Texts, or photos with "modality": "image": their limits differ, the larger holds.
     let input = property(schemas, "EmbeddingsRequest", "input");
     let Schema::OneOf(input) = input else { panic!("EmbeddingsRequest.input: not a oneOf") };
@@ -122,6 +129,16 @@ fn state_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, loaded: &Loaded) 
         panic!("StoredEmbedding is not an array")
     };
     (stored.min_items, stored.max_items) = (Some(loaded.dim), Some(loaded.dim));
+    if let Some((face_dim, recognizer)) = loaded.faces {
+        let Some(RefOr::T(Schema::Array(face))) = schemas.get_mut("FaceEmbedding") else {
+            panic!("FaceEmbedding is not an array")
+        };
+        (face.min_items, face.max_items) = (Some(face_dim), Some(face_dim));
+        let Schema::Object(named) = property(schemas, "AnalyzeRequest", "recognizer") else {
+            panic!("AnalyzeRequest.recognizer is not a string")
+        };
+        named.enum_values = Some(vec![serde_json::json!(recognizer), serde_json::Value::Null]);
+    }
     let Schema::Object(dimensions) = property(schemas, "EmbeddingsRequest", "dimensions") else {
         panic!("EmbeddingsRequest.dimensions is not a number")
     };
@@ -150,7 +167,8 @@ impl Documents {
         let build = || {
             let text = service.text.as_ref();
             let label_sets = text.map(|text| text.label_set_names()).unwrap_or_default();
-            document(&state.settings, Some(&Loaded { dim: service.pipeline.model().dim, label_sets }))
+            let faces = service.pipeline.faces().map(|(_, recognizer)| (recognizer.dim, recognizer.id.as_str()));
+            document(&state.settings, Some(&Loaded { dim: service.pipeline.model().dim, label_sets, faces }))
         };
         self.loaded.get_or_init(build).clone()
     }

@@ -88,18 +88,35 @@ pub struct StoredEmbedding;
 
 impl PartialSchema for StoredEmbedding {
     fn schema() -> RefOr<Schema> {
-        // Past this a JSON number rounds to an infinite float32 (f32::MAX is 2^128 - 2^104).
-        let limit = 2f64.powi(128) - 2f64.powi(103);
-        let value = ObjectBuilder::new()
-            .schema_type(Type::Number)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Float)))
-            .exclusive_minimum(Some(-limit))
-            .exclusive_maximum(Some(limit));
-        // Not all zero: a value that is not 0. utoipa models no `contains`; it writes extensions
-        // into the schema as they are, and only its builder would prefix them with `x-`.
-        let not_all_zero = Extensions::from_iter([("contains", serde_json::json!({"not": {"const": 0}}))]);
-        ArrayBuilder::new().items(value).min_items(Some(1)).extensions(Some(not_all_zero)).into()
+        embedding()
     }
+}
+
+/// A face embedding an earlier answer gave: the recognizer's dim of finite float32 values, not all
+/// zero.
+pub struct FaceEmbedding;
+
+impl PartialSchema for FaceEmbedding {
+    fn schema() -> RefOr<Schema> {
+        embedding()
+    }
+}
+
+impl ToSchema for FaceEmbedding {}
+
+/// Finite float32 values, not all zero; the document writes in the dim once a model is loaded.
+fn embedding() -> RefOr<Schema> {
+    // Past this a JSON number rounds to an infinite float32 (f32::MAX is 2^128 - 2^104).
+    let limit = 2f64.powi(128) - 2f64.powi(103);
+    let value = ObjectBuilder::new()
+        .schema_type(Type::Number)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Float)))
+        .exclusive_minimum(Some(-limit))
+        .exclusive_maximum(Some(limit));
+    // Not all zero: a value that is not 0. utoipa models no `contains`; it writes extensions
+    // into the schema as they are, and only its builder would prefix them with `x-`.
+    let not_all_zero = Extensions::from_iter([("contains", serde_json::json!({"not": {"const": 0}}))]);
+    ArrayBuilder::new().items(value).min_items(Some(1)).extensions(Some(not_all_zero)).into()
 }
 
 impl ToSchema for StoredEmbedding {}

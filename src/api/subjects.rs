@@ -28,12 +28,20 @@ pub(super) enum Subjects {
 
 impl Subjects {
     /// The request's `images` or `embeddings` (one of them), within CLIPFN_MAX_IMAGES; `size` is
-    /// the body's, held to CLIPFN_MAX_BODY_BYTES unless photos are inline. Stored embeddings take
-    /// the larger limit too: their count and length bound them.
-    pub(super) fn new(request: SubjectsRequest, size: usize, settings: &Settings) -> Result<Self, ApiError> {
+    /// the body's, held to CLIPFN_MAX_BODY_BYTES unless photos are inline or the body `carries`
+    /// vectors beside them (known people's exemplars). Stored embeddings take the larger limit
+    /// too: their count and length bound them, as the settings' caps bound exemplars.
+    pub(super) fn new(
+        request: SubjectsRequest,
+        size: usize,
+        carries: bool,
+        settings: &Settings,
+    ) -> Result<Self, ApiError> {
         match (request.images, request.embeddings) {
             (Some(images), None) => {
-                check_body_size(size, &images, settings)?;
+                if !carries {
+                    check_body_size(size, &images, settings)?;
+                }
                 Ok(Subjects::Photos(check_images(images, settings)?))
             }
             (None, Some(embeddings)) => {

@@ -231,6 +231,29 @@ pub struct AnalyzeRequest {
     pub location: Option<bool>,
     #[serde(flatten)]
     pub labels: LabelsRequest,
+    /// The people the app already knows, each with exemplar face embeddings from earlier answers
+    /// (a person's `exemplars`): faces near one take its `id` in `album.people`. Up to
+    /// CLIPFN_MAX_KNOWN_PEOPLE, each with 1 to CLIPFN_MAX_EXEMPLARS.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<KnownPerson>>)]
+    pub known_people: Option<Vec<KnownPerson>>,
+    /// The recognizer id the `known_people` embeddings came with (every face answer carries one);
+    /// another than this server's is refused, so that embeddings of two recognizers never meet.
+    #[serde(default)]
+    pub recognizer: Option<String>,
+}
+
+/// A person the app already knows.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct KnownPerson {
+    /// The app's own id for them, given back on their faces' person; an id given twice is one
+    /// person, with the embeddings of both.
+    #[schema(min_length = 1, max_length = 256)]
+    pub id: String,
+    /// Their exemplar face embeddings, from earlier answers: the recognizer's dim, finite, not
+    /// all zero.
+    #[schema(min_items = 1, value_type = Vec<schema::FaceEmbedding>)]
+    pub embeddings: Vec<Vec<f32>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -306,9 +329,12 @@ pub struct AnalyzeItem<'a> {
     pub error: Option<ErrorBody>,
 }
 
-impl From<crate::pipeline::Face> for FaceItem {
-    fn from(crate::pipeline::Face { bbox, score, landmarks, embedding }: crate::pipeline::Face) -> Self {
-        FaceItem { bbox, score, landmarks, embedding }
+impl FaceItem {
+    pub fn new(
+        crate::pipeline::Face { bbox, score, landmarks, embedding }: crate::pipeline::Face,
+        recognizer: &str,
+    ) -> Self {
+        FaceItem { bbox, score, landmarks, embedding, recognizer: recognizer.to_owned() }
     }
 }
 
@@ -325,6 +351,8 @@ pub struct FaceItem {
     pub landmarks: [[f32; 2]; 5],
     /// The recognizer's, of unit length.
     pub embedding: Vec<f32>,
+    /// The recognizer's id (`FORMAT:HASH:chips-RULE`): embeddings of two ids never compare.
+    pub recognizer: String,
 }
 
 /// A place: WGS 84 degrees (north and east positive), metres above sea level.
@@ -365,6 +393,28 @@ pub struct Album {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub people: Option<Vec<PersonItem>>,
+    /// Faces about equally near two known people (within a tenth of the max distance of each
+    /// other), given to neither (when faces were found for the request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub unsure: Option<Vec<UnsureFace>>,
+}
+
+/// A face that two known people are about equally near.
+#[derive(Serialize, ToSchema)]
+pub struct UnsureFace {
+    #[schema(value_type = schema::FaceRef)]
+    pub face: [usize; 2],
+    /// The two known people's ids, nearer first.
+    pub between: [String; 2],
+}
+
+/// A suggestion: a known person a new person may be.
+#[derive(Serialize, ToSchema)]
+pub struct Maybe {
+    pub id: String,
+    /// The cosine distance from the new person's centre to the known person's nearest exemplar.
+    pub distance: f32,
 }
 
 /// One event: its photos' indices in time order, the first's and last's `taken_at`.
@@ -385,11 +435,24 @@ pub struct EventItem {
 /// One person: faces as `[photo index, face index]`.
 #[derive(Serialize, ToSchema)]
 pub struct PersonItem {
+    /// The known person's id (`known_people`) these faces are; absent for a new person.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub id: Option<String>,
     #[schema(value_type = Vec<schema::FaceRef>)]
     pub faces: Vec<[usize; 2]>,
     /// The face closest to the person's centre.
     #[schema(value_type = schema::FaceRef)]
     pub representative: [usize; 2],
+    /// Up to CLIPFN_PERSON_EXEMPLARS faces spread across the person, the representative first:
+    /// their embeddings are what the app keeps as this person's for the next album.
+    #[schema(value_type = Vec<schema::FaceRef>)]
+    pub exemplars: Vec<[usize; 2]>,
+    /// A new person whose centre is within CLIPFN_FACE_SUGGEST_DISTANCE of a known person: a
+    /// question for the app's user ("same person?"), never a merge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub maybe: Option<Maybe>,
 }
 
 /// A whole number as JSON Schema's `integer` reads it: `5.0` is 5 (JSON has one number type),

@@ -31,6 +31,27 @@ pub enum ModelData {
     Bytes(bytes::Bytes),
 }
 
+impl ModelData {
+    /// xxHash64 of the model's bytes, read in pieces: what tells two files apart in an id.
+    pub fn hash(&self) -> std::io::Result<u64> {
+        use std::{hash::Hasher, io::Read};
+        let mut hasher = twox_hash::XxHash64::with_seed(0);
+        match self {
+            ModelData::Bytes(bytes) => hasher.write(bytes),
+            ModelData::File(path) => {
+                let (mut file, mut piece) = (std::fs::File::open(path)?, vec![0u8; 1 << 20]);
+                loop {
+                    match file.read(&mut piece)? {
+                        0 => break,
+                        n => hasher.write(&piece[..n]),
+                    }
+                }
+            }
+        }
+        Ok(hasher.finish())
+    }
+}
+
 /// The process's ONNX Runtime and the provider its sessions run on. ONNX Runtime allows one
 /// environment per process; a clone shares it (each tower keeps one, so that the environment
 /// lives as long as its sessions).

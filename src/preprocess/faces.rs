@@ -38,6 +38,11 @@ pub const DLIB_CHIP: Chip = Chip {
     template: [[47.5492, 46.599], [100.4761, 46.599], [74.0127, 76.5625], [50.4149, 103.0233], [97.6104, 103.0233]],
 };
 
+/// The version of how chips are cut (their templates, the pixels they come from): part of a
+/// recognizer's id, since embeddings of chips cut otherwise do not compare. Raise it whenever a
+/// chip changes. 2: dlib's template from its mean face (issue 35).
+pub const CHIP_RULE: u32 = 2;
+
 /// A photo on the face detector's canvas.
 #[derive(Debug, Clone)]
 pub struct FaceCanvas {

@@ -15,7 +15,7 @@ mod faces;
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{GrayImage, RgbImage};
 
-pub use self::faces::{ARCFACE_CHIP, Chip, DLIB_CHIP, FaceCanvas, aligned_face};
+pub use self::faces::{ARCFACE_CHIP, CHIP_RULE, Chip, DLIB_CHIP, FaceCanvas, aligned_face};
 use crate::{
     decode::{DecodeError, DecodeOptions, Decoded, Metadata, decode},
     signals::luma_size,

@@ -13,6 +13,10 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_MAX_FACES",
     "CLIPFN_FACE_MAX_DISTANCE",
     "CLIPFN_FACE_MIN_FACES",
+    "CLIPFN_FACE_SUGGEST_DISTANCE",
+    "CLIPFN_PERSON_EXEMPLARS",
+    "CLIPFN_MAX_KNOWN_PEOPLE",
+    "CLIPFN_MAX_EXEMPLARS",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -40,6 +44,19 @@ pub struct FaceSettings {
     /// person's core (the album app's 2).
     #[serde(default = "defaults::min_faces")]
     pub face_min_faces: usize,
+    /// How near a new person's centre must be to a known person's exemplars to be answered as
+    /// `maybe` that person. Unset: 1.5 times the max distance in force.
+    #[serde(default)]
+    pub face_suggest_distance: Option<f32>,
+    /// The most exemplar faces a person answers, for the app to send back as `known_people`.
+    #[serde(default = "defaults::person_exemplars")]
+    pub person_exemplars: usize,
+    /// The most `known_people` a request may carry.
+    #[serde(default = "defaults::max_known_people")]
+    pub max_known_people: usize,
+    /// The most exemplar embeddings a known person may carry.
+    #[serde(default = "defaults::max_exemplars")]
+    pub max_exemplars: usize,
 }
 
 mod defaults {
@@ -51,6 +68,15 @@ mod defaults {
     }
     pub fn min_faces() -> usize {
         2
+    }
+    pub fn person_exemplars() -> usize {
+        5
+    }
+    pub fn max_known_people() -> usize {
+        1000
+    }
+    pub fn max_exemplars() -> usize {
+        20
     }
 }
 
@@ -81,6 +107,20 @@ impl FaceSettings {
         }
         if self.face_min_faces == 0 {
             return Err(ConfigError("CLIPFN_FACE_MIN_FACES must be at least 1".into()));
+        }
+        if let Some(distance) = self.face_suggest_distance.filter(|d| !(*d > 0.0 && *d <= 2.0)) {
+            return Err(ConfigError(format!(
+                "CLIPFN_FACE_SUGGEST_DISTANCE is a cosine distance: over 0, at most 2, got {distance}"
+            )));
+        }
+        for (name, value) in [
+            ("CLIPFN_PERSON_EXEMPLARS", self.person_exemplars),
+            ("CLIPFN_MAX_KNOWN_PEOPLE", self.max_known_people),
+            ("CLIPFN_MAX_EXEMPLARS", self.max_exemplars),
+        ] {
+            if value == 0 {
+                return Err(ConfigError(format!("{name} must be at least 1")));
+            }
         }
         Ok(())
     }

@@ -71,6 +71,8 @@ CASES = [
     ("/v1/analyze", {"images": [key], "faces": False}),
     ("/v1/analyze", {"embeddings": [stored], "labels": labels, "faces": False}),
     ("/v1/analyze", {"embeddings": [stored], "labels": labels, "faces": True}),
+    ("/v1/analyze", {"embeddings": [stored], "labels": labels, "known_people": [{"id": "p", "embeddings": [[1.0]]}]}),
+    ("/v1/analyze", {"images": [key], "faces": False, "known_people": [{"id": "p", "embeddings": [[1.0]]}]}),
     ("/v1/analyze", {"embeddings": [stored + [0.0]], "labels": labels}),
     ("/v1/classify", {"embeddings": [[0.0] * dim], "labels": labels}),
     ("/v1/embeddings", {"input": "a beach", "model": "clip", "dimensions": dim}),

@@ -101,7 +101,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     let service = Service::load(&settings, telemetry.metrics()).await?;
     let pipeline = &service.pipeline;
     let heads = pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default();
-    let faces = pipeline.faces().is_some();
+    let faces = pipeline.faces().map(|(_, recognizer)| recognizer.id.clone());
     let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), heads, faces));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();

@@ -37,9 +37,11 @@ use crate::{
     storage::Prefix,
 };
 
-/// File metadata keys: the model that made the embeddings, and their length.
+/// File metadata keys: the model that made the embeddings, and their length; with face models,
+/// the recognizer that made the `faces` embeddings (its id, as every face answer gives it).
 pub const MODEL_KEY: &str = "clipfn.model";
 pub const DIM_KEY: &str = "clipfn.dim";
+pub const FACE_RECOGNIZER_KEY: &str = "clipfn.face_recognizer";
 
 /// Existing files read at once while scanning `--out`.
 const SCAN_CONCURRENCY: usize = 16;
@@ -70,12 +72,12 @@ pub struct Output {
     model: String,
     /// The heads' names, a `scores` field each.
     heads: Arc<[String]>,
-    /// Whether there are face models, and so a `faces` column.
-    faces: bool,
+    /// With face models (and so a `faces` column), the recognizer's id.
+    faces: Option<String>,
 }
 
 impl Output {
-    pub fn new(prefix: Prefix, task: Task, model: String, heads: Vec<String>, faces: bool) -> Self {
+    pub fn new(prefix: Prefix, task: Task, model: String, heads: Vec<String>, faces: Option<String>) -> Self {
         Output { prefix, task, model, heads: heads.into(), faces }
     }
 
@@ -110,8 +112,8 @@ impl Output {
 
     /// Encodes one chunk and puts it as `task-IIIII-of-CCCCC-chunk-NNNNNN.parquet`.
     pub async fn write(&self, chunk: u32, dim: usize, rows: Vec<Row>) -> Result<(), BackfillError> {
-        let (model, heads, faces) = (self.model.clone(), Arc::clone(&self.heads), self.faces);
-        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &heads, faces))
+        let (model, heads, faces) = (self.model.clone(), Arc::clone(&self.heads), self.faces.clone());
+        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &heads, faces.as_deref()))
             .await
             .map_err(|e| self.error(e))?
             .map_err(|e| self.error(e))?;
@@ -210,7 +212,8 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 /// `sharpness` (null on error), `taken_at` (the API's text: ISO 8601, with an offset when the photo
 /// gives one) and `taken_at_utc` (its instant, where the offset is known), with heads, `scores` (a float32 field per head), and with face
 /// models, `faces` (a list of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or
-/// when a face model tripped on the photo).
+/// when a face model tripped on the photo; the file's `clipfn.face_recognizer` names the
+/// recognizer).
 fn schema(heads: &[String], faces: bool) -> Schema {
     let mut fields = vec![
         Field::new("key", DataType::Utf8, false),
@@ -275,7 +278,13 @@ fn score_fields(heads: &[String]) -> Fields {
     heads.iter().map(|name| Field::new(name, DataType::Float32, true)).collect()
 }
 
-fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) -> Result<Vec<u8>, ParquetError> {
+fn encode(
+    rows: &[Row],
+    model: &str,
+    dim: usize,
+    heads: &[String],
+    recognizer: Option<&str>,
+) -> Result<Vec<u8>, ParquetError> {
     let mut keys = StringBuilder::new();
     let mut embeddings = ListBuilder::with_capacity(Float32Builder::with_capacity(rows.len() * dim), rows.len());
     let mut codes = StringBuilder::new();
@@ -330,17 +339,15 @@ fn encode(rows: &[Row], model: &str, dim: usize, heads: &[String], faces: bool) 
         let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
         columns.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
     }
-    if faces {
+    if recognizer.is_some() {
         columns.push(Arc::new(found.finish()));
     }
-    let batch = RecordBatch::try_new(Arc::new(schema(heads, faces)), columns)?;
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .set_key_value_metadata(Some(vec![
-            KeyValue::new(MODEL_KEY.into(), model.to_string()),
-            KeyValue::new(DIM_KEY.into(), dim.to_string()),
-        ]))
-        .build();
+    let batch = RecordBatch::try_new(Arc::new(schema(heads, recognizer.is_some())), columns)?;
+    let mut metadata =
+        vec![KeyValue::new(MODEL_KEY.into(), model.to_string()), KeyValue::new(DIM_KEY.into(), dim.to_string())];
+    metadata.extend(recognizer.map(|id| KeyValue::new(FACE_RECOGNIZER_KEY.into(), id.to_string())));
+    let properties =
+        WriterProperties::builder().set_compression(Compression::SNAPPY).set_key_value_metadata(Some(metadata)).build();
     let mut buffer = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut buffer, batch.schema(), Some(properties))?;
     writer.write(&batch)?;
@@ -391,11 +398,12 @@ mod tests {
             Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "no object".into())), bytes: None },
         ];
         let heads = ["aesthetic".to_string(), "sharp".to_string()];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &heads, true).unwrap());
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &heads, Some("dlib:00:chips-2")).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
         assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
         assert!(kv.contains(&KeyValue::new(DIM_KEY.into(), "2".to_string())));
+        assert!(kv.contains(&KeyValue::new(FACE_RECOGNIZER_KEY.into(), "dlib:00:chips-2".to_string())));
         let batch = builder.build().unwrap().next().unwrap().unwrap();
         assert_eq!(batch.num_rows(), 2);
         let column = |name: &str| batch.column_by_name(name).unwrap();
@@ -432,7 +440,7 @@ mod tests {
     fn without_heads_there_is_no_scores_column() {
         let rows =
             vec![Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "x".into())), bytes: None }];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[], false).unwrap());
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[], None).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
         assert_eq!(

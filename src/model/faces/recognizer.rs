@@ -10,7 +10,7 @@ use ort::{session::Session, value::TensorRef};
 use super::{refuse, square_side};
 use crate::{
     model::{FaceCrops, ModelData, ModelError, Runtime, Tower, TowerInfo, outputs::unit_rows},
-    preprocess::{ARCFACE_CHIP, Chip, DLIB_CHIP},
+    preprocess::{ARCFACE_CHIP, CHIP_RULE, Chip, DLIB_CHIP},
     settings::{FaceSettings, ModelSettings},
 };
 
@@ -26,6 +26,13 @@ impl RecognizerFormat {
     /// The format of a recognizer taking `side` x `side` chips.
     fn of_side(side: u32) -> Option<Self> {
         [RecognizerFormat::Arcface, RecognizerFormat::Dlib].into_iter().find(|format| format.chip().side == side)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RecognizerFormat::Arcface => "arcface",
+            RecognizerFormat::Dlib => "dlib",
+        }
     }
 
     pub fn chip(self) -> Chip {
@@ -56,6 +63,9 @@ impl RecognizerFormat {
 /// What the rest of the service is told about the recognizer.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RecognizerInfo {
+    /// `FORMAT:HASH:chips-RULE`: the format, an xxHash64 of the file and the chip rule's version
+    /// (`CHIP_RULE`). Embeddings of two ids never compare; every face answer carries it.
+    pub id: String,
     pub file: String,
     pub format: RecognizerFormat,
     pub dim: usize,
@@ -127,7 +137,9 @@ impl FaceRecognizer {
             shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, D] embeddings"))),
         };
         let (input, output) = (input.name().to_string(), output.name().to_string());
-        let info = RecognizerInfo { file, format, dim, batch_size };
+        let hash = data.hash().map_err(|e| refuse("recognizer", &file, format!("cannot be read: {e}")))?;
+        let id = format!("{}:{hash:016x}:chips-{CHIP_RULE}", format.name());
+        let info = RecognizerInfo { id, file, format, dim, batch_size };
         let mut recognizer = FaceRecognizer { session, input, output, info, _environment: runtime.environment() };
         for n in [1, batch_size] {
             let black = recognizer.black_chip();
@@ -190,7 +202,7 @@ mod tests {
     #[test]
     fn the_max_distance_is_the_settings_else_the_formats() {
         for format in [RecognizerFormat::Arcface, RecognizerFormat::Dlib] {
-            let info = RecognizerInfo { file: "r.onnx".into(), format, dim: 128, batch_size: 8 };
+            let info = RecognizerInfo { id: "x".into(), file: "r.onnx".into(), format, dim: 128, batch_size: 8 };
             let default = info.max_distance(&faces(&[]));
             assert_eq!(
                 (default.value, default.from),

@@ -1,0 +1,140 @@
+//! `/v1/analyze`'s people: the request's `known_people` checked against the server's recognizer
+//! and limits, and the album's faces grouped with them (`album::people`) into `album.people` and
+//! `album.unsure`.
+
+use super::{
+    error::ApiError,
+    photos::PhotoResult,
+    types::{KnownPerson, Maybe, PersonItem, UnsureFace},
+};
+use crate::{
+    album::{Known, Rules, people},
+    model::RecognizerInfo,
+    settings::FaceSettings,
+};
+
+/// The known people of a request, checked: one entry an id (an id given twice pools its
+/// embeddings), embeddings of unit length.
+pub(super) struct KnownPeople {
+    ids: Vec<String>,
+    exemplars: Vec<Vec<Vec<f32>>>,
+}
+
+/// The request's `known_people`, held to `recognizer` (the id the request names must be its, and
+/// every embedding of its dim, finite and not all zero) and to the settings' limits.
+pub(super) fn known_people(
+    given: Vec<KnownPerson>,
+    named: Option<&str>,
+    recognizer: &RecognizerInfo,
+    settings: &FaceSettings,
+) -> Result<KnownPeople, ApiError> {
+    let bad = |message: String| Err(ApiError::BadRequest(message));
+    if let Some(named) = named.filter(|named| *named != recognizer.id) {
+        return bad(format!(
+            "recognizer: the known_people embeddings came from '{named}', and this server's recognizer is '{}'; \
+             embeddings of two recognizers do not compare",
+            recognizer.id
+        ));
+    }
+    if given.len() > settings.max_known_people {
+        return bad(format!(
+            "known_people holds {} people, over the limit of {} (CLIPFN_MAX_KNOWN_PEOPLE)",
+            given.len(),
+            settings.max_known_people
+        ));
+    }
+    let (mut ids, mut exemplars): (Vec<String>, Vec<Vec<Vec<f32>>>) = (Vec::new(), Vec::new());
+    for (i, person) in given.into_iter().enumerate() {
+        if person.id.is_empty() || person.id.chars().count() > 256 {
+            return bad(format!("known_people[{i}].id must be 1 to 256 characters"));
+        }
+        let count = person.embeddings.len();
+        if count == 0 || count > settings.max_exemplars {
+            return bad(format!(
+                "known_people[{i}].embeddings must hold 1 to {} embeddings (CLIPFN_MAX_EXEMPLARS), got {count}",
+                settings.max_exemplars
+            ));
+        }
+        let mut unit = Vec::with_capacity(count);
+        for (j, mut embedding) in person.embeddings.into_iter().enumerate() {
+            let problem = if embedding.len() != recognizer.dim {
+                format!("has {} values, and this recognizer's embeddings have {}", embedding.len(), recognizer.dim)
+            } else if !embedding.iter().all(|x| x.is_finite()) {
+                "holds a value that is not a finite float32".to_string()
+            } else if embedding.iter().all(|&x| x == 0.0) {
+                "is all zeros, which has no direction".to_string()
+            } else {
+                let norm = embedding.iter().map(|x| x * x).sum::<f32>().sqrt();
+                embedding.iter_mut().for_each(|x| *x /= norm);
+                unit.push(embedding);
+                continue;
+            };
+            return bad(format!("known_people[{i}].embeddings[{j}] {problem}"));
+        }
+        match ids.iter().position(|id| *id == person.id) {
+            Some(same) => exemplars[same].extend(unit),
+            None => {
+                ids.push(person.id);
+                exemplars.push(unit);
+            }
+        }
+    }
+    Ok(KnownPeople { ids, exemplars })
+}
+
+/// The album's people and unsure faces: every face of the photos that have them, grouped with
+/// the `known` people at the recognizer's distance.
+pub(super) fn album_people(
+    results: &[PhotoResult],
+    known: &KnownPeople,
+    recognizer: &RecognizerInfo,
+    settings: &FaceSettings,
+) -> (Vec<PersonItem>, Vec<UnsureFace>) {
+    let faces: Vec<(usize, usize, &[f32])> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
+        .flat_map(|(photo, found)| found.faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..])))
+        .collect();
+    let max_distance = recognizer.max_distance(settings).value;
+    let rules = Rules {
+        max_distance,
+        min_faces: settings.face_min_faces,
+        // "About equally near": within a tenth of the distance that joins (0.05 for ArcFace's
+        // 0.5, 0.0075 for dlib's 0.075), so the margin follows the recognizer's scale.
+        margin: max_distance / 10.0,
+        suggest_distance: settings.face_suggest_distance.unwrap_or(1.5 * max_distance),
+        exemplars: settings.person_exemplars,
+    };
+    let known_people: Vec<Known> = known
+        .exemplars
+        .iter()
+        .map(|exemplars| Known { exemplars: exemplars.iter().map(Vec::as_slice).collect() })
+        .collect();
+    let found = people(&faces, &known_people, &rules);
+    let at = |(photo, face): (usize, usize)| [photo, face];
+    let people = found
+        .people
+        .into_iter()
+        .map(|person| PersonItem {
+            id: person.known.map(|k| known.ids[k].clone()),
+            faces: person.faces.into_iter().map(at).collect(),
+            representative: at(person.representative),
+            exemplars: person.exemplars.into_iter().map(at).collect(),
+            maybe: person.maybe.map(|(k, distance)| Maybe { id: known.ids[k].clone(), distance }),
+        })
+        .collect();
+    let unsure = found
+        .unsure
+        .into_iter()
+        .map(|(face, [a, b])| UnsureFace { face: at(face), between: [known.ids[a].clone(), known.ids[b].clone()] })
+        .collect();
+    (people, unsure)
+}
+
+impl KnownPeople {
+    /// No known people: the album's faces are clustered from scratch.
+    pub(super) fn none() -> Self {
+        KnownPeople { ids: Vec::new(), exemplars: Vec::new() }
+    }
+}
