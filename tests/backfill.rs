@@ -13,7 +13,7 @@ use std::{
 
 use clipfn::hosts::backfill::{shard::Task, sink::file_name};
 use common::{Proc, ServerConfig, camera_photos, cosine, fake_gcs_credentials, gcs_env, setup_var, start_fake_gcs};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const COPIES: usize = 240;
 const TASKS: u32 = 3;
@@ -77,9 +77,15 @@ fn finish(task: &mut Proc, log: &Path) -> Value {
 
 /// Every row under `dir`, read by tools/read_backfill.py (pyarrow and DuckDB).
 fn read_back(dir: &Path) -> Value {
+    read_back_with(dir, &[])
+}
+
+/// As `read_back`, with docs/deploy.md's query variables `NAME=VALUE` replaced.
+fn read_back_with(dir: &Path, settings: &[&str]) -> Value {
     let output = Command::new(setup_var("CLIPFN_PYTHON"))
         .arg(common::repo().join("tools/read_backfill.py"))
         .arg(dir)
+        .args(settings)
         .output()
         .expect("running tools/read_backfill.py");
     assert!(output.status.success(), "read_backfill.py: {}", String::from_utf8_lossy(&output.stderr));
@@ -344,6 +350,62 @@ fn listed_prefix_then_incremental_array_job_then_another_model_is_refused() {
         stderr.contains("'clip-test'") && stderr.contains("'clip-other'") && stderr.contains("another --out"),
         "{stderr}"
     );
+}
+
+/// The groups of `groups` (lists of keys or of indices into `names`) as sorted lists of file names.
+fn named_groups(groups: &Value, name: impl Fn(&Value) -> String) -> Vec<Vec<String>> {
+    let mut named: Vec<Vec<String>> =
+        groups.as_array().unwrap().iter().map(|g| g.as_array().unwrap().iter().map(&name).collect()).collect();
+    named.sort();
+    named
+}
+
+#[test]
+fn the_librarys_events_and_bursts_by_docs_queries_are_the_albums() {
+    // Two days in two cities and, on the first, a burst of a moving cat and what follows it.
+    let photos = tempfile::tempdir().unwrap();
+    let trip = photos.path().join("trip");
+    for (command, folder) in [("album", &trip), ("burst", &trip)] {
+        let output = Command::new(setup_var("CLIPFN_PYTHON"))
+            .arg(common::repo().join("tools/exif_reference.py"))
+            .args([command.as_ref(), folder.as_os_str()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let out = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", photos.path().display());
+    let args = ["--source", &format!("{store}/trip/"), "--out", &format!("file://{}", out.path().display())];
+    let done = summary(&backfill(0, &args, &[("CLIPFN_STORE", &store)]).output().unwrap());
+    let mut names: Vec<String> =
+        std::fs::read_dir(&trip).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(done["embedded"].as_u64(), Some(names.len() as u64), "{done}");
+    // The test model is not CLIP: its burst frames agree at about 0.6 (tests/analyze.rs).
+    let read = read_back_with(out.path(), &["similarity=0.5"]);
+    let row = read["rows"].as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().ends_with("day2-0.jpg"));
+    let row = row.unwrap();
+    assert_eq!(
+        (&row["taken_at"], &row["width"], &row["height"]),
+        (&json!("2024-05-05T10:00:00+02:00"), &json!(320), &json!(240))
+    );
+    assert!((row["location"]["lat"].as_f64().unwrap() - 45.764).abs() < 0.001, "{row}");
+
+    let server = ServerConfig::local(&trip).env("CLIPFN_BURST_SIMILARITY", "0.5").start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let file = |key: &Value| key.as_str().unwrap().rsplit('/').next().unwrap().to_string();
+    let by_index = |i: &Value| names[i.as_u64().unwrap() as usize].clone();
+    let album_events: Vec<Value> =
+        body["album"]["events"].as_array().unwrap().iter().map(|e| e["photos"].clone()).collect();
+    let album_bursts: Vec<Value> =
+        body["album"]["bursts"].as_array().unwrap().iter().map(|b| b["photos"].clone()).collect();
+    let events = named_groups(&read["duckdb"]["events"], file);
+    assert_eq!(events, named_groups(&Value::Array(album_events), by_index));
+    assert_eq!(events.len(), 2, "{events:?}");
+    let bursts = named_groups(&read["duckdb"]["bursts"], file);
+    assert_eq!(bursts, named_groups(&Value::Array(album_bursts), by_index));
+    assert_eq!(bursts, [(0..5).map(|i| format!("burst-{i}.jpg")).collect::<Vec<_>>()]);
 }
 
 #[test]

@@ -3,6 +3,9 @@
     exif_reference.py write DIR     writes the EXIF corpus (JPEG, PNG, WebP, HEIC) into DIR
     exif_reference.py album DIR     writes an album for events: two days in two cities, one photo
                                     without a time (day1-*.jpg, day2-*.jpg, untimed.jpg)
+    exif_reference.py burst DIR     writes a burst: a cat crossing a table in five frames 350 ms
+                                    apart (burst-0..4.jpg), another scene 1 s after (other.jpg),
+                                    the table again 10 s later (later.jpg); prints their times
     exif_reference.py read FILE...  prints {file name: {taken_at, location, width, height}}
 
 `read` parses with Pillow's own EXIF reader (getexif, and pillow-heif's for HEIC), not clipfn's,
@@ -209,6 +212,18 @@ def write(folder):
         photo().save(os.path.join(folder, name), quality=90, **kwargs)
 
 
+def scene(n, second_half):
+    """A distinct real photo for each of five hours and two days: one of scikit-image's, its left
+    or right half (so that no two photos of the album are near-duplicates)."""
+    import skimage.data
+
+    photo = [skimage.data.astronaut, skimage.data.coffee, skimage.data.chelsea, skimage.data.rocket,
+             skimage.data.immunohistochemistry][n]()
+    image = Image.fromarray(photo).convert("RGB")
+    w, h = image.size
+    return image.crop((w // 2, 0, w, h) if second_half else (0, 0, w // 2, h))
+
+
 def album(folder):
     """Paris on 4 May from 10:00 (+02:00), Lyon on 5 May from 10:00, a photo an hour apart each."""
     os.makedirs(folder, exist_ok=True)
@@ -220,9 +235,43 @@ def album(folder):
             ifd[ORIGINAL] = f"2024:05:{day:02} {10 + hour:02}:00:00"
             ifd[OFFSET] = "+02:00"
             exif.get_ifd(GPS_IFD).update({LAT_REF: "N", LAT: lat, LON_REF: "E", LON: lon})
-            image = Image.radial_gradient("L").resize((64 + hour, 48)).convert("RGB")
+            image = scene(hour, day == 5).resize((320 + hour, 240))
             image.save(os.path.join(folder, f"{name}-{hour}.jpg"), exif=exif.tobytes())
     Image.linear_gradient("L").resize((64, 48)).convert("RGB").save(os.path.join(folder, "untimed.jpg"))
+
+
+def burst(folder):
+    """Frames whose hashes are far apart (the subject moves a quarter of the frame) but whose
+    embeddings stay alike; times with sub-seconds and an offset, crossing a second."""
+    import numpy as np
+    import skimage.data
+
+    os.makedirs(folder, exist_ok=True)
+    table = Image.fromarray(skimage.data.coffee()).resize((640, 480))
+    cat = Image.fromarray(skimage.data.chelsea()).resize((320, 240))
+    start = datetime.datetime(2024, 5, 4, 12, 0, 0, 100_000)
+
+    def save(image, name, at):
+        exif = Image.Exif()
+        ifd = exif.get_ifd(EXIF_IFD)
+        ifd[ORIGINAL] = at.strftime("%Y:%m:%d %H:%M:%S")
+        ifd[SUBSEC] = f"{at.microsecond // 1000:03}"
+        ifd[OFFSET] = "+02:00"
+        image.save(os.path.join(folder, name), quality=92, exif=exif.tobytes())
+        return {name: at.isoformat(timespec="milliseconds") + "+02:00"}
+
+    times = {}
+    for i in range(5):
+        frame = table.copy()
+        frame.paste(cat, (80 * i, 40 + 50 * (i % 3)))
+        times |= save(frame, f"burst-{i}.jpg", start + datetime.timedelta(milliseconds=350 * i))
+    last = start + datetime.timedelta(milliseconds=350 * 4)
+    other = Image.fromarray(np.asarray(skimage.data.astronaut())).resize((640, 480))
+    times |= save(other, "other.jpg", last + datetime.timedelta(seconds=1))
+    frame = table.copy()
+    frame.paste(cat, (20, 220))  # moved on: neither in the burst nor a copy of a frame
+    times |= save(frame, "later.jpg", last + datetime.timedelta(seconds=10))
+    print(json.dumps(times))
 
 
 def main():
@@ -231,6 +280,9 @@ def main():
         return
     if sys.argv[1] == "album":
         album(sys.argv[2])
+        return
+    if sys.argv[1] == "burst":
+        burst(sys.argv[2])
         return
     answers = {}
     for path in sys.argv[2:]:

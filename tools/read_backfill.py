@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """Read a `clipfn backfill` output folder with pyarrow and with DuckDB, print one JSON document.
 
-Usage: read_backfill.py DIR
+Usage: read_backfill.py DIR [NAME=VALUE ...]
 
 {"files": [{"name", "model", "dim", "rows"}],            per file, from pyarrow's Parquet metadata
  "rows": [{"key", "embedding", "error_code", "bytes",    every row, from pyarrow; the hash as the
-           "hash", "sharpness", "scores", "faces"}],     API writes it (16 hex digits)
+           "hash", "sharpness", "taken_at", "location",  API writes it (16 hex digits)
+           "width", "height", "scores", "faces"}],
  "duckdb": {"rows", "distinct_keys", "embedded", "errors": {code: n}, "dims": [...],
-            "near_duplicates": [[key, key, bits], ...]}}  docs/deploy.md's query, run as written there
+            "near_duplicates": [[key, key, bits], ...],  docs/deploy.md's queries, run as written
+            "events": [[key, ...], ...],                 there; NAME=VALUE replaces a query's
+            "bursts": [[key, ...], ...]}}                `SET VARIABLE NAME = ...` (the test model
+                                                         is not CLIP: its bursts need a threshold of
+                                                         their own)
 
 tests/backfill.rs runs it: both readers must accept the files and agree on what they hold.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,12 +28,20 @@ import pyarrow.parquet as pq
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "deploy.md"
 
 
-def near_duplicates_query(files: str) -> str:
-    """docs/deploy.md's near-duplicates query (its sql block that sets `files`), reading `files`."""
-    blocks = DOCS.read_text().split("```sql\n")[1:]
-    query = next(block.split("```")[0] for block in blocks if block.startswith("SET VARIABLE files"))
-    _, rest = query.split("\n", 1)
-    return f"SET VARIABLE files = '{files}';\n{rest}"
+def query(name: str, files: str, settings: dict) -> str:
+    """docs/deploy.md's sql block that sets `files` and whose first comment starts with `name`
+    ("Pairs", "Events", "Bursts"), reading `files`, its variables replaced by `settings`'."""
+    blocks = [block.split("```")[0] for block in DOCS.read_text().split("```sql\n")[1:]]
+    query = next(b for b in blocks if b.startswith("SET VARIABLE files") and b.split("\n")[1].startswith(f"-- {name}"))
+    lines = []
+    for line in query.split("\n"):
+        variable = re.match(r"SET VARIABLE (\w+) = ", line)
+        if variable and variable[1] == "files":
+            line = f"SET VARIABLE files = '{files}';"
+        elif variable and variable[1] in settings:
+            line = f"SET VARIABLE {variable[1]} = {settings[variable[1]]};"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def hex_hash(value):
@@ -37,6 +51,7 @@ def hex_hash(value):
 
 def main() -> None:
     folder = Path(sys.argv[1])
+    settings = dict(arg.split("=", 1) for arg in sys.argv[2:])
     paths = sorted(folder.rglob("*.parquet"))
     files, rows = [], []
     for path in paths:
@@ -48,7 +63,8 @@ def main() -> None:
             "dim": int(meta.get(b"clipfn.dim", b"0")),
             "rows": table.num_rows,
         })
-        columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness"]
+        columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness", "taken_at", "location", "width",
+                   "height"]
         columns += [column for column in ("scores", "faces") if column in table.column_names]
         for row in table.select(columns).to_pylist():
             row["hash"] = hex_hash(row["hash"])
@@ -65,12 +81,14 @@ def main() -> None:
     dims = [d for (d,) in con.execute(
         "SELECT DISTINCT len(embedding) FROM read_parquet(?) WHERE embedding IS NOT NULL", [glob]
     ).fetchall()]
-    near_duplicates = [list(pair) for pair in con.execute(near_duplicates_query(glob)).fetchall()]
+    near_duplicates = [list(pair) for pair in con.execute(query("Pairs", glob, settings)).fetchall()]
+    events = [row[2] for row in con.execute(query("Events", glob, settings)).fetchall()]
+    bursts = [row[1] for row in con.execute(query("Bursts", glob, settings)).fetchall()]
     print(json.dumps({
         "files": files,
         "rows": rows,
         "duckdb": {"rows": total, "distinct_keys": distinct, "embedded": embedded, "errors": errors, "dims": dims,
-                   "near_duplicates": near_duplicates},
+                   "near_duplicates": near_duplicates, "events": events, "bursts": bursts},
     }))
 
 

@@ -1,16 +1,21 @@
 //! Groupings over one request's photos (an album is at most a request): near-duplicates by
-//! perceptual hash (`duplicates`), people by face embedding (`people`), events by capture time and
-//! place (`events`). Library-wide grouping is a
-//! job over backfill's Parquet, not this (docs/deploy.md, "Near-duplicates across the library").
+//! perceptual hash (`duplicates`), bursts by time and embedding (`bursts`), people by face
+//! embedding (`people`), events by capture time and place (`events`), and the best shot of each
+//! group and the album's cover (`ranking`). Library-wide grouping is a job over backfill's
+//! Parquet, not this (docs/deploy.md, "Near-duplicates across the library").
 //!
 //! A leaf: it sees hashes, vectors, times and coordinates, not photos.
 
+mod bursts;
 mod duplicates;
 mod events;
 mod people;
+mod ranking;
 
 pub use self::{
+    bursts::{Shot, bursts},
     duplicates::duplicate_groups,
     events::{Timed, events},
     people::{Known, Rules, people},
+    ranking::{Merits, Ranked, Reason, cover, ranked},
 };

@@ -1,7 +1,7 @@
 //! `POST /v1/analyze`: every signal the album app derives from a photo, from one fetch and one
 //! decode (the embedding, the labels, the sharpness, the perceptual hash, the heads' scores and the
-//! faces), and the request's photos grouped into near-duplicates and people. Stored embeddings in place of photos get
-//! the labels and the scores.
+//! faces), and the request's album (`album`). Stored embeddings in place of photos get the labels
+//! and the scores.
 
 use std::time::Instant;
 
@@ -9,32 +9,25 @@ use axum::{extract::State, response::Response};
 
 use super::{
     AppState,
+    album::album,
     error::ApiError,
     labels,
-    people::{KnownPeople, album_people, known_people},
-    photos::{PhotoResult, photo_error, with_server_timing},
+    people::{KnownPeople, known_people},
+    photos::{photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
-    types::{
-        Album, AnalyzeItem, AnalyzeRequest, AnalyzeResponse, EventItem, FaceItem, LocationItem, Quality, TimingsMs,
-    },
+    types::{AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, Quality, TimingsMs},
 };
-use crate::{
-    album::{Timed, duplicate_groups, events},
-    decode::{Location, TakenAt},
-    model::RecognizerInfo,
-    pipeline::Wants,
-    text::TextError,
-};
+use crate::{decode::TakenAt, pipeline::Wants, text::TextError};
 
 /// Every signal of a photo from one fetch and one decode
 ///
 /// The embedding, labels (with `labels` or `label_set`), sharpness and blur, the perceptual hash,
-/// the capture time and place (EXIF) and the upright size, the heads' scores, and the request's
-/// near-duplicate groups. Stored `embeddings` in place of
-/// `images` get the labels and scores only.
+/// the capture time and place (EXIF) and the upright size, the heads' scores, faces, and the
+/// request's album: duplicates and bursts with their best shots, events, the cover, people.
+/// Stored `embeddings` in place of `images` get the labels and scores only.
 #[utoipa::path(
     post,
     path = "/v1/analyze",
@@ -125,7 +118,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
     let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
-    let album = photos.then(|| album(&results, state, recognizer.map(|r| (r, &known)), with_location));
+    let album = photos.then(|| album(&results, state, heads, recognizer.map(|r| (r, &known)), with_location));
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
@@ -199,59 +192,4 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         &timings_ms,
     );
     Ok((response, counts))
-}
-
-/// The request's groupings: near-duplicates by hash and, with faces (by `recognizer`, with the
-/// request's known people), people. Photos that failed (and faces a model tripped on) take part
-/// in neither.
-fn album(
-    results: &[PhotoResult],
-    state: &AppState,
-    recognizer: Option<(&RecognizerInfo, &KnownPeople)>,
-    with_location: bool,
-) -> Album {
-    let hashes: Vec<Option<u64>> =
-        results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
-    let duplicates = duplicate_groups(&hashes, state.settings.signals.duplicate_bits);
-    let events = album_events(results, state, with_location);
-    let grouped = recognizer.map(|(recognizer, known)| album_people(results, known, recognizer, &state.settings.faces));
-    let (people, unsure) = grouped.unzip();
-    Album { duplicates, events, people, unsure }
-}
-
-/// The request's events. Their clock: the instants in UTC when every photo with a time has an
-/// offset; otherwise every photo's wall-clock time, offset or not, since a local time has no
-/// instant and a camera without a zone is set to the clock where it is (docs/design.md, "Events").
-fn album_events(results: &[PhotoResult], state: &AppState, with_location: bool) -> Vec<EventItem> {
-    let timed: Vec<(usize, &TakenAt, Option<Location>)> = results
-        .iter()
-        .enumerate()
-        .filter_map(|(index, r)| {
-            let metadata = r.as_ref().ok()?.metadata.as_ref()?;
-            Some((index, metadata.taken_at.as_ref()?, metadata.location))
-        })
-        .collect();
-    let instants = timed.iter().all(|(_, taken, _)| taken.offset_minutes.is_some());
-    let photos: Vec<Timed> = timed
-        .iter()
-        .map(|&(index, taken, place)| Timed {
-            index,
-            at_ms: match taken.utc_millis() {
-                Some(utc) if instants => utc,
-                _ => taken.local.and_utc().timestamp_millis(),
-            },
-            place: place.map(|place| (place.lat, place.lon)),
-        })
-        .collect();
-    let signals = &state.settings.signals;
-    let by_index = |index: usize| timed.iter().find(|(i, _, _)| *i == index).expect("an event holds timed photos").1;
-    events(&photos, (signals.event_gap_s * 1000) as i64, signals.event_distance_m)
-        .into_iter()
-        .map(|event| EventItem {
-            start: by_index(event.photos[0]).iso8601(),
-            end: by_index(*event.photos.last().expect("an event has photos")).iso8601(),
-            centre: event.centre.filter(|_| with_location).map(|(lat, lon)| LocationItem { lat, lon, alt: None }),
-            photos: event.photos,
-        })
-        .collect()
 }

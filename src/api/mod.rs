@@ -6,7 +6,7 @@
 //! - `respond`: how every endpoint answers, written once: the request's log line and metrics,
 //!   and `cancelled` when the client goes away first;
 //! - `request`: the body, its limits and the request's deadline; `photos`: answering for photos;
-//!   `people`: `/v1/analyze`'s known people and album people;
+//!   `album`: `/v1/analyze`'s groupings and best shots; `people`: its known and album people;
 //! - `error`: every error to its status, in one place; `types`: the request and response bodies.
 //! - `immich` (`/`, `/ping`, `/predict`): Immich's machine-learning protocol on the same service;
 //! - `openapi` (`/openapi.json`): the OpenAPI document, from `types` and the handlers'
@@ -16,6 +16,7 @@
 //! Adding an endpoint is a file here with its handler (its work run through `respond::respond`,
 //! its `#[utoipa::path]` listed in `openapi`), its bodies in `types`, and one `.route` line below.
 
+mod album;
 mod analyze;
 mod classify;
 mod embed;

@@ -19,7 +19,7 @@ use super::{
     error::{ApiError, ErrorResponse, retry_after},
     types::{EmbedResponse, TextEmbedResponse},
 };
-use crate::pipeline::ItemCode;
+use crate::{album::Reason, pipeline::ItemCode};
 
 /// A string that is one of `values`.
 fn one_of<'a>(values: impl IntoIterator<Item = &'a str>) -> ObjectBuilder {
@@ -50,6 +50,12 @@ string_enum! {
 string_enum! {
     /// Why the request was refused: the same code for the same cause, whatever the message says.
     ErrorCode = ApiError::CODES.map(|(_, code)| code);
+}
+
+string_enum! {
+    /// The criterion on which a group's best shot beat the runner-up, tried in this order (README,
+    /// "The best shot and the cover"); `first`: every criterion tied.
+    BestReason = Reason::ALL.map(Reason::code);
 }
 
 string_enum! {

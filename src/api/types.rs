@@ -331,10 +331,10 @@ pub struct AnalyzeItem<'a> {
 
 impl FaceItem {
     pub fn new(
-        crate::pipeline::Face { bbox, score, landmarks, embedding }: crate::pipeline::Face,
+        crate::pipeline::Face { bbox, cut, score, landmarks, embedding }: crate::pipeline::Face,
         recognizer: &str,
     ) -> Self {
-        FaceItem { bbox, score, landmarks, embedding, recognizer: recognizer.to_owned() }
+        FaceItem { bbox, cut, score, landmarks, embedding, recognizer: recognizer.to_owned() }
     }
 }
 
@@ -345,6 +345,9 @@ pub struct FaceItem {
     #[serde(rename = "box")]
     #[schema(min_items = 4, max_items = 4)]
     pub bbox: [f32; 4],
+    /// Whether the detector's box left the photo before it was clipped: a face cut by the edge
+    /// (the best-shot ranking counts them).
+    pub cut: bool,
     pub score: f32,
     /// Left eye, right eye, nose, left and right mouth corners, as `[x, y]`.
     #[schema(min_items = 5, max_items = 5)]
@@ -383,12 +386,22 @@ pub struct Quality {
 /// Groupings over the request's photos.
 #[derive(Serialize, ToSchema)]
 pub struct Album {
-    /// Groups of input indices whose photos are near-duplicates.
-    pub duplicates: Vec<Vec<usize>>,
+    /// The near-duplicates: photos whose hashes are at most CLIPFN_DUPLICATE_BITS apart, linked
+    /// through each other; groups by their first photo.
+    pub duplicates: Vec<GroupItem>,
+    /// Runs of photos each taken within CLIPFN_BURST_GAP_MS of the previous one and alike by
+    /// embedding (cosine >= CLIPFN_BURST_SIMILARITY), in time order: a moving subject, whose
+    /// hashes differ. A photo may be in a burst and a duplicate group.
+    pub bursts: Vec<GroupItem>,
     /// The photos that have a `taken_at`, in time order, in runs cut where the gap exceeds
     /// CLIPFN_EVENT_GAP_S or consecutive located photos are further apart than
     /// CLIPFN_EVENT_DISTANCE_M; photos without a time are in none.
     pub events: Vec<EventItem>,
+    /// The album's best photo by the best-shot ranking, among the photos that are the best of
+    /// every group they are in; absent when no photo was answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub cover: Option<usize>,
     /// The faces grouped into people, largest first (when faces were found for the request).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -398,6 +411,24 @@ pub struct Album {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub unsure: Option<Vec<UnsureFace>>,
+}
+
+/// A group of photos and its best shot (README, "The best shot and the cover").
+#[derive(Serialize, ToSchema)]
+pub struct GroupItem {
+    /// Input indices, ascending (a burst's in time order).
+    pub photos: Vec<usize>,
+    /// The input index of the group's best shot.
+    pub best: usize,
+    /// The criterion on which the best beat the runner-up.
+    #[schema(value_type = schema::BestReason)]
+    pub why: &'static str,
+}
+
+impl From<crate::album::Ranked> for GroupItem {
+    fn from(crate::album::Ranked { photos, best, why }: crate::album::Ranked) -> Self {
+        GroupItem { photos, best, why: why.code() }
+    }
 }
 
 /// A face that two known people are about equally near.

@@ -21,6 +21,8 @@ pub struct Faces {
 pub struct Face {
     /// `[x1, y1, x2, y2]`.
     pub bbox: [f32; 4],
+    /// Whether the box, before clipping, left the photo: a face cut by its edge.
+    pub cut: bool,
     pub score: f32,
     /// Left eye, right eye, nose, left and right mouth corners.
     pub landmarks: [[f32; 2]; 5],
@@ -62,8 +64,10 @@ impl Pipeline {
             .into_iter()
             .zip(embeddings)
             .map(|(Detection { bbox, score, landmarks }, embedded)| {
+                let bbox = bbox.map(|v| v / scale);
                 Ok(Face {
-                    bbox: std::array::from_fn(|i| (bbox[i] / scale).clamp(0.0, bounds[i])),
+                    cut: bbox[0] < 0.0 || bbox[1] < 0.0 || bbox[2] > bounds[2] || bbox[3] > bounds[3],
+                    bbox: std::array::from_fn(|i| bbox[i].clamp(0.0, bounds[i])),
                     score,
                     landmarks: landmarks.map(|[x, y]| [x / scale, y / scale]),
                     embedding: embedded?.output,

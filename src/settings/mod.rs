@@ -81,8 +81,18 @@ impl Settings {
         Ok(settings)
     }
 
-    /// The checks between groups: label sets and a tokenizer need a text tower.
+    /// The checks between groups: label sets and a tokenizer need a text tower; the ranking's head
+    /// is one of the heads.
     fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(head) = &self.signals.rank_head {
+            let heads: Vec<String> = self.model.heads()?.into_iter().map(|(name, _)| name).collect();
+            if !heads.contains(head) {
+                return Err(ConfigError(format!(
+                    "CLIPFN_RANK_HEAD names head '{head}', but CLIPFN_HEADS has {}",
+                    if heads.is_empty() { "none".to_string() } else { format!("only {}", heads.join(", ")) }
+                )));
+            }
+        }
         // A model folder may hold the text tower too; whether it does is known once it is listed.
         let text_tower = self.text.text_model.is_some() || is_folder(&self.model.model);
         if self.text.labels.is_some() && !text_tower {
@@ -210,6 +220,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(tokenizer_alone.contains("CLIPFN_TEXT_MODEL"), "{tokenizer_alone}");
+        let rank = |heads: &str| {
+            Settings::from_vars(vars(&[
+                ("CLIPFN_MODEL", "m"),
+                ("CLIPFN_HEADS", heads),
+                ("CLIPFN_RANK_HEAD", "aesthetic"),
+            ]))
+            .map(|s| s.signals.rank_head)
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(rank("aesthetic=/h.onnx,nsfw=/n.onnx"), Ok(Some("aesthetic".into())));
+        let unknown = rank("nsfw=/n.onnx").unwrap_err();
+        assert!(unknown.contains("CLIPFN_RANK_HEAD") && unknown.contains("only nsfw"), "{unknown}");
+        assert!(rank("").unwrap_err().contains("has none"));
+        let similarity = Settings::from_vars(vars(&[("CLIPFN_MODEL", "m"), ("CLIPFN_BURST_SIMILARITY", "1.5")]))
+            .unwrap_err()
+            .to_string();
+        assert!(similarity.contains("CLIPFN_BURST_SIMILARITY"), "{similarity}");
     }
 
     #[test]

@@ -71,7 +71,10 @@ for item in analyzed.data:
     assert len(item.labels) == 2 and item.labels[0].score >= item.labels[1].score, item
     assert item.quality.sharpness > 0 and isinstance(item.quality.blurry, bool), item
     assert len(item.hash_) == 16 and len(item.embedding) == dim, item
-assert [0, len(keys)] in analyzed.album.duplicates, analyzed.album
+duplicates = [group.photos for group in analyzed.album.duplicates]
+assert [0, len(keys)] in duplicates, analyzed.album
+twin = next(group for group in analyzed.album.duplicates if group.photos == [0, len(keys)])
+assert twin.best == 0 and twin.why.value == "first", twin  # the same bytes twice: all tie
 
 # A refusal parses as the document's error body.
 refused = embed.sync(client=client, body=EmbedRequest(images=[]))
@@ -81,6 +84,6 @@ print(json.dumps({
     "dim": dim,
     "embedded": sum(isinstance(item.error, Unset) for item in embedded.data),
     "labels": [item.labels[0].label for item in analyzed.data],
-    "duplicates": analyzed.album.duplicates,
+    "duplicates": duplicates,
     "refused": refused.error.code.value,
 }))

@@ -7,8 +7,8 @@ use std::{collections::HashSet, sync::Arc};
 use arrow_array::{
     ArrayRef, RecordBatch, StructArray,
     builder::{
-        ArrayBuilder, FixedSizeListBuilder, Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
-        StructBuilder, TimestampMillisecondBuilder,
+        ArrayBuilder, FixedSizeListBuilder, Float32Builder, Float64Builder, Int32Builder, Int64Builder, ListBuilder,
+        StringBuilder, StructBuilder, TimestampMillisecondBuilder,
     },
     cast::AsArray,
 };
@@ -210,7 +210,9 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 /// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched),
 /// `hash` (the perceptual hash's 64 bits as int64: `printf('%016x', hash)` is the API's hex) and
 /// `sharpness` (null on error), `taken_at` (the API's text: ISO 8601, with an offset when the photo
-/// gives one) and `taken_at_utc` (its instant, where the offset is known), with heads, `scores` (a float32 field per head), and with face
+/// gives one) and `taken_at_utc` (its instant, where the offset is known), `location` (`lat`,
+/// `lon`, `alt` as the API's; null where the photo records none), `width` and `height` (upright,
+/// full size), with heads, `scores` (a float32 field per head), and with face
 /// models, `faces` (a list of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or
 /// when a face model tripped on the photo; the file's `clipfn.face_recognizer` names the
 /// recognizer).
@@ -225,6 +227,9 @@ fn schema(heads: &[String], faces: bool) -> Schema {
         Field::new("sharpness", DataType::Float64, true),
         Field::new("taken_at", DataType::Utf8, true),
         Field::new("taken_at_utc", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), true),
+        Field::new("location", DataType::Struct(location_fields()), true),
+        Field::new("width", DataType::Int32, true),
+        Field::new("height", DataType::Int32, true),
     ];
     if !heads.is_empty() {
         fields.push(Field::new("scores", DataType::Struct(score_fields(heads)), true));
@@ -233,6 +238,10 @@ fn schema(heads: &[String], faces: bool) -> Schema {
         fields.push(Field::new("faces", faces_type(), true));
     }
     Schema::new(fields)
+}
+
+fn location_fields() -> Fields {
+    ["lat", "lon", "alt"].map(|name| Field::new(name, DataType::Float64, true)).into_iter().collect()
 }
 
 fn face_fields() -> Fields {
@@ -294,6 +303,8 @@ fn encode(
     let mut sharpness = Float64Builder::with_capacity(rows.len());
     let mut taken_at = StringBuilder::new();
     let mut taken_at_utc = TimestampMillisecondBuilder::with_capacity(rows.len()).with_timezone("UTC");
+    let mut places: [Float64Builder; 3] = std::array::from_fn(|_| Float64Builder::with_capacity(rows.len()));
+    let (mut widths, mut heights) = (Int32Builder::with_capacity(rows.len()), Int32Builder::with_capacity(rows.len()));
     let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
     let mut found = faces_builder();
     for row in rows {
@@ -316,6 +327,13 @@ fn encode(
         let taken = signals.and_then(|signals| signals.metadata.as_ref()?.taken_at.as_ref());
         taken_at.append_option(taken.map(|taken| taken.iso8601()));
         taken_at_utc.append_option(taken.and_then(|taken| taken.utc_millis()));
+        let place = signals.and_then(|signals| signals.metadata.as_ref()?.location);
+        places[0].append_option(place.map(|place| place.lat));
+        places[1].append_option(place.map(|place| place.lon));
+        places[2].append_option(place.and_then(|place| place.alt));
+        let size = signals.and_then(|signals| signals.size);
+        widths.append_option(size.map(|(width, _)| width as i32));
+        heights.append_option(size.map(|(_, height)| height as i32));
         let row_scores = signals.and_then(|signals| signals.scores.as_deref());
         for (head, builder) in scores.iter_mut().enumerate() {
             builder.append_option(row_scores.map(|scores| scores[head]));
@@ -332,6 +350,15 @@ fn encode(
         Arc::new(sharpness.finish()),
         Arc::new(taken_at.finish()),
         Arc::new(taken_at_utc.finish()),
+        Arc::new(StructArray::try_new(
+            location_fields(),
+            places.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect(),
+            Some(NullBuffer::from_iter(rows.iter().map(|row| {
+                row.signals.as_ref().is_some_and(|s| s.metadata.as_ref().is_some_and(|m| m.location.is_some()))
+            }))),
+        )?),
+        Arc::new(widths.finish()),
+        Arc::new(heights.finish()),
     ];
     if !heads.is_empty() {
         let scored =
@@ -359,12 +386,12 @@ fn encode(
 mod tests {
     use arrow_array::{
         Array,
-        types::{Float32Type, Float64Type, Int64Type, TimestampMillisecondType},
+        types::{Float32Type, Float64Type, Int32Type, Int64Type, TimestampMillisecondType},
     };
 
     use super::*;
     use crate::{
-        decode::{Metadata, TakenAt},
+        decode::{Location, Metadata, TakenAt},
         pipeline::Faces,
         signals::PixelSignals,
     };
@@ -384,14 +411,23 @@ mod tests {
         let pixels = PixelSignals { hash: 0xfedc_ba98_7654_3210, sharpness: 412.5 };
         let local = chrono::NaiveDate::from_ymd_opt(2024, 5, 4).unwrap().and_hms_opt(13, 2, 1).unwrap();
         let taken = TakenAt { local, subsec_digits: 0, offset_minutes: Some(120), offset_from_gps: false };
-        let face = Face { bbox: [1.0, 2.0, 3.0, 4.0], score: 0.9, landmarks: [[0.0; 2]; 5], embedding: vec![1.0, 0.0] };
+        let face = Face {
+            bbox: [1.0, 2.0, 3.0, 4.0],
+            cut: false,
+            score: 0.9,
+            landmarks: [[0.0; 2]; 5],
+            embedding: vec![1.0, 0.0],
+        };
         let signals = Signals {
             embedding: vec![0.6, 0.8],
             pixels: Some(pixels),
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
             size: Some((4, 3)),
-            metadata: Some(Metadata { taken_at: Some(taken), location: None }),
+            metadata: Some(Metadata {
+                taken_at: Some(taken),
+                location: Some(Location { lat: -22.9, lon: -43.2, alt: None }),
+            }),
         };
         let rows = vec![
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },
@@ -422,6 +458,12 @@ mod tests {
         assert_eq!(taken_at.iter().collect::<Vec<_>>(), vec![Some("2024-05-04T13:02:01+02:00"), None]);
         let utc = column("taken_at_utc").as_primitive::<TimestampMillisecondType>();
         assert_eq!(utc.iter().collect::<Vec<_>>(), vec![Some(1_714_820_521_000), None], "11:02:01 UTC");
+        let location = column("location").as_struct();
+        assert!(location.is_valid(0) && location.is_null(1));
+        let place = |field: &str| location.column_by_name(field).unwrap().as_primitive::<Float64Type>().clone();
+        assert_eq!((place("lat").value(0), place("lon").value(0), place("alt").is_null(0)), (-22.9, -43.2, true));
+        assert_eq!(column("width").as_primitive::<Int32Type>().iter().collect::<Vec<_>>(), vec![Some(4), None]);
+        assert_eq!(column("height").as_primitive::<Int32Type>().iter().collect::<Vec<_>>(), vec![Some(3), None]);
         let scores = column("scores").as_struct();
         assert!(scores.is_valid(0) && scores.is_null(1));
         let sharp = scores.column_by_name("sharp").unwrap().as_primitive::<Float32Type>();
@@ -454,7 +496,10 @@ mod tests {
                 "hash",
                 "sharpness",
                 "taken_at",
-                "taken_at_utc"
+                "taken_at_utc",
+                "location",
+                "width",
+                "height"
             ]
         );
     }
