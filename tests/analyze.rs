@@ -373,9 +373,14 @@ fn write_photos(what: &str, folder: &Path) {
 
 /// tools/exif_reference.py's reading (Pillow's EXIF reader, README's rules) of `paths`, by name.
 fn exif_reference(paths: &[PathBuf]) -> serde_json::Map<String, Value> {
+    exif_read("read", paths)
+}
+
+/// tools/exif_reference.py's `reader` (`read`: Pillow's; `exiftool`) of `paths`, by name.
+fn exif_read(reader: &str, paths: &[PathBuf]) -> serde_json::Map<String, Value> {
     let output = Command::new(setup_var("CLIPFN_PYTHON"))
         .arg(common::repo().join("tools/exif_reference.py"))
-        .arg("read")
+        .arg(reader)
         .args(paths)
         .output()
         .unwrap();
@@ -509,6 +514,30 @@ fn the_pillow_test_images_with_exif_read_as_pillow_reads_them() {
         compared.1 += usize::from(item.get("location").is_some());
     }
     assert!(compared.0 >= 10 && compared.1 >= 1, "compared {compared:?} of {}", with_exif.len());
+}
+
+#[test]
+fn real_camera_photos_and_the_written_corpus_read_as_exiftool_reads_them() {
+    let corpus = tempfile::tempdir().unwrap();
+    write_photos("write", corpus.path());
+    let mut photos: Vec<PathBuf> = std::fs::read_dir(corpus.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    photos.retain(|p| cfg!(feature = "heif") || p.extension().is_none_or(|e| e != "heic"));
+    photos.sort();
+    // Debian's wallpapers: real cameras' EXIF (times, sub-seconds, one GPS fix), and their copies.
+    photos.extend(camera_photos(usize::MAX));
+    let theirs = exif_read("exiftool", &photos);
+    let ours = analyze(&photos, ServerConfig::local);
+    let mut compared = [0; 3];
+    for (photo, item) in photos.iter().zip(&ours) {
+        let name = file_name(photo);
+        let Some(reference) = theirs.get(name) else { panic!("exiftool read nothing of {name}") };
+        same_metadata(name, item, reference);
+        compared[0] += 1;
+        compared[1] += usize::from(item.get("taken_at").is_some());
+        compared[2] += usize::from(item.get("location").is_some());
+    }
+    eprintln!("against exiftool: {} photos, {} with a time, {} with a place", compared[0], compared[1], compared[2]);
+    assert!(compared[1] >= 30 && compared[2] >= 8, "{compared:?}");
 }
 
 #[test]

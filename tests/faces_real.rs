@@ -317,3 +317,31 @@ fn known_people_name_the_next_albums_faces() {
 fn person_of_photo(photo: &Path) -> &str {
     person(file_name(photo))
 }
+
+/// A face the photo's edge cuts answers `cut` (its box left the photo before it was clipped),
+/// which the best-shot ranking counts; the whole face does not.
+#[test]
+fn a_face_cut_by_the_photos_edge_is_cut() {
+    let newton = photos(&["newton.png"]).remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole.png");
+    std::fs::copy(&newton, &whole).unwrap();
+    let store = store_named(std::slice::from_ref(&whole));
+    let body = analyze(&serve(store.path()), std::slice::from_ref(&whole));
+    let face = &body["data"][0]["faces"][0];
+    assert_eq!(face["cut"], false, "{face}");
+    // The left quarter of the face cut away.
+    let [x1, _, x2, _] = floats(&face["box"])[..] else { panic!("{face}") };
+    let left = (x1 + (x2 - x1) / 4.0) as u32;
+    let mut image = image::open(&newton).unwrap().to_rgb8();
+    let (width, height) = image.dimensions();
+    let cropped = image::imageops::crop(&mut image, left, 0, width - left, height).to_image();
+    let cut = dir.path().join("cut.png");
+    cropped.save(&cut).unwrap();
+    let store = store_named(std::slice::from_ref(&cut));
+    let body = analyze(&serve(store.path()), std::slice::from_ref(&cut));
+    let faces = body["data"][0]["faces"].as_array().unwrap();
+    assert!(!faces.is_empty(), "three quarters of Newton's face were not found: {body}");
+    assert_eq!(faces[0]["cut"], true, "{}", faces[0]);
+    assert_eq!(floats(&faces[0]["box"])[0], 0.0, "the box is clipped to the photo");
+}

@@ -7,6 +7,9 @@
                                     apart (burst-0..4.jpg), another scene 1 s after (other.jpg),
                                     the table again 10 s later (later.jpg); prints their times
     exif_reference.py read FILE...  prints {file name: {taken_at, location, width, height}}
+    exif_reference.py exiftool FILE...
+                                    the same, from exiftool's reading of the tags (Debian's
+                                    libimage-exiftool-perl): a second parser under the same rules
 
 `read` parses with Pillow's own EXIF reader (getexif, and pillow-heif's for HEIC), not clipfn's,
 and applies README's rules to what it reads: DateTimeOriginal with SubSecTimeOriginal and
@@ -274,6 +277,50 @@ def burst(folder):
     print(json.dumps(times))
 
 
+def exiftool(paths):
+    """exiftool's raw values (`-n`) of the EXIF group's tags, shaped as Pillow gives them, then the
+    same rules; width and height as exiftool reads the file, swapped by its Orientation."""
+    tags = ["DateTimeOriginal", "SubSecTimeOriginal", "OffsetTimeOriginal", "GPSLatitude", "GPSLatitudeRef",
+            "GPSLongitude", "GPSLongitudeRef", "GPSAltitude", "GPSAltitudeRef", "GPSStatus", "GPSDateStamp",
+            "GPSTimeStamp", "Orientation"]
+    import subprocess
+
+    command = ["exiftool", "-j", "-n", *(f"-EXIF:{tag}" for tag in tags), "-File:ImageWidth", "-File:ImageHeight",
+               "-PNG:ImageWidth", "-PNG:ImageHeight", "-RIFF:ImageWidth", "-RIFF:ImageHeight", "-EXIF:ImageWidth",
+               "-EXIF:ImageHeight", *paths]
+    found = json.loads(subprocess.run(command, capture_output=True, text=True, check=False).stdout or "[]")
+    answers = {}
+    for tags_of in found:
+        raw = lambda tag: None if tags_of.get(tag) is None else str(tags_of[tag])
+        exif = {ORIGINAL: raw("DateTimeOriginal"), SUBSEC: raw("SubSecTimeOriginal"), OFFSET: raw("OffsetTimeOriginal")}
+        gps = {}
+        for tag, key in ((LAT, "GPSLatitude"), (LON, "GPSLongitude")):
+            if key in tags_of:  # -n gives the degrees, unsigned; the reference says the hemisphere
+                gps[tag] = (tags_of[key],)
+        for tag, key in ((LAT_REF, "GPSLatitudeRef"), (LON_REF, "GPSLongitudeRef"), (STATUS, "GPSStatus"),
+                         (DATE, "GPSDateStamp")):
+            if key in tags_of:
+                gps[tag] = raw(key)
+        if "GPSAltitude" in tags_of:
+            gps[ALT] = tags_of["GPSAltitude"]
+        if "GPSAltitudeRef" in tags_of:
+            gps[ALT_REF] = tags_of["GPSAltitudeRef"]
+        hms = re.findall(r"[\d.]+", raw("GPSTimeStamp") or "")
+        if len(hms) == 3:
+            gps[TIME] = tuple(float(v) for v in hms)
+        width, height = tags_of.get("ImageWidth"), tags_of.get("ImageHeight")
+        if tags_of.get("Orientation") in (5, 6, 7, 8):
+            width, height = height, width
+        out = {"width": width, "height": height}
+        when, where = taken_at(exif, gps), location(gps)
+        if when is not None:
+            out["taken_at"] = when
+        if where is not None:
+            out["location"] = where
+        answers[os.path.basename(tags_of["SourceFile"])] = out
+    print(json.dumps(answers))
+
+
 def main():
     if sys.argv[1] == "write":
         write(sys.argv[2])
@@ -283,6 +330,9 @@ def main():
         return
     if sys.argv[1] == "burst":
         burst(sys.argv[2])
+        return
+    if sys.argv[1] == "exiftool":
+        exiftool(sys.argv[2:])
         return
     answers = {}
     for path in sys.argv[2:]:

@@ -35,6 +35,7 @@ use std::{io::Cursor, time::Duration};
 
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, RgbImage, metadata::Orientation};
 
+pub use exif::jpeg_exif;
 pub use metadata::{Location, Metadata, TakenAt};
 pub use sniff::{Format, sniff};
 
