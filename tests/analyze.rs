@@ -361,14 +361,14 @@ fn stored_embeddings_get_their_photos_labels_and_scores_without_a_fetch() {
     assert!(answer["error"]["message"].as_str().unwrap().contains("labels and head scores only"), "{answer}");
 }
 
-/// Writes tools/exif_reference.py's `what` (`write`, `album`, `burst`) into `folder`.
-fn write_photos(what: &str, folder: &Path) {
-    let output = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(common::repo().join("tools/exif_reference.py"))
-        .args([what.as_ref(), folder.as_os_str()])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "exif_reference.py {what}: {}", String::from_utf8_lossy(&output.stderr));
+/// tools/exif_reference.py's written EXIF corpus in `folder` (its HEIC only where HEIC is built in),
+/// sorted.
+fn written_corpus(folder: &Path) -> Vec<PathBuf> {
+    common::exif_photos("write", folder);
+    let mut photos: Vec<PathBuf> = std::fs::read_dir(folder).unwrap().map(|e| e.unwrap().path()).collect();
+    photos.retain(|p| cfg!(feature = "heif") || p.extension().is_none_or(|e| e != "heic"));
+    photos.sort();
+    photos
 }
 
 /// tools/exif_reference.py's reading (Pillow's EXIF reader, README's rules) of `paths`, by name.
@@ -412,10 +412,7 @@ fn same_metadata(name: &str, ours: &Value, theirs: &Value) {
 #[test]
 fn capture_time_place_and_size_follow_pillows_reading_of_the_exif() {
     let corpus = tempfile::tempdir().unwrap();
-    write_photos("write", corpus.path());
-    let mut photos: Vec<PathBuf> = std::fs::read_dir(corpus.path()).unwrap().map(|e| e.unwrap().path()).collect();
-    photos.retain(|p| cfg!(feature = "heif") || p.extension().is_none_or(|e| e != "heic"));
-    photos.sort();
+    let photos = written_corpus(corpus.path());
     let theirs = exif_reference(&photos);
     let ours = analyze(&photos, ServerConfig::local);
     for (photo, item) in photos.iter().zip(&ours) {
@@ -453,7 +450,7 @@ fn capture_time_place_and_size_follow_pillows_reading_of_the_exif() {
 #[test]
 fn a_truncated_exif_block_costs_its_fields_at_most_never_the_photo() {
     let corpus = tempfile::tempdir().unwrap();
-    write_photos("write", corpus.path());
+    common::exif_photos("write", corpus.path());
     let jpeg = std::fs::read(corpus.path().join("offset_subsec_paris.jpg")).unwrap();
     // Pillow writes APP0 (JFIF), then APP1 (Exif): the latter's TIFF block cut at each length.
     let app1 = 4 + usize::from(u16::from_be_bytes([jpeg[4], jpeg[5]]));
@@ -519,10 +516,7 @@ fn the_pillow_test_images_with_exif_read_as_pillow_reads_them() {
 #[test]
 fn real_camera_photos_and_the_written_corpus_read_as_exiftool_reads_them() {
     let corpus = tempfile::tempdir().unwrap();
-    write_photos("write", corpus.path());
-    let mut photos: Vec<PathBuf> = std::fs::read_dir(corpus.path()).unwrap().map(|e| e.unwrap().path()).collect();
-    photos.retain(|p| cfg!(feature = "heif") || p.extension().is_none_or(|e| e != "heic"));
-    photos.sort();
+    let mut photos = written_corpus(corpus.path());
     // Debian's wallpapers: real cameras' EXIF (times, sub-seconds, one GPS fix), and their copies.
     photos.extend(camera_photos(usize::MAX));
     let theirs = exif_read("exiftool", &photos);
@@ -543,7 +537,7 @@ fn real_camera_photos_and_the_written_corpus_read_as_exiftool_reads_them() {
 #[test]
 fn two_days_in_two_cities_are_two_events() {
     let folder = tempfile::tempdir().unwrap();
-    write_photos("album", folder.path());
+    common::exif_photos("album", folder.path());
     // Shuffled: the events come in time order whatever the request's order.
     let names = ["day2-3.jpg", "day1-0.jpg", "untimed.jpg", "day1-4.jpg", "day2-0.jpg", "day1-2.jpg", "day2-4.jpg"];
     let names: Vec<&str> = names.into_iter().chain(["day1-1.jpg", "day2-1.jpg", "day2-2.jpg", "day1-3.jpg"]).collect();
@@ -603,7 +597,7 @@ fn ranked_groups(body: &Value, kind: &str) -> Vec<(Vec<usize>, usize, String)> {
 #[test]
 fn a_moving_subject_shot_in_a_burst_is_one_burst_and_no_duplicate() {
     let folder = tempfile::tempdir().unwrap();
-    write_photos("burst", folder.path());
+    common::exif_photos("burst", folder.path());
     let names = ["other.jpg", "burst-3.jpg", "later.jpg", "burst-0.jpg", "burst-4.jpg", "burst-1.jpg", "burst-2.jpg"];
     let photos: Vec<PathBuf> = names.iter().map(|name| folder.path().join(name)).collect();
     let store = store_named(&photos);

@@ -365,14 +365,8 @@ fn the_librarys_events_and_bursts_by_docs_queries_are_the_albums() {
     // Two days in two cities and, on the first, a burst of a moving cat and what follows it.
     let photos = tempfile::tempdir().unwrap();
     let trip = photos.path().join("trip");
-    for (command, folder) in [("album", &trip), ("burst", &trip)] {
-        let output = Command::new(setup_var("CLIPFN_PYTHON"))
-            .arg(common::repo().join("tools/exif_reference.py"))
-            .args([command.as_ref(), folder.as_os_str()])
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    }
+    common::exif_photos("album", &trip);
+    common::exif_photos("burst", &trip);
     let out = tempfile::tempdir().unwrap();
     let store = format!("file://{}", photos.path().display());
     let args = ["--source", &format!("{store}/trip/"), "--out", &format!("file://{}", out.path().display())];

@@ -335,6 +335,17 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     dot / (norm(a) * norm(b))
 }
 
+/// Writes tools/exif_reference.py's `what` (`write`: the EXIF corpus, `album`: two days in two
+/// cities, `burst`) into `folder`.
+pub fn exif_photos(what: &str, folder: &Path) {
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools/exif_reference.py"))
+        .args([what.as_ref(), folder.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "exif_reference.py {what}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
 /// Real camera photos fetched by setup (Debian wallpaper packages), sorted, at most `n`.
 pub fn camera_photos(n: usize) -> Vec<PathBuf> {
     let dir = PathBuf::from(setup_var("CLIPFN_PHOTOS_DIR")).join("wallpapers");
