@@ -103,6 +103,27 @@ fn the_real_detector_finds_the_packages_faces_and_none_where_there_are_none() {
     }
 }
 
+/// The `face_recognition` sdist's labelled photos (five of one person, two of them partial faces,
+/// one of another), and the names of tools/face_copies.py's copies of them written into `copies`.
+fn labelled_with_copies(copies: &Path) -> (Vec<PathBuf>, Vec<String>) {
+    let labelled = photos(&[
+        "obama.jpg",
+        "obama2.jpg",
+        "obama3.jpg",
+        "obama_partial_face.jpg",
+        "obama_partial_face2.jpg",
+        "biden.jpg",
+    ]);
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools/face_copies.py"))
+        .arg(copies)
+        .args(&labelled)
+        .output()
+        .expect("running tools/face_copies.py");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    (labelled, serde_json::from_slice(&output.stdout).unwrap())
+}
+
 /// A labelled photo's person: its name before the first digit, `_` or `-` (obama2.jpg and
 /// obama_partial_face-mirror.jpg are obama's).
 fn person(name: &str) -> &str {
@@ -117,23 +138,8 @@ fn person(name: &str) -> &str {
 /// splits these people and keeps strangers out, not a precision over many identities.
 #[test]
 fn real_people_from_real_faces_at_the_defaults() {
-    let labelled = photos(&[
-        "obama.jpg",
-        "obama2.jpg",
-        "obama3.jpg",
-        "obama_partial_face.jpg",
-        "obama_partial_face2.jpg",
-        "biden.jpg",
-    ]);
     let copies = tempfile::tempdir().unwrap();
-    let output = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(repo().join("tools/face_copies.py"))
-        .arg(copies.path())
-        .args(&labelled)
-        .output()
-        .expect("running tools/face_copies.py");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let names: Vec<String> = serde_json::from_slice(&output.stdout).unwrap();
+    let (labelled, names) = labelled_with_copies(copies.path());
     let mut all = labelled.clone();
     all.extend(names.iter().map(|name| copies.path().join(name)));
     let strangers = photos(&["astronaut.png", "newton.png", "gauss.png", "solvay_conference_1927.jpg"]);
@@ -202,22 +208,8 @@ fn real_people_from_real_faces_at_the_defaults() {
 /// request naming another recognizer, or an exemplar of the wrong length, is refused naming it.
 #[test]
 fn known_people_name_the_next_albums_faces() {
-    let labelled = photos(&[
-        "obama.jpg",
-        "obama2.jpg",
-        "obama3.jpg",
-        "obama_partial_face.jpg",
-        "obama_partial_face2.jpg",
-        "biden.jpg",
-    ]);
     let copies = tempfile::tempdir().unwrap();
-    let output = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(repo().join("tools/face_copies.py"))
-        .arg(copies.path())
-        .args(&labelled[..])
-        .output()
-        .expect("running tools/face_copies.py");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let (labelled, _) = labelled_with_copies(copies.path());
     let copy = |name: &str| copies.path().join(name);
     let first = vec![
         labelled[0].clone(),
