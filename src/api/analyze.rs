@@ -12,7 +12,7 @@ use super::{
     album::album,
     error::ApiError,
     labels,
-    people::{KnownPeople, known_people},
+    people::{KnownPeople, known_people, same_recognizer},
     photos::{photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
@@ -79,6 +79,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         ));
     }
     let faces_info = service.pipeline.faces();
+    if let Some((_, recognizer)) = faces_info {
+        same_recognizer(request.recognizer.as_deref(), recognizer)?;
+    }
     let known = match (request.known_people, faces_info) {
         (None, _) => KnownPeople::none(),
         (Some(_), _) if subjects.are_stored() || request.faces == Some(false) => {
@@ -89,9 +92,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 "known_people need face models (CLIPFN_FACE_MODEL), and this server has none".into(),
             ));
         }
-        (Some(given), Some((_, recognizer))) => {
-            known_people(given, request.recognizer.as_deref(), recognizer, &state.settings.faces)?
-        }
+        (Some(given), Some((_, recognizer))) => known_people(given, recognizer, &state.settings.faces)?,
     };
     if subjects.are_stored() && asked.is_none() && heads.is_none() {
         return Err(ApiError::BadRequest(

@@ -20,22 +20,27 @@ pub(super) struct KnownPeople {
     exemplars: Vec<Vec<Vec<f32>>>,
 }
 
-/// The request's `known_people`, held to `recognizer` (the id the request names must be its, and
-/// every embedding of its dim, finite and not all zero) and to the settings' limits.
+/// The recognizer a request names must be this server's, with or without `known_people` (the
+/// OpenAPI document allows only its id), so that embeddings of two recognizers never meet.
+pub(super) fn same_recognizer(named: Option<&str>, recognizer: &RecognizerInfo) -> Result<(), ApiError> {
+    match named.filter(|named| *named != recognizer.id) {
+        Some(named) => Err(ApiError::BadRequest(format!(
+            "recognizer: the request names '{named}', and this server's recognizer is '{}'; embeddings of \
+             two recognizers do not compare",
+            recognizer.id
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The request's `known_people`, held to `recognizer` (every embedding of its dim, finite and not
+/// all zero) and to the settings' limits.
 pub(super) fn known_people(
     given: Vec<KnownPerson>,
-    named: Option<&str>,
     recognizer: &RecognizerInfo,
     settings: &FaceSettings,
 ) -> Result<KnownPeople, ApiError> {
     let bad = |message: String| Err(ApiError::BadRequest(message));
-    if let Some(named) = named.filter(|named| *named != recognizer.id) {
-        return bad(format!(
-            "recognizer: the known_people embeddings came from '{named}', and this server's recognizer is '{}'; \
-             embeddings of two recognizers do not compare",
-            recognizer.id
-        ));
-    }
     if given.len() > settings.max_known_people {
         return bad(format!(
             "known_people holds {} people, over the limit of {} (CLIPFN_MAX_KNOWN_PEOPLE)",
