@@ -11,9 +11,14 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/cpu.rs"]
+mod cpu;
 #[allow(dead_code)] // only its env_or and out_dir: this bench runs no model
 #[path = "support/knobs.rs"]
 mod knobs;
+#[path = "support/stats.rs"]
+#[allow(dead_code)] // only its median
+mod stats;
 
 use std::fmt::Write as _;
 
@@ -22,16 +27,9 @@ use clipfn::{
     preprocess::{Transform, decode_square},
 };
 use common::camera_photos;
+use cpu::thread_cpu;
 use knobs::env_or;
-
-/// This thread's CPU seconds so far.
-fn thread_cpu() -> f64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid pointer to a timespec, and a clock every Linux has.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    assert_eq!(rc, 0, "clock_gettime");
-    now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
-}
+use stats::median;
 
 /// CPU seconds per call of `work` over `photos`, each photo `times` times.
 fn per_photo(photos: &[Vec<u8>], times: usize, mut work: impl FnMut(&[u8])) -> f64 {
@@ -40,11 +38,6 @@ fn per_photo(photos: &[Vec<u8>], times: usize, mut work: impl FnMut(&[u8])) -> f
         photos.iter().for_each(|bytes| work(bytes));
     }
     (thread_cpu() - start) / (times * photos.len()) as f64
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn main() {

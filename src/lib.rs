@@ -7,7 +7,7 @@
 //! docs/design.md draws the flow and the layers (each part imports only the parts below it;
 //! tests/layers.rs holds it to that).
 
-mod album;
+pub mod album;
 mod api;
 pub mod decode;
 mod embedding;

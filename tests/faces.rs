@@ -383,3 +383,122 @@ fn a_dlib_recognizer_gets_dlibs_chips() {
     assert!(agreement.off <= agreement.reference / 40 && agreement.worst_cosine >= 0.98, "{agreement:?}");
     assert!(wrong_chip.worst_cosine < 0.98, "ArcFace's template gives the same embeddings: {wrong_chip:?}");
 }
+
+/// People across albums with drawn faces (issue 38): the first album's people, sent back with their
+/// exemplars as `known_people`, name the same persons in the next album; a person not sent back
+/// gets no id (and is the person it is without `known_people`); two faces of one person in one
+/// photo are never one person, known or new; a request naming another recognizer is refused.
+/// (The bridge case, a face that leaves having joined two parts, is src/album/people.rs's.)
+#[test]
+fn known_people_name_drawn_faces_and_a_photo_never_shows_one_person_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let mut drawn: Vec<Value> = python("draw_faces.py", &[out], &[], None).as_array().unwrap().clone();
+    drawn.extend(python("draw_faces.py", &[out, "twins"], &[], None).as_array().unwrap().iter().cloned());
+    let photo = |name: &str| drawn.iter().find(|p| p["file"] == name).unwrap().clone();
+    let first = [photo("drawn-row.png"), photo("drawn-large.jpg")];
+    let second = [photo("drawn-turned-1.jpg"), photo("drawn-turned-6.jpg"), photo("drawn-twins.png")];
+    let path = |p: &Value| dir.path().join(p["file"].as_str().unwrap());
+    let store = store_named(&first.iter().chain(&second).map(path).collect::<Vec<_>>());
+    let server =
+        ServerConfig::local(store.path()).env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD_DRAWN")).start();
+    let keys = |photos: &[Value]| photos.iter().map(|p| p["file"].clone()).collect::<Vec<_>>();
+    // The person drawn where a face was found: the drawn box it overlaps most.
+    let drawn_person = |photos: &[Value], face: &Value, answer: &Value| {
+        let [i, j] = [face[0].as_u64().unwrap() as usize, face[1].as_u64().unwrap() as usize];
+        let found = floats(&answer["data"][i]["faces"][j]["box"]);
+        let theirs = photos[i]["faces"].as_array().unwrap();
+        let overlap = |d: &&Value| iou(&floats(&d["box"]), &found);
+        let best = theirs.iter().max_by(|a, b| overlap(a).total_cmp(&overlap(b))).unwrap();
+        assert!(overlap(&best) >= 0.5, "{face}: {found:?} is no drawn face");
+        best["person"].as_u64().unwrap()
+    };
+
+    let (status, album) = server.post_json("/v1/analyze", &json!({ "images": keys(&first) }));
+    assert_eq!(status, 200, "{album}");
+    let recognizer = album["data"][0]["faces"][0]["recognizer"].clone();
+    // Persons 0, 1 and 2 are known from here on; person 3 is not sent back.
+    let mut known = Vec::new();
+    for person in album["album"]["people"].as_array().unwrap() {
+        let who = drawn_person(&first, &person["faces"][0], &album);
+        if who == 3 {
+            continue;
+        }
+        let embedding = |f: &Value| {
+            album["data"][f[0].as_u64().unwrap() as usize]["faces"][f[1].as_u64().unwrap() as usize]["embedding"]
+                .clone()
+        };
+        let exemplars: Vec<Value> = person["exemplars"].as_array().unwrap().iter().map(embedding).collect();
+        known.push(json!({ "id": format!("p-{who}"), "embeddings": exemplars }));
+    }
+    assert_eq!(known.len(), 3, "{}", album["album"]);
+
+    let request = json!({ "images": keys(&second), "known_people": known, "recognizer": recognizer });
+    let (status, next) = server.post_json("/v1/analyze", &request);
+    assert_eq!(status, 200, "{next}");
+    let people = next["album"]["people"].as_array().unwrap();
+    let twins = 2;
+    let mut new_person_of_3 = None;
+    for person in people {
+        let faces = person["faces"].as_array().unwrap();
+        let persons: Vec<u64> = faces.iter().map(|f| drawn_person(&second, f, &next)).collect();
+        assert!(persons.windows(2).all(|w| w[0] == w[1]), "one answer person holds two drawn ones: {person}");
+        let photos: Vec<&Value> = faces.iter().map(|f| &f[0]).collect();
+        assert!(!(1..photos.len()).any(|k| photos[k..].contains(&photos[k - 1])), "one photo twice: {person}");
+        match person["id"].as_str() {
+            Some(id) => assert_eq!(id, format!("p-{}", persons[0]), "{person}"),
+            None => {
+                assert_eq!(persons[0], 3, "a known person's face went unnamed: {person}");
+                new_person_of_3 = Some(faces.clone());
+            }
+        }
+    }
+    // Each known person in the album is named on every photo showing it, once a photo.
+    for (who, photos) in [(0, 3), (2, 2)] {
+        let named =
+            people.iter().find(|p| p["id"] == format!("p-{who}")).unwrap_or_else(|| panic!("{}", next["album"]));
+        assert_eq!(named["faces"].as_array().unwrap().len(), photos, "p-{who}: {named}");
+    }
+    assert!(people.iter().all(|p| p["id"] != "p-1"), "person 1 is not in this album: {}", next["album"]);
+    assert_eq!(next["album"]["unsure"], json!([]), "{}", next["album"]);
+    // Person 3, unknown: a new person of its three photos, the same one a call without known
+    // people gives; its second face in the twins photo is someone else or no one.
+    let new = new_person_of_3.unwrap_or_else(|| panic!("person 3 is nobody: {}", next["album"]));
+    assert_eq!(new.len(), 3, "{new:?}");
+    assert_eq!(new.iter().filter(|f| f[0] == twins).count(), 1, "{new:?}");
+    let (status, alone) = server.post_json("/v1/analyze", &json!({ "images": keys(&second) }));
+    assert_eq!(status, 200, "{alone}");
+    let of_3 = alone["album"]["people"].as_array().unwrap().iter().find(|p| p["faces"].as_array() == Some(&new));
+    assert!(of_3.is_some(), "without known people person 3 is another: {}", alone["album"]);
+
+    // Bad known people, each refused naming it: an empty person, a 10 kB id, 10^5 exemplars (one
+    // person over CLIPFN_MAX_EXEMPLARS; 1,001 people over CLIPFN_MAX_KNOWN_PEOPLE); an id given
+    // twice is one person, with the embeddings of both.
+    let exemplar = known[0]["embeddings"][0].clone();
+    let with_known = |people: Value| json!({ "images": keys(&second), "known_people": people });
+    let refusals = [
+        (json!([{ "id": "p-0", "embeddings": [] }]), "known_people[0].embeddings must hold 1 to 20"),
+        (json!([{ "id": "p".repeat(10_000), "embeddings": [exemplar] }]), "known_people[0].id must be 1 to 256"),
+        (json!([{ "id": "p-0", "embeddings": vec![[0.5]; 100_000] }]), "got 100000"),
+        (json!(vec![json!({ "id": "p", "embeddings": [[0.5]] }); 1001]), "over the limit of 1000"),
+    ];
+    for (people, names) in refusals {
+        let (status, answer) = server.post_json("/v1/analyze", &with_known(people));
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(status == 400 && message.contains(names), "{names}: {status} {answer}");
+    }
+    let id = &known[0]["id"];
+    let twice = json!([{ "id": id, "embeddings": [exemplar] }, { "id": id, "embeddings": known[0]["embeddings"] }]);
+    let (status, answer) = server.post_json("/v1/analyze", &with_known(twice));
+    assert_eq!(status, 200, "{answer}");
+    let named: Vec<&Value> = answer["album"]["people"].as_array().unwrap().iter().filter(|p| &p["id"] == id).collect();
+    assert_eq!(named.len(), 1, "an id given twice is one person: {}", answer["album"]);
+
+    // Another recognizer's id is refused, with known people and without.
+    for mut body in [request.clone(), json!({ "images": keys(&second) })] {
+        body["recognizer"] = json!("arcface:0123456789abcdef:chips-2");
+        let (status, answer) = server.post_json("/v1/analyze", &body);
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(status == 400 && message.contains("arcface:0123456789abcdef"), "{answer}");
+    }
+}

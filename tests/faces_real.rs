@@ -289,6 +289,35 @@ fn known_people_name_the_next_albums_faces() {
     assert_eq!(wrong, 0);
     assert!(right >= labelled_in_second - 1, "{right} of {labelled_in_second} named: {}", next["album"]);
 
+    // Pairwise over both albums' labelled faces: the two calls (a face's group is its known id, or
+    // its new person in the second album) no worse than one call over all the photos.
+    let groups = |answer: &Value, offset: usize, new: &str| {
+        let mut group = BTreeMap::new();
+        for (p, person) in answer["album"]["people"].as_array().unwrap().iter().enumerate() {
+            let name = person["id"].as_str().map_or_else(|| format!("{new}{p}"), str::to_string);
+            for face in person["faces"].as_array().unwrap() {
+                group.insert((offset + face[0].as_u64().unwrap() as usize, face[1].as_u64().unwrap()), name.clone());
+            }
+        }
+        group
+    };
+    let mut two_calls = groups(&next, first.len(), "second-");
+    for (p, person) in album["album"]["people"].as_array().unwrap().iter().enumerate() {
+        for face in person["faces"].as_array().unwrap() {
+            let name = known[p]["id"].as_str().unwrap().to_string();
+            two_calls.insert((face[0].as_u64().unwrap() as usize, face[1].as_u64().unwrap()), name);
+        }
+    }
+    let together = [&first[..], &second[..]].concat();
+    let one_call = groups(&analyze(&server, &together), 0, "");
+    let labelled: Vec<(usize, &str)> = (0..first.len())
+        .chain(first.len()..first.len() + labelled_in_second)
+        .map(|i| (i, person_of_photo(&together[i])))
+        .collect();
+    let (incremental, whole) = (pairwise(&labelled, &two_calls), pairwise(&labelled, &one_call));
+    eprintln!("pairwise precision, recall: two calls with known people {incremental:.3?}, one call {whole:.3?}");
+    assert!(incremental.0 >= whole.0 && incremental.1 >= whole.1, "{incremental:?} against {whole:?}");
+
     // Refusals, each naming what is wrong.
     let mut other = body.clone();
     other["recognizer"] = json!("arcface:0123456789abcdef:chips-2");
@@ -303,6 +332,22 @@ fn known_people_name_the_next_albums_faces() {
             && answer["error"]["message"].as_str().unwrap().contains("known_people[0].embeddings[0] has 127 values"),
         "{answer}"
     );
+}
+
+/// Pairwise precision and recall of `groups` (each face's, by (photo, face)) over the first face of
+/// the `labelled` photos (photo index, its person): a pair is together when both faces are in one
+/// group, and rightly so when they show one person.
+fn pairwise(labelled: &[(usize, &str)], groups: &BTreeMap<(usize, u64), String>) -> (f64, f64) {
+    let (mut same, mut together, mut right) = (0usize, 0usize, 0usize);
+    for (a, (photo_a, person_a)) in labelled.iter().enumerate() {
+        for (photo_b, person_b) in &labelled[a + 1..] {
+            let with = groups.get(&(*photo_a, 0)).is_some_and(|g| groups.get(&(*photo_b, 0)) == Some(g));
+            same += usize::from(person_a == person_b);
+            together += usize::from(with);
+            right += usize::from(with && person_a == person_b);
+        }
+    }
+    (if together == 0 { 1.0 } else { right as f64 / together as f64 }, right as f64 / same as f64)
 }
 
 /// The person a labelled photo (or its copy) shows.

@@ -13,6 +13,8 @@ crops of one person are alike and `album.people` must be the persons.
         "faces": [{"person": k, "box": [x1, y1, x2, y2], "landmarks": [[x, y] x 5]}, ...]}, ...]
       in pixels of the upright photo (EXIF orientation applied); a box is the detector's (DRAWN_BOX
       times the ellipse), not clipped: a face drawn against the photo's edge has one reaching out.
+  draw_faces.py OUT_DIR twins   the same for one photo only, TWINS: two persons each drawn twice,
+      for the people tests (two faces of one photo are never one person).
 
 The photos: a PNG of four people; a 4000 x 3000 JPEG of the four (decoded at 1/4 of its size);
 a portrait of three in each of the eight EXIF orientations (one against the top edge, whose crop
@@ -50,6 +52,8 @@ LARGE = ("drawn-large.jpg", (4000, 3000), [(1, 800, 900, 200, 240), (2, 2200, 12
                                             (3, 3300, 2200, 120, 150), (0, 1200, 2300, 180, 220)])
 PORTRAIT = ((900, 1200), [(2, 250, 55, 45, 55), (3, 600, 750, 60, 70), (0, 845, 1000, 55, 68)])
 EMPTY = ("drawn-empty.png", (800, 600), [])
+TWINS = ("drawn-twins.png", (1600, 1000), [(0, 300, 300, 60, 75), (3, 1200, 300, 60, 75),
+                                           (0, 450, 720, 70, 85), (3, 1150, 720, 55, 68)])
 # what exif_transpose does for each orientation, undone: the stored pixels of an upright photo
 UNDO_ORIENTATION = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
                     4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
@@ -87,16 +91,17 @@ def draw_photo(size, faces):
     return photo, [draw_face(draw, *face) for face in faces]
 
 
-def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    drawn = []
-    for name, size, faces in (ROW, LARGE, EMPTY):
-        photo, truth = draw_photo(size, faces)
-        photo.save(os.path.join(out, name), quality=92)
-        drawn.append({"file": name, "width": size[0], "height": size[1], "faces": truth})
+def save_plain(out, name, size, faces):
+    photo, truth = draw_photo(size, faces)
+    photo.save(os.path.join(out, name), quality=92)
+    return {"file": name, "width": size[0], "height": size[1], "faces": truth}
+
+
+def save_turned(out):
+    """PORTRAIT stored in each of the eight EXIF orientations."""
     size, faces = PORTRAIT
     upright, truth = draw_photo(size, faces)
+    drawn = []
     for orientation in range(1, 9):
         name = f"drawn-turned-{orientation}.jpg"
         stored = upright.transpose(UNDO_ORIENTATION[orientation]) if orientation > 1 else upright
@@ -104,6 +109,16 @@ def main():
         exif[0x0112] = orientation
         stored.save(os.path.join(out, name), quality=92, exif=exif)
         drawn.append({"file": name, "width": size[0], "height": size[1], "faces": truth})
+    return drawn
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    if sys.argv[2:] == ["twins"]:
+        drawn = [save_plain(out, *TWINS)]
+    else:
+        drawn = [save_plain(out, *photo) for photo in (ROW, LARGE, EMPTY)] + save_turned(out)
     json.dump(drawn, sys.stdout)
     sys.stdout.write("\n")
 

@@ -1,4 +1,4 @@
-//! The throughput bench's two statistics: the median of a sample and a percentile of a sorted one.
+//! The benches' statistics: the median of a sample and a percentile of a sorted one.
 
 pub fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
