@@ -121,15 +121,16 @@ const BLOCK: usize = 256;
 fn known_distances(vectors: &[&[f32]], known: &[Known]) -> Vec<Vec<f32>> {
     let exemplars: Vec<&[f32]> = known.iter().flat_map(|person| person.exemplars.iter().copied()).collect();
     let Some(dim) = exemplars.first().map(|e| e.len()) else { return vec![Vec::new(); vectors.len()] };
-    let matrix = Array2::from_shape_fn((exemplars.len(), dim), |(e, k)| exemplars[e][k]);
+    let rows_of = |vectors: &[&[f32]]| Array2::from_shape_vec((vectors.len(), dim), vectors.concat());
+    let matrix = rows_of(&exemplars).expect("every exemplar has the recognizer's dim");
     let mut distances = Vec::with_capacity(vectors.len());
     for block in vectors.chunks(BLOCK) {
-        let rows = Array2::from_shape_fn((block.len(), dim), |(v, k)| block[v][k]);
-        for similarities in rows.dot(&matrix.t()).rows() {
+        let similarities = rows_of(block).expect("every vector has the recognizer's dim").dot(&matrix.t());
+        for row in similarities.rows() {
+            let row = row.to_slice().expect("a product's row is contiguous");
             let mut first = 0;
             let per_person = known.iter().map(|person| {
-                let nearest =
-                    similarities.iter().skip(first).take(person.exemplars.len()).fold(f32::MIN, |a, &b| a.max(b));
+                let nearest = row[first..first + person.exemplars.len()].iter().fold(f32::MIN, |a, &b| a.max(b));
                 first += person.exemplars.len();
                 1.0 - nearest
             });
