@@ -217,10 +217,10 @@ async fn load_faces(
     };
     let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
     let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
-    let limits = (settings.faces.face_min_score, settings.faces.score_floor(), settings.faces.max_faces);
+    let face_settings = settings.faces.clone();
     let span = tracing::Span::current();
     let faces = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, limits, batch_size))
+        span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, &face_settings, batch_size))
     })
     .await?
     .context("CLIPFN_FACE_MODEL")?;

@@ -1,6 +1,6 @@
 //! A photo's faces, after its decode: its canvas on the face detector, each face found aligned on a
 //! decode thread, every aligned face on the recognizer (faces of many photos batch together), and
-//! the boxes and landmarks scaled back to the upright full-size photo.
+//! the boxes and landmarks mapped back to the upright full-size photo.
 
 use super::{ItemError, Pipeline};
 use crate::{
@@ -39,8 +39,8 @@ impl Pipeline {
         min_score: f32,
         max_faces: usize,
     ) -> Result<Faces, ItemError> {
-        let (scale, (width, height)) = (canvas.scale, canvas.full_size);
-        let pixels = std::sync::Arc::clone(&canvas.image);
+        // Its pixels shared: the faces are cut from them afterwards.
+        let placed = canvas.clone();
         let Detections { faces: mut detections } = self.worker.detect(canvas).await?.output;
         detections.retain(|detection| detection.score >= min_score);
         let left_out = detections.len().saturating_sub(max_faces);
@@ -51,6 +51,7 @@ impl Pipeline {
         let landmarks: Vec<[[f32; 2]; 5]> = detections.iter().map(|d| d.landmarks).collect();
         let (_, recognizer) = self.faces().expect("the detector answered, so the face towers are loaded");
         let chip = recognizer.format.chip();
+        let pixels = std::sync::Arc::clone(&placed.image);
         let (_, crops) = self
             .decoders
             .run(move || {
@@ -59,17 +60,19 @@ impl Pipeline {
             .await;
         let crops: Vec<image::RgbImage> = crops?;
         let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;
+        let (width, height) = placed.full_size;
         let bounds = [width as f32, height as f32, width as f32, height as f32];
         let faces = detections
             .into_iter()
             .zip(embeddings)
             .map(|(Detection { bbox, score, landmarks }, embedded)| {
-                let bbox = bbox.map(|v| v / scale);
+                let ([x1, y1], [x2, y2]) = (placed.to_photo([bbox[0], bbox[1]]), placed.to_photo([bbox[2], bbox[3]]));
+                let bbox = [x1, y1, x2, y2];
                 Ok(Face {
                     cut: bbox[0] < 0.0 || bbox[1] < 0.0 || bbox[2] > bounds[2] || bbox[3] > bounds[3],
                     bbox: std::array::from_fn(|i| bbox[i].clamp(0.0, bounds[i])),
                     score,
-                    landmarks: landmarks.map(|[x, y]| [x / scale, y / scale]),
+                    landmarks: landmarks.map(|point| placed.to_photo(point)),
                     embedding: embedded?.output,
                 })
             })

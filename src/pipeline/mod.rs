@@ -263,7 +263,7 @@ impl Pipeline {
         // other): the reservation moves into the job with the bytes, and both are let go as the
         // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
         let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
-        let views = Views { square: self.square.clone(), luma: wants.pixels, canvas: detector.map(|d| d.side) };
+        let views = Views { square: self.square.clone(), luma: wants.pixels, canvas: detector.map(|d| d.canvas()) };
         let memory = match &self.decode_memory {
             Some(budget) => {
                 let options = decode_options(&views, self.max_pixels);

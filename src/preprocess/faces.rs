@@ -1,6 +1,6 @@
-//! The face views, made on the decode threads: the detector's canvas (the photo letterboxed into
-//! the top-left of a black square, keeping its aspect, as InsightFace and OpenCV feed their
-//! detectors), and once the detector has found faces on it, each face aligned to the recognizer's
+//! The face views, made on the decode threads: the detector's canvas (the photo letterboxed into a
+//! square, keeping its aspect: into the top-left of a black one as InsightFace and OpenCV feed their
+//! detectors, or centred in a grey one as YOLOv5-face's `letterbox` does), and once the detector has found faces on it, each face aligned to the recognizer's
 //! chip (ArcFace's 112 x 112, dlib's 150 x 150), warped from the same canvas pixels the detector saw.
 //!
 //! Warping from the canvas rather than the full photo keeps one photo's pixels at the canvas's
@@ -43,21 +43,50 @@ pub const DLIB_CHIP: Chip = Chip {
 /// chip changes. 2: dlib's template from its mean face (issue 35).
 pub const CHIP_RULE: u32 = 2;
 
+/// Where a detector wants the photo on its canvas, and what around it: part of a detector's format,
+/// since a detector fed the photo placed otherwise answers boxes shifted, or misses faces at the
+/// padding's edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Letterbox {
+    /// In the top-left corner, black around it (InsightFace's SCRFD, OpenCV's YuNet).
+    TopLeft,
+    /// Centred, the padding split with its odd pixel at the bottom or right, grey 114 around it
+    /// (YOLOv5's `letterbox`).
+    Centred,
+}
+
+/// The detector's canvas: its side and its letterbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CanvasLayout {
+    pub side: u32,
+    pub letterbox: Letterbox,
+}
+
 /// A photo on the face detector's canvas.
 #[derive(Debug, Clone)]
 pub struct FaceCanvas {
     /// Shared: the detector reads it, and the faces it finds are cut from it afterwards.
     pub image: Arc<RgbImage>,
-    /// Canvas pixels per pixel of the upright full-size photo: a canvas position divided by it is
-    /// the photo's.
+    /// Canvas pixels per pixel of the upright full-size photo.
     pub scale: f32,
+    /// Where the photo's top-left corner lies on the canvas, in canvas pixels.
+    pub offset: [f32; 2],
     /// The upright full-size photo's width and height.
     pub full_size: (u32, u32),
 }
 
-/// `image` (the decode of an upright `full_size` photo, at whatever DCT scale) resized into the
-/// top-left of a black `side` x `side` canvas, its long side filling it.
-pub fn canvas(image: &RgbImage, full_size: (u32, u32), side: u32) -> Result<FaceCanvas, PreprocessError> {
+impl FaceCanvas {
+    /// A canvas position `[x, y]` in pixels of the upright full-size photo.
+    pub fn to_photo(&self, [x, y]: [f32; 2]) -> [f32; 2] {
+        [(x - self.offset[0]) / self.scale, (y - self.offset[1]) / self.scale]
+    }
+}
+
+/// `image` (the decode of an upright `full_size` photo, at whatever DCT scale) resized into a
+/// `layout.side` square canvas, its long side filling it, placed as `layout.letterbox` says.
+pub fn canvas(image: &RgbImage, full_size: (u32, u32), layout: CanvasLayout) -> Result<FaceCanvas, PreprocessError> {
+    let side = layout.side;
     let (width, height) = full_size;
     // InsightFace's arithmetic, truncating: the short side is int(side * short / long).
     let (new_width, new_height) = if height > width {
@@ -69,9 +98,15 @@ pub fn canvas(image: &RgbImage, full_size: (u32, u32), side: u32) -> Result<Face
     let mut resized = RgbImage::new(new_width, new_height);
     let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
     Resizer::new().resize(image, &mut resized, &options).map_err(|e| PreprocessError::Resize(e.to_string()))?;
-    let mut canvas = RgbImage::new(side, side);
-    image::imageops::replace(&mut canvas, &resized, 0, 0);
-    Ok(FaceCanvas { image: Arc::new(canvas), scale: new_height as f32 / height as f32, full_size })
+    // YOLOv5's `letterbox` rounds `dw / 2 - 0.1`: the smaller half before, the odd pixel after.
+    let (x, y, fill) = match layout.letterbox {
+        Letterbox::TopLeft => (0, 0, 0),
+        Letterbox::Centred => ((side - new_width) / 2, (side - new_height) / 2, 114),
+    };
+    let mut canvas = RgbImage::from_pixel(side, side, image::Rgb([fill; 3]));
+    image::imageops::replace(&mut canvas, &resized, i64::from(x), i64::from(y));
+    let (scale, offset) = (new_height as f32 / height as f32, [x as f32, y as f32]);
+    Ok(FaceCanvas { image: Arc::new(canvas), scale, offset, full_size })
 }
 
 /// The face with these `landmarks` (canvas pixels) aligned to `chip`: the least-squares similarity
@@ -140,16 +175,36 @@ fn bilinear(image: &RgbImage, x: f64, y: f64) -> [u8; 3] {
 mod tests {
     use super::*;
 
+    const TOP_LEFT: CanvasLayout = CanvasLayout { side: 640, letterbox: Letterbox::TopLeft };
+
     #[test]
     fn the_canvas_keeps_the_aspect_in_its_top_left_corner() {
         let photo = RgbImage::from_pixel(300, 200, image::Rgb([200, 100, 50]));
-        let canvas = canvas(&photo, (1200, 800), 640).unwrap();
+        let canvas = canvas(&photo, (1200, 800), TOP_LEFT).unwrap();
         // InsightFace's scale is the short side's: 426 rows for 800.
         assert_eq!(canvas.scale, 426.0 / 800.0);
         assert_eq!(canvas.image.get_pixel(639, 425).0, [200, 100, 50]);
         assert_eq!(canvas.image.get_pixel(0, 426).0, [0, 0, 0], "below the photo: 640 * 800 / 1200 = 426 rows");
-        let tall = super::canvas(&photo, (800, 1200), 640).unwrap();
+        let tall = super::canvas(&photo, (800, 1200), TOP_LEFT).unwrap();
         assert_eq!((tall.scale, tall.image.get_pixel(426, 0).0), (640.0 / 1200.0, [0, 0, 0]));
+    }
+
+    #[test]
+    fn a_centred_canvas_pads_grey_on_both_sides_the_odd_pixel_after() {
+        let photo = RgbImage::from_pixel(300, 200, image::Rgb([200, 100, 50]));
+        let layout = CanvasLayout { side: 640, letterbox: Letterbox::Centred };
+        // 426 rows of 640: 214 of padding, 107 above and 107 below.
+        let wide = canvas(&photo, (1200, 800), layout).unwrap();
+        assert_eq!(wide.offset, [0.0, 107.0]);
+        let column: Vec<[u8; 3]> = [0, 106, 107, 532, 533, 639].map(|y| wide.image.get_pixel(0, y).0).into();
+        let (grey, photo_pixel) = ([114; 3], [200, 100, 50]);
+        assert_eq!(column, [grey, grey, photo_pixel, photo_pixel, grey, grey]);
+        // 853 x 1280 is 426 columns of 640: 107 left, 107 right; 427 would leave 106 and 107.
+        let tall = canvas(&photo, (853, 1280), layout).unwrap();
+        assert_eq!(tall.offset, [107.0, 0.0]);
+        assert_eq!(tall.to_photo([107.0 + 32.0, 64.0]), [64.0, 128.0]);
+        let odd = canvas(&photo, (854, 1280), layout).unwrap();
+        assert_eq!((odd.offset, odd.image.get_pixel(639, 0).0), ([106.0, 0.0], grey));
     }
 
     #[test]

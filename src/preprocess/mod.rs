@@ -15,7 +15,7 @@ mod faces;
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{GrayImage, RgbImage};
 
-pub use self::faces::{ARCFACE_CHIP, CHIP_RULE, Chip, DLIB_CHIP, FaceCanvas, aligned_face};
+pub use self::faces::{ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, Letterbox, aligned_face};
 use crate::{
     decode::{DecodeError, DecodeOptions, Decoded, Metadata, decode},
     signals::luma_size,
@@ -105,8 +105,8 @@ pub struct Views {
     pub square: Transform,
     /// Whether the luma is wanted too.
     pub luma: bool,
-    /// The face detector's canvas side, when faces are wanted.
-    pub canvas: Option<u32>,
+    /// The face detector's canvas, when faces are wanted.
+    pub canvas: Option<CanvasLayout>,
 }
 
 /// One photo's views.
@@ -131,7 +131,7 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
     let decoded = decode(bytes.as_ref(), &decode_options(views, max_pixels))?;
     drop(bytes);
     let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
-    let canvas = views.canvas.map(|side| faces::canvas(&decoded.image, decoded.full_size, side)).transpose()?;
+    let canvas = views.canvas.map(|layout| faces::canvas(&decoded.image, decoded.full_size, layout)).transpose()?;
     let square = preprocess(&decoded, &views.square)?;
     Ok(Viewed { square, luma, canvas, full_size: decoded.full_size, metadata: decoded.metadata })
 }
@@ -171,7 +171,10 @@ pub fn luma(image: &RgbImage) -> GrayImage {
 
 /// How [`decode_views`] decodes for `views`: what the decode memory budget is reckoned for.
 pub fn decode_options(views: &Views, max_pixels: u64) -> DecodeOptions {
-    DecodeOptions { target_long_side: views.canvas, ..DecodeOptions::for_input(views.square.resize_side(), max_pixels) }
+    DecodeOptions {
+        target_long_side: views.canvas.map(|layout| layout.side),
+        ..DecodeOptions::for_input(views.square.resize_side(), max_pixels)
+    }
 }
 
 /// Resizes and crops a decoded photo to the model's square.

@@ -25,12 +25,12 @@ pub struct FaceSettings {
     /// layout Immich stores InsightFace's packs in). Unset: no faces.
     #[serde(default)]
     pub face_model: Option<String>,
-    /// Detections scoring under this are dropped (Immich's 0.7), unless a request asks for another
-    /// minimum (Immich's `minScore`).
-    #[serde(default = "defaults::min_score")]
-    pub face_min_score: f32,
+    /// Detections scoring under this are dropped, unless a request asks for another minimum
+    /// (Immich's `minScore`). Unset: the detector format's own (`DetectorFormat::default_min_score`).
+    #[serde(default)]
+    pub face_min_score: Option<f32>,
     /// The lowest minimum a request may ask: the detector keeps its candidates down to it, and
-    /// each request's minimum filters them. Unset: `face_min_score`.
+    /// each request's minimum filters them. Unset: the minimum score in force.
     #[serde(default)]
     pub face_score_floor: Option<f32>,
     /// The most faces a photo answers, best first; a noise photo can make thousands of detections.
@@ -60,9 +60,6 @@ pub struct FaceSettings {
 }
 
 mod defaults {
-    pub fn min_score() -> f32 {
-        0.7
-    }
     pub fn max_faces() -> usize {
         50
     }
@@ -81,20 +78,20 @@ mod defaults {
 }
 
 impl FaceSettings {
-    /// The score the detector keeps its candidates down to (CLIPFN_FACE_SCORE_FLOOR).
-    pub fn score_floor(&self) -> f32 {
-        self.face_score_floor.unwrap_or(self.face_min_score)
-    }
-
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if !(0.0..=1.0).contains(&self.face_min_score) {
-            return Err(ConfigError(format!("CLIPFN_FACE_MIN_SCORE must be 0 to 1, got {}", self.face_min_score)));
+        for (name, score) in
+            [("CLIPFN_FACE_MIN_SCORE", self.face_min_score), ("CLIPFN_FACE_SCORE_FLOOR", self.face_score_floor)]
+        {
+            if let Some(score) = score.filter(|s| !(0.0..=1.0).contains(s)) {
+                return Err(ConfigError(format!("{name} must be 0 to 1, got {score}")));
+            }
         }
-        if !(0.0..=self.face_min_score).contains(&self.score_floor()) {
+        // Against a format's default minimum, the floor is checked when the detector is loaded.
+        if let (Some(min_score), Some(floor)) = (self.face_min_score, self.face_score_floor)
+            && floor > min_score
+        {
             return Err(ConfigError(format!(
-                "CLIPFN_FACE_SCORE_FLOOR must be 0 to CLIPFN_FACE_MIN_SCORE ({}), got {}",
-                self.face_min_score,
-                self.score_floor()
+                "CLIPFN_FACE_SCORE_FLOOR must be 0 to CLIPFN_FACE_MIN_SCORE ({min_score}), got {floor}"
             )));
         }
         if let Some(distance) = self.face_max_distance.filter(|d| !(*d > 0.0 && *d <= 2.0)) {

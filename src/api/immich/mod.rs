@@ -90,8 +90,9 @@ struct Entry {
 struct Tasks {
     visual: bool,
     textual: bool,
-    /// The faces, at or above this detector score (`detection.options.minScore`).
-    faces: Option<f32>,
+    faces: bool,
+    /// The faces' minimum detector score (`detection.options.minScore`); none: the detector's own.
+    face_min_score: Option<f32>,
 }
 
 /// The form's parts that Immich sends: `entries`, and `image` or `text`.
@@ -113,21 +114,21 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
     let form = read_form(form?).await.map_err(|e| form_error(e, limit))?;
     let entries = form.entries.ok_or_else(|| ApiError::BadEntries("the form has no 'entries' field".into()))?;
     let service = state.ready_service()?;
-    let tasks = tasks(&entries, service, state.settings.faces.face_min_score)?;
+    let tasks = tasks(&entries, service)?;
     let deadline = deadline(&state.settings);
     match (form.image, form.text) {
         (Some(image), _) => {
             if tasks.textual {
                 return Err(ApiError::BadRequest("clip.textual takes a 'text' field, not an image".into()));
             }
-            let wants = Wants { faces: tasks.faces.is_some(), face_min_score: tasks.faces, ..Wants::default() };
+            let wants = Wants { faces: tasks.faces, face_min_score: tasks.face_min_score, ..Wants::default() };
             let (result, _) = service.pipeline.embed_carried(&image, deadline, wants).await?;
             let signals = result.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
             let counts = Counts { images: 1, ..Counts::default() };
             Ok((Json(photo_answer(signals, &tasks)?).into_response(), counts))
         }
         (None, Some(text)) => {
-            if tasks.visual || tasks.faces.is_some() {
+            if tasks.visual || tasks.faces {
                 return Err(ApiError::BadRequest("clip.visual and facial-recognition take an 'image' field".into()));
             }
             let texts = string_list(Value::Array(vec![Value::String(text)]), "text", &state.settings)?;
@@ -180,7 +181,7 @@ fn form_error(e: FormError, limit: usize) -> ApiError {
 /// The tasks `entries` names. A malformed `entries` is a 422, as Immich ML answers it; a task this
 /// server has no model for is a 400 (or 404 for text, as `/v1/embed` answers). A model name that
 /// is not the one held is answered by the one held, and said in the log.
-fn tasks(entries: &str, service: &Service, default_min_score: f32) -> Result<Tasks, ApiError> {
+fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
     let bad = |why: String| ApiError::BadEntries(format!("entries must be JSON like {EXAMPLE}: {why}"));
     let parsed: BTreeMap<String, BTreeMap<String, Entry>> =
         serde_json::from_str(entries).map_err(|e| bad(e.to_string()))?;
@@ -198,12 +199,12 @@ fn tasks(entries: &str, service: &Service, default_min_score: f32) -> Result<Tas
                     service.text.as_ref().map(|text| text.model().id.clone())
                 }
                 ("facial-recognition", "detection") => {
-                    let min_score = match entry.options.get("minScore") {
-                        None | Some(Value::Null) => default_min_score,
-                        Some(Value::Number(n)) => n.as_f64().unwrap_or_default() as f32,
+                    tasks.face_min_score = match entry.options.get("minScore") {
+                        None | Some(Value::Null) => None,
+                        Some(Value::Number(n)) => Some(n.as_f64().unwrap_or_default() as f32),
                         Some(other) => return Err(bad(format!("minScore must be a number, not {other}"))),
                     };
-                    tasks.faces = Some(min_score);
+                    tasks.faces = true;
                     service.pipeline.faces().map(|(detector, _)| folder_of(&detector.file))
                 }
                 ("facial-recognition", "recognition") => {
@@ -232,7 +233,7 @@ fn tasks(entries: &str, service: &Service, default_min_score: f32) -> Result<Tas
             }
         }
     }
-    if tasks.faces.is_some() != recognition {
+    if tasks.faces != recognition {
         return Err(ApiError::BadRequest("facial-recognition takes both its detection and its recognition".into()));
     }
     if tasks == Tasks::default() {

@@ -2,9 +2,10 @@
 //! folder laid out as Immich stores InsightFace's packs: `detection/model.onnx`,
 //! `recognition/model.onnx`).
 //!
-//! - `detector`: the detector's two formats (InsightFace's SCRFD, OpenCV Zoo's YuNet), told apart by
-//!   their outputs, each decoded to boxes, scores and five landmarks on the detector's canvas;
-//! - `nms`: the greedy non-maximum suppression both formats end with;
+//! - `detector`: the detector tower, whose three formats (`scrfd`: InsightFace's SCRFD, `yunet`:
+//!   OpenCV Zoo's YuNet, `yolov5_face`: deepcam-cn's YOLOv5-face) are told apart by their outputs,
+//!   each decoded to boxes, scores and five landmarks on the detector's canvas;
+//! - `nms`: the greedy non-maximum suppression every format ends with;
 //! - `recognizer`: ArcFace- and dlib-format recognizers, one unit-length embedding per aligned chip
 //!   (112 x 112 or 150 x 150: the input's side tells them apart).
 //!
@@ -14,13 +15,16 @@
 mod detector;
 mod nms;
 mod recognizer;
+mod scrfd;
+mod yolov5_face;
+mod yunet;
 
 pub use self::{
     detector::{Detections, DetectorFormat, DetectorInfo, FaceDetector},
     recognizer::{FaceRecognizer, MaxDistance, RecognizerFormat, RecognizerInfo},
 };
 use super::{ModelData, ModelError, Runtime};
-use crate::settings::ModelSettings;
+use crate::settings::{FaceSettings, ModelSettings};
 
 /// One face as the detector found it, in canvas pixels.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,17 +49,17 @@ pub struct FaceFiles {
 }
 
 impl FaceModels {
-    /// Builds both sessions on the image tower's runtime; a detector of neither format, or a
-    /// recognizer of neither (112 x 112 or 150 x 150 faces), stops start-up naming its file.
+    /// Builds both sessions on the image tower's runtime; a detector of no format, or a recognizer
+    /// of neither (112 x 112 or 150 x 150 faces), stops start-up naming its file.
     pub fn load(
         runtime: &mut Runtime,
         settings: &ModelSettings,
         files: FaceFiles,
-        scores_and_cap: (f32, f32, usize),
+        faces: &FaceSettings,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
         let (location, data) = files.detector;
-        let detector = FaceDetector::load(runtime, settings, &data, location, scores_and_cap)?;
+        let detector = FaceDetector::load(runtime, settings, &data, location, faces)?;
         let (location, data) = files.recognizer;
         let recognizer = FaceRecognizer::load(runtime, settings, &data, location, batch_size)?;
         Ok(FaceModels { detector, recognizer })
