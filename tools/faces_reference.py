@@ -4,13 +4,16 @@ OpenCV, scikit-image and scikit-learn, written from the spec below (no InsightFa
 Immich code), the yardstick the Rust side is held to.
 
 A face model folder holds detection/model.onnx (SCRFD: 9 outputs; YuNet: 12 outputs named cls_8 ...
-kps_32) and recognition/model.onnx (ArcFace: [N,3,112,112] -> [N,512]; or dlib's ResNet as
+kps_32; YOLOv5-face: one output [1, N, 16]) and recognition/model.onnx (ArcFace: [N,3,112,112] -> [N,512]; or dlib's ResNet as
 tools/models/dlib_recognizer.py rebuilds it: [N,3,150,150] raw RGB 0-255 -> [N,128]).
 
   1. Photo: Pillow open, ImageOps.exif_transpose, RGB; W, H = the upright size.
   2. Letterbox: ratio = H / W; ratio > 1: new_h = 640, new_w = int(640 / ratio); else new_w = 640,
      new_h = int(640 * ratio). scale = new_h / H. Resize the whole photo to (new_w, new_h) with
-     Pillow's BILINEAR (antialiased), paste at the top left of a black 640x640 RGB canvas.
+     Pillow's BILINEAR (antialiased), paste at the top left of a black 640x640 RGB canvas;
+     YOLOv5-face: paste at ((640 - new_w) // 2, (640 - new_h) // 2) of a grey (114) canvas
+     (yolov5-face's letterbox with auto=False: the odd pixel of padding after), that offset taken
+     off every position before the division by scale.
   3a. SCRFD: input RGB (p - 127.5) / 128, NCHW. Stride s in (8, 16, 32), index i: scores out[i],
      distances out[i + 3] * s, landmarks out[i + 6] * s ([1, n, k] or [n, k]); anchor centres
      (x * s, y * s), cells row-major, each centre twice (2 anchors). Keep score >= min_score;
@@ -21,7 +24,11 @@ tools/models/dlib_recognizer.py rebuilds it: [N,3,150,150] raw RGB 0-255 -> [N,1
      w = exp(b2) * s, h = exp(b3) * s, box (cx - w/2, cy - h/2, cx + w/2, cy + h/2); landmark j
      ((k[2j] + c) * s, (k[2j + 1] + r) * s). Keep score >= min_score, divide by scale, greedy NMS
      at IoU 0.3 with plain areas (w * h).
-     NMS in both: candidates in descending score, ties in decode order (stride 8 first, then row
+  3c. YOLOv5-face: input RGB p / 255, NCHW; rows of 16 (deepcam-cn/yolov5-face's Detect with
+     export_cat): cx, cy, w, h, obj, landmarks x1, y1 .. x5, y5, cls, in canvas pixels. score =
+     obj * cls; box (cx - w/2, cy - h/2, cx + w/2, cy + h/2). Keep score >= min_score, greedy NMS
+     at IoU 0.5 (detect_face.py's iou_thres) with plain areas.
+     NMS in all: candidates in descending score, ties in decode order (stride 8 first, then row
      order: a stable sort); a candidate is dropped when its IoU with a kept face is > the limit.
   4. Alignment: the 5 landmarks in 640-canvas coordinates (before the division by scale) onto
      the recognizer's template by a similarity transform (Umeyama, with scale, no reflection:
@@ -32,7 +39,7 @@ tools/models/dlib_recognizer.py rebuilds it: [N,3,150,150] raw RGB 0-255 -> [N,1
      batch; L2-normalised.
 
 Commands (JSON on stdout):
-  detect FOLDER PHOTO... [--min-score 0.7] [--draft] [--arcface-template]
+  detect FOLDER PHOTO... [--min-score S] [--draft] [--arcface-template]
       [{"width": W, "height": H, "faces": [{"box": [x1, y1, x2, y2], "score": s,
         "landmarks": [[x, y] x 5], "embedding": [512 floats]}, ...]}, ...]  one per photo, in
       order, faces by descending score, coordinates in pixels of the upright full-size photo.
@@ -52,7 +59,9 @@ CANVAS = 640
 STRIDES = (8, 16, 32)
 ARCFACE_TEMPLATE = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
                              [41.5493, 92.3655], [70.7299, 92.2041]], np.float64)
-SCRFD_NMS, YUNET_NMS = 0.4, 0.3
+SCRFD_NMS, YUNET_NMS, YOLO_NMS = 0.4, 0.3, 0.5
+# each format's minimum score where none is asked: Immich's; detect_face.py's conf_thres
+DEFAULT_MIN_SCORE = {"scrfd": 0.7, "yunet": 0.7, "yolov5-face": 0.6}
 
 
 def dct_denom(width, height):
@@ -79,9 +88,10 @@ def load_photo(path, draft=False):
         return upright, ((full[1], full[0]) if turned else full)
 
 
-def letterbox(photo, full_size):
-    """(canvas uint8 [640, 640, 3] RGB, scale): the photo resized into the top-left corner; the
-    arithmetic on the upright full-size `full_size`, whatever size `photo` was decoded at."""
+def letterbox(photo, full_size, centred=False):
+    """(canvas uint8 [640, 640, 3] RGB, scale, offset [x, y]): the photo resized into the top-left
+    corner of a black canvas, or `centred` on a grey one; the arithmetic on the upright full-size
+    `full_size`, whatever size `photo` was decoded at."""
     w, h = full_size
     ratio = h / w
     if ratio > 1:
@@ -89,9 +99,10 @@ def letterbox(photo, full_size):
     else:
         new_w, new_h = CANVAS, int(CANVAS * ratio)
     scale = new_h / h
-    canvas = np.zeros((CANVAS, CANVAS, 3), np.uint8)
-    canvas[:new_h, :new_w] = np.asarray(photo.resize((new_w, new_h), Image.BILINEAR))
-    return canvas, scale
+    x, y = ((CANVAS - new_w) // 2, (CANVAS - new_h) // 2) if centred else (0, 0)
+    canvas = np.full((CANVAS, CANVAS, 3), 114 if centred else 0, np.uint8)
+    canvas[y:y + new_h, x:x + new_w] = np.asarray(photo.resize((new_w, new_h), Image.BILINEAR))
+    return canvas, scale, np.array([x, y], np.float64)
 
 
 def session(path):
@@ -104,11 +115,13 @@ def session(path):
 
 def detector_format(sess):
     names = [o.name for o in sess.get_outputs()]
+    if len(names) == 1 and sess.get_outputs()[0].shape[-1] == 16:
+        return "yolov5-face"
     if len(names) == 9:
         return "scrfd"
     if len(names) == 12 and set(names) == {f"{k}_{s}" for k in ("cls", "obj", "bbox", "kps") for s in STRIDES}:
         return "yunet"
-    raise SystemExit(f"detection model: {len(names)} outputs {names}: neither SCRFD (9) nor YuNet (12)")
+    raise SystemExit(f"detection model: {len(names)} outputs {names}: not SCRFD (9), YuNet (12) nor YOLOv5-face (1)")
 
 
 def rows(a, k):
@@ -154,6 +167,14 @@ def decode_yunet(named, min_score):
         boxes.append(np.concatenate([centre - wh / 2, centre + wh / 2], axis=1))
         kps.append((k[keep] + cell[keep][:, None, :]) * s)
     return np.concatenate(scores), np.concatenate(boxes), np.concatenate(kps)
+
+
+def decode_yolov5_face(out, min_score):
+    r = rows(out, 16)
+    sc = r[:, 4] * r[:, 15]
+    keep = sc >= min_score
+    centre, half = r[keep, 0:2], r[keep, 2:4] / 2
+    return sc[keep], np.concatenate([centre - half, centre + half], axis=1), r[keep, 5:15].reshape(-1, 5, 2)
 
 
 def nms(scores, boxes, limit, plus_one):
@@ -216,6 +237,11 @@ class Faces:
             outs = self.det.run(None, {self.det_input: np.ascontiguousarray(x)})
             scores, boxes, kps = decode_scrfd(outs, min_score)
             limit, plus_one = SCRFD_NMS, True
+        elif self.format == "yolov5-face":
+            x = (canvas.astype(np.float32) / 255).transpose(2, 0, 1)[None]
+            (out,) = self.det.run(None, {self.det_input: np.ascontiguousarray(x)})
+            scores, boxes, kps = decode_yolov5_face(out, min_score)
+            limit, plus_one = YOLO_NMS, False
         else:
             x = canvas[:, :, ::-1].astype(np.float32).transpose(2, 0, 1)[None]
             outs = self.det.run(None, {self.det_input: np.ascontiguousarray(x)})
@@ -229,20 +255,24 @@ class Faces:
         (y,) = self.rec.run(None, {self.rec_input: np.ascontiguousarray(x)})
         return y / np.linalg.norm(y, axis=1, keepdims=True)
 
-    def detect(self, photo, full_size, min_score=0.7):
-        """One photo's answer (see the module doc); boxes clipped to the photo."""
-        canvas, scale = letterbox(photo, full_size)
+    def detect(self, photo, full_size, min_score=None):
+        """One photo's answer (see the module doc); boxes clipped to the photo. min_score: None, the
+        format's default."""
+        canvas, scale, offset = letterbox(photo, full_size, centred=self.format == "yolov5-face")
         w, h = full_size
+        if min_score is None:
+            min_score = DEFAULT_MIN_SCORE[self.format]
         scores, boxes, kps, limit, plus_one = self.detect_canvas(canvas, min_score)
-        # NMS on the photo's coordinates (the division by scale first, as the spec says)
-        kept = nms(scores, boxes / scale, limit, plus_one)
+        # on the photo's coordinates (the offset off and the division by scale first, as the spec says)
+        boxes, points = (boxes - np.tile(offset, 2)) / scale, (kps - offset) / scale
+        kept = nms(scores, boxes, limit, plus_one)
         faces = []
         if kept:
             emb = self.embed([align(canvas, kps[i], self.template, self.side) for i in kept])
             for j, i in enumerate(kept):
-                box = np.clip(boxes[i] / scale, 0, [w, h, w, h])
+                box = np.clip(boxes[i], 0, [w, h, w, h])
                 faces.append({"box": [float(v) for v in box], "score": float(scores[i]),
-                              "landmarks": [[float(x), float(y)] for x, y in kps[i] / scale],
+                              "landmarks": [[float(x), float(y)] for x, y in points[i]],
                               "embedding": [float(v) for v in emb[j]]})
         return {"width": w, "height": h, "faces": faces}
 
@@ -288,7 +318,7 @@ def main():
     d = sub.add_parser("detect", help="faces of each photo")
     d.add_argument("folder")
     d.add_argument("photos", nargs="+")
-    d.add_argument("--min-score", type=float, default=0.7)
+    d.add_argument("--min-score", type=float, help="default: the format's (0.7 SCRFD and YuNet, 0.6 YOLOv5-face)")
     d.add_argument("--draft", action="store_true", help="decode JPEGs at clipfn's DCT scale")
     d.add_argument("--arcface-template", action="store_true",
                    help="align to ArcFace's template scaled to the recognizer's side, whatever its format")

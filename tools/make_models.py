@@ -77,7 +77,9 @@ the service's preprocessing can be checked to follow the file.
                        obj_8.., bbox_8.., kps_8.., 1 anchor per cell) and recognition/model.onnx
                        (ArcFace-shaped: "input.1" [N,3,112,112] -> "683" [N,512], not normalised).
                        The detectors are tuned on the camera photos to find a few "faces" each;
-                       faces-scrfd-drawn / faces-yunet-drawn find the faces draw_faces.py draws.
+                       faces-scrfd-drawn / faces-yunet-drawn find the faces draw_faces.py draws, as
+                       does faces-yolov5-face-drawn, YOLOv5-face-shaped: "input" [1,3,640,640] RGB / 255
+                       (centred on grey 114) -> "output" [1,25200,16] (export_cat's decoded rows).
   --kind faces-buffalo-random  a face model FOLDER with InsightFace buffalo_l's architectures and seeded
                        random weights, for the bench (tools/models/face_archs.py): detection/model.onnx
                        SCRFD-10G as det_10g.onnx (4.2M params, 13.3 GMACs at 640x640), its score biases
@@ -104,7 +106,7 @@ Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-t
        make_models.py --kind siglip-base-vision [--out PATH] [--check]
        make_models.py --kind head|head-flat|head-wrong-dim|head-two-outputs [--out PATH] [--seed N] [--check]
        make_models.py --kind faces-scrfd-test|faces-yunet-test|faces-scrfd-drawn|faces-yunet-drawn|
-                      faces-buffalo-random [--folder DIR] [--seed N] [--check]
+                      faces-yolov5-face-drawn|faces-buffalo-random [--folder DIR] [--seed N] [--check]
        make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
        make_models.py --kind immich-clip-test --folder DIR [--seed N] [--check]
        make_models.py --kind dlib-recognizer --weights DIR [--input-scale 255|256] [--out PATH] [--check]

@@ -115,13 +115,14 @@ folder immich/clip/ViT-B-32__openai --kind immich-clip-test
 if (( BENCH )); then folder vit-b32-random --kind vit-b32; fi
 # InsightFace buffalo_l's architectures (SCRFD-10G + IResNet-50, 190 MB) with random weights: the faces' cost
 if (( BENCH )); then folder faces-buffalo-random --kind faces-buffalo-random; fi
-# face models (issue 29): detection/model.onnx (SCRFD- or YuNet-shaped) + recognition/model.onnx
+# face models (issue 29): detection/model.onnx (SCRFD-, YuNet- or YOLOv5-face-shaped) + recognition/model.onnx
 # (ArcFace-shaped) per folder; the two bad files must be refused at start-up
 folder faces-scrfd-test --kind faces-scrfd-test
 folder faces-yunet-test --kind faces-yunet-test
 folder faces-scrfd-drawn --kind faces-scrfd-drawn  # the drawn-face detectors (tools/draw_faces.py's photos)
 folder faces-yunet-drawn --kind faces-yunet-drawn
-model face-detector-bad face-detector-bad.onnx      # 7 outputs: neither SCRFD (9) nor YuNet (12)
+folder faces-yolov5-face-drawn --kind faces-yolov5-face-drawn  # one output [1,N,16], a centred grey canvas
+model face-detector-bad face-detector-bad.onnx      # 7 outputs: no format (SCRFD 9, YuNet 12, YOLOv5-face 1)
 model face-recognizer-bad face-recognizer-bad.onnx  # [N,3,96,96]: not ArcFace's 112
 
 # 4. photos
@@ -157,6 +158,7 @@ CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
 CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
 CLIPFN_TEST_FACES_SCRFD_DRAWN=$CACHE/models/faces-scrfd-drawn
 CLIPFN_TEST_FACES_YUNET_DRAWN=$CACHE/models/faces-yunet-drawn
+CLIPFN_TEST_FACES_YOLOV5_FACE_DRAWN=$CACHE/models/faces-yolov5-face-drawn
 CLIPFN_TEST_FACE_DETECTOR_BAD=$CACHE/models/face-detector-bad.onnx
 CLIPFN_TEST_FACE_RECOGNIZER_BAD=$CACHE/models/face-recognizer-bad.onnx
 CLIPFN_PHOTOS_DIR=$CACHE/photos

@@ -162,7 +162,7 @@ def test_yunet_outputs_need_the_clamp():
     sess = fr.session(str(folder("CLIPFN_TEST_FACES_YUNET") / "detection" / "model.onnx"))
     lo, hi = 1.0, 0.0
     for photo in camera_photos(34)[:12]:
-        canvas, _ = fr.letterbox(*fr.load_photo(photo))
+        canvas, _, _ = fr.letterbox(*fr.load_photo(photo))
         x = np.ascontiguousarray(canvas[:, :, ::-1].astype(np.float32).transpose(2, 0, 1)[None])
         cls = sess.run(["cls_8", "cls_16", "cls_32"], {"input": x})
         lo, hi = min(lo, min(float(c.min()) for c in cls)), max(hi, max(float(c.max()) for c in cls))
@@ -211,11 +211,33 @@ def test_letterbox_sizes_and_scale():
 
     for (w, h), (nw, nh) in {(1920, 1080): (640, 360), (1080, 1920): (360, 640), (400, 250): (640, 400),
                              (500, 500): (640, 640), (1000, 333): (640, 213)}.items():
-        canvas, scale = fr.letterbox(Image.new("RGB", (w, h), (255, 255, 255)), (w, h))
+        canvas, scale, _ = fr.letterbox(Image.new("RGB", (w, h), (255, 255, 255)), (w, h))
         assert canvas.shape == (640, 640, 3)
         filled = np.argwhere(canvas[:, :, 0] > 0)
         assert tuple(filled.max(axis=0) + 1) == (nh, nw), (w, h)
         assert scale == nh / h
+
+
+def test_a_centred_letterbox_is_grey_with_the_odd_pixel_after():
+    from PIL import Image
+
+    for (w, h), offset in {(1200, 800): (0, 107), (853, 1280): (107, 0), (855, 1280): (106, 0)}.items():
+        canvas, scale, at = fr.letterbox(Image.new("RGB", (w, h), (255, 255, 255)), (w, h), centred=True)
+        filled = np.argwhere(canvas[:, :, 0] == 255)
+        assert tuple(filled.min(axis=0)[::-1]) == offset == tuple(at), (w, h)
+        assert canvas[0, 0].tolist() in ([114] * 3, [255] * 3) and canvas[639, 639].tolist() == [114] * 3
+
+
+def test_yolov5_face_decoding_by_hand():
+    rows = np.zeros((1, 6, 16), np.float32)
+    rows[0, 2, :5] = [100, 50, 40, 60, 0.8]
+    rows[0, 2, 5:15] = 90 + np.arange(10)
+    rows[0, 2, 15] = 0.9
+    rows[0, 4, 4], rows[0, 4, 15] = 0.95, 0.5  # objectness alone would pass: the score is the product
+    scores, boxes, kps = fr.decode_yolov5_face(rows, 0.6)
+    assert scores.tolist() == pytest.approx([0.72])
+    assert boxes.tolist() == [[80, 20, 120, 80]]
+    assert kps[0].tolist() == [[90 + 2 * j, 91 + 2 * j] for j in range(5)]
 
 
 def test_scrfd_decoding_and_nms_by_hand():

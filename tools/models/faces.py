@@ -7,7 +7,9 @@ would on InsightFace's buffalo_l (SCRFD det_10g + ArcFace w600k_r50) or OpenCV Z
                     same recognition/model.onnx
   faces-scrfd-drawn, faces-yunet-drawn  folders: the same formats and recognizer, detectors that
                     find the faces tools/draw_faces.py draws ("The drawn-face design" below)
-  face-detector-bad    one file: the SCRFD detector with 7 outputs (no kps_16, kps_32): neither format
+  faces-yolov5-face-drawn  folder: a YOLOv5-face-shaped detector of the drawn-face design, the same
+                    recognizer
+  face-detector-bad    one file: the SCRFD detector with 7 outputs (no kps_16, kps_32): no format
   face-recognizer-bad  one file: the recognizer at [N,3,96,96] (ArcFace takes 112)
 
 SCRFD: input "input.1" float32 [1,3,640,640] ((RGB - 127.5) / 128); outputs, in this order,
@@ -20,6 +22,11 @@ obj_8.., bbox_8.. [1,n,4] (dx, dy, log w, log h in strides), kps_8.. [1,n,10] (o
 cell in strides); n = (640/s)^2, one anchor per cell. cls spans [-0.02, 1.18] (below 0 on the
 letterbox, above 1 on the strongest faces) and obj (0.82, 0.98): a decoder that forgets to clamp
 cls to [0, 1] scores those faces too high and takes the square root of negative numbers.
+YOLOv5-face (drawn only): input "input" float32 [1,3,640,640] (RGB / 255, the photo centred on a
+grey 114 letterbox); output "output" [1,N,16], N = 3 * ((640/8)^2 + (640/16)^2 + (640/32)^2) =
+25200, decoded as deepcam-cn/yolov5-face's export_cat Detect layer decodes: box centre x, y, width,
+height in canvas pixels, objectness, 5 landmarks (x, y) in canvas pixels, class score; rows stride
+by stride, each stride's 3 anchors one after another (anchor-major), the anchors of a cell alike.
 ArcFace: input "input.1" float32 [N,3,112,112] ((RGB - 127.5) / 127.5), output "683" float32
 [N,512], not normalised.
 
@@ -58,14 +65,16 @@ CANVAS = 640
 STRIDES = (8, 16, 32)
 # folder kind: (detector format, the drawn-face design)
 FACE_FOLDERS = {"faces-scrfd-test": ("scrfd", False), "faces-yunet-test": ("yunet", False),
-                "faces-scrfd-drawn": ("scrfd", True), "faces-yunet-drawn": ("yunet", True)}
+                "faces-scrfd-drawn": ("scrfd", True), "faces-yunet-drawn": ("yunet", True),
+                "faces-yolov5-face-drawn": ("yolov5-face", True)}
 FACE_FILES = {"face-detector-bad": "face-detector-bad.onnx", "face-recognizer-bad": "face-recognizer-bad.onnx"}
 MODEL_ID = {"scrfd": "clipfn-test-scrfd-v1", "yunet": "clipfn-test-yunet-v1", "arcface": "clipfn-test-arcface-v1",
             "scrfd-drawn": "clipfn-test-scrfd-drawn-v1", "yunet-drawn": "clipfn-test-yunet-drawn-v1",
+            "yolov5-face-drawn": "clipfn-test-yolov5-face-drawn-v1",
             "face-detector-bad": "clipfn-test-face-detector-bad-v1",
             "face-recognizer-bad": "clipfn-test-face-recognizer-bad-v1"}
 # rng salts: each part has its own stream, so changing one leaves the others' weights alone
-SALT = {"scrfd": 11, "yunet": 12, "arcface": 13}
+SALT = {"scrfd": 11, "yunet": 12, "arcface": 13, "yolov5-face": 14}
 
 ARCFACE_TEMPLATE = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
                              [41.5493, 92.3655], [70.7299, 92.2041]])
@@ -105,6 +114,8 @@ OFFSET = {"scrfd": float(np.log(0.7 / 0.3)), "yunet": -0.12}
 # DRAWN_MIN_AREA pixels, scores nothing: faces stay under 40 canvas pixels in semi-axis and 80 +
 # their sizes apart.
 DRAWN_GREY = 128
+YOLO_GREY = 114  # YOLOv5's letterbox: 42 from DRAWN_GREY over the channels, so the mask leaves it out by name
+YOLO_ANCHORS = 3  # YOLOv5-face's anchors a cell
 DRAWN_WINDOW, DRAWN_RING = 128, 8
 DRAWN_BOX = 1.2
 DRAWN_MIN_AREA = 50.0
@@ -180,17 +191,23 @@ def landmarks(g, centre, size, noise, s):
     return g.op("Add", [g.op("Tile", [centre, reps]), g.op("Mul", [g.op("Tile", [size, reps]), tmpl])])
 
 
-def drawn_mask(g, x):
-    """[1,1,640,640] in [0, 1]: 1 where a pixel is far from the grey background (the sum of its
+def drawn_mask(g, x, grey_letterbox=False):
+    """(mask, black), [1,1,640,640] each in [0, 1]. The mask: 1 where a pixel is far from the grey background (the sum of its
     channels' distances from DRAWN_GREY over 70) and not black (the letterbox: every channel
-    under 19); a dead zone under 30 keeps JPEG's ringing on the background out."""
+    under 19), nor with `grey_letterbox` YOLO_GREY (every channel within 2 of it; 0 from 8 on); a
+    dead zone under 30 keeps JPEG's ringing on the background out. black: 1 on black pixels."""
     grey = g.floats((DRAWN_GREY - 127.5) / 128)
     dist = g.op("Conv", [g.op("Abs", [g.op("Sub", [x, grey])]), g.const(g.name("sum"), np.full((1, 3, 1, 1), 128.0, np.float32))],
                 kernel_shape=[1, 1])
     far = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [dist, g.floats(30.0)]), g.floats(1 / 40)])]), g.floats(1.0)])
     top = g.op("ReduceMax", [x], axes=[1], keepdims=1)
     black = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [g.floats(-0.85), top]), g.floats(20.0)])]), g.floats(1.0)])
-    return g.op("Mul", [far, g.op("Sub", [g.floats(1.0), black])])
+    mask = g.op("Mul", [far, g.op("Sub", [g.floats(1.0), black])])
+    if grey_letterbox:
+        off = g.op("ReduceMax", [g.op("Abs", [g.op("Sub", [x, g.floats((YOLO_GREY - 127.5) / 128)])])], axes=[1], keepdims=1)
+        pad = g.op("Min", [g.op("Relu", [g.op("Mul", [g.op("Sub", [g.floats(8 / 128), off]), g.floats(20.0)])]), g.floats(1.0)])
+        mask = g.op("Mul", [mask, g.op("Sub", [g.floats(1.0), pad])])
+    return mask, black
 
 
 def drawn_cells(g, mask, s):
@@ -244,7 +261,7 @@ def build_detector(fmt, seed, kps_strides=STRIDES, drawn=False):
         x = g.op("Mul", [g.op("Sub", [inp, g.const("mean", np.array(127.5, np.float32))]),
                          g.const("inv_std", np.array(1 / 128, np.float32))])
     if drawn:
-        mask = drawn_mask(g, x)
+        mask, _ = drawn_mask(g, x)
     else:
         # > 0 on every pixel of a column or row that is black from end to end (max of all its
         # pixels and channels < 0.77 of 255): the letterbox padding, never a few dark pixels
@@ -316,6 +333,49 @@ def build_detector(fmt, seed, kps_strides=STRIDES, drawn=False):
     return model, learned_params(g)
 
 
+def build_yolov5_face_drawn(seed):
+    """YOLOv5-face-shaped (see the module doc) with the drawn-face design: per cell the drawn
+    centre and box (drawn_cells) made absolute, objectness sigmoid(L), class score sigmoid(L + 2)
+    (so that the score is a product: obj alone is higher), the landmarks the template in the box.
+    A black pixel in a cell's window kills its score: YOLOv5-face's letterbox is grey, so a face
+    beside black padding (the photo in the top-left of a black canvas, the wrong letterbox) is
+    missed, and the drawn faces tell the letterboxes apart."""
+    g = Graph(np.random.default_rng([seed, SALT["yolov5-face"]]))
+    # RGB / 255 -> the (p - 127.5) / 128 the drawn design is written for
+    x = g.op("Sub", [g.op("Mul", ["input", g.floats(255 / 128)]), g.floats(127.5 / 128)])
+    mask, black = drawn_mask(g, x, grey_letterbox=True)
+    rows = []
+    for s in STRIDES:
+        h = CANVAS // s
+        n = h * h
+        logit, centre, size = drawn_cells(g, mask, s)
+        k = DRAWN_WINDOW  # the window drawn_cells' moments see: pixels i * s - k / 2 .. i * s + k / 2 - 1
+        seen = g.op("MaxPool", [black], kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4)
+        seen = g.op("Slice", [seen, g.ints([0, 0]), g.ints([h, h]), g.ints([2, 3])])
+        logit = g.op("Sub", [logit, g.op("Mul", [seen, g.floats(1000.0)])])
+        ys, xs = np.mgrid[0:h, 0:h]
+        cells = g.const(f"grid{s}", np.stack([xs, ys])[None].astype(np.float32))  # the anchor, in strides
+        centre = to_rows(g, g.op("Add", [centre, cells]), 2, [1, n, 2])
+        size = to_rows(g, size, 2, [1, n, 2])
+        kps = landmarks(g, centre, size, g.const(g.name("no_noise"), np.zeros(10, np.float32)), s)
+        obj = to_rows(g, g.op("Sigmoid", [logit]), 1, [1, n, 1])
+        cls = to_rows(g, g.op("Sigmoid", [g.op("Add", [logit, g.floats(2.0)])]), 1, [1, n, 1])
+        pixels = g.floats(float(s))
+        row = g.op("Concat", [g.op("Mul", [centre, pixels]), g.op("Mul", [size, pixels]), obj,
+                              g.op("Mul", [kps, pixels]), cls], axis=-1)
+        rows += [row] * YOLO_ANCHORS
+    g.nodes.append(helper.make_node("Concat", rows, ["output"], name="output", axis=1))
+    n = YOLO_ANCHORS * sum((CANVAS // s) ** 2 for s in STRIDES)
+    kind = "yolov5-face-drawn"
+    meta = {"clipfn.model_id": MODEL_ID[kind], "clipfn.kind": kind, "clipfn.seed": str(seed),
+            "clipfn.input_size": str(CANVAS), "clipfn.strides": ",".join(map(str, STRIDES)),
+            "clipfn.anchors": str(YOLO_ANCHORS)}
+    model = onnx_model(g, [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, CANVAS, CANVAS])],
+                       [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, n, 16])],
+                       f"clipfn_{kind}".replace("-", "_"), meta)
+    return model, learned_params(g)
+
+
 def build_recognizer(seed, size=112):
     """ArcFace-shaped: "input.1" [N,3,size,size] -> "683" [N,512]: a 16x16/stride-16 low-pass patch
     conv (3->16; 4x4 blocks, zero-sum per channel) + tanh, flattened (16 * 7 * 7) and projected to 512.
@@ -350,7 +410,7 @@ def build_file(kind, seed):
 def write_face_folder(kind, folder, seed):
     """folder/detection/model.onnx + folder/recognition/model.onnx. Returns ([paths], {part: params})."""
     fmt, drawn = FACE_FOLDERS[kind]
-    det, det_params = build_detector(fmt, seed, drawn=drawn)
+    det, det_params = build_yolov5_face_drawn(seed) if fmt == "yolov5-face" else build_detector(fmt, seed, drawn=drawn)
     rec, rec_params = build_recognizer(seed)
     paths = write_parts(folder, {"detection": det, "recognition": rec})
     return paths, {"detection": det_params, "recognition": rec_params}
@@ -400,7 +460,8 @@ def check(path):
     small = rng.uniform(0, 255, (3, 10, 16))  # blobs: a 10x16 grid, upsampled 40x
     img = np.zeros((3, CANVAS, CANVAS), np.float32)
     img[:, :400] = np.repeat(np.repeat(small, 40, axis=1), 40, axis=2)
-    x = (img - 127.5) / 128 if inp.name == "input.1" else img
+    yolo = len(outs) == 1  # YOLOv5-face: RGB / 255
+    x = (img - 127.5) / 128 if inp.name == "input.1" else img / 255 if yolo else img
     t = time.perf_counter()
     ys = sess.run(None, {inp.name: x[None].astype(np.float32)})
     dt = time.perf_counter() - t
