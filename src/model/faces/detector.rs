@@ -150,19 +150,8 @@ impl FaceDetector {
         let outputs =
             session.outputs().iter().map(|o| (o.name().to_string(), o.dtype().tensor_shape().map(|s| s.to_vec())));
         let (format, outputs) = recognise(outputs.collect()).map_err(|why| refuse("detector", &file, why))?;
-        let (min_score, min_score_from) = match faces.face_min_score {
-            Some(score) => (score, "CLIPFN_FACE_MIN_SCORE"),
-            None => (format.default_min_score(), "the detector format's default"),
-        };
-        let score_floor = faces.face_score_floor.unwrap_or(min_score);
-        if score_floor > min_score {
-            let why = format!(
-                "CLIPFN_FACE_SCORE_FLOOR {score_floor} is above {}'s default minimum score {min_score}: set \
-                 CLIPFN_FACE_MIN_SCORE too",
-                format.name()
-            );
-            return Err(refuse("detector", &file, why));
-        }
+        let (min_score, min_score_from, score_floor) =
+            scores(&format, faces).map_err(|why| refuse("detector", &file, why))?;
         let input = input.name().to_string();
         let info =
             DetectorInfo { file, format, side, min_score, min_score_from, score_floor, max_faces: faces.max_faces };
@@ -263,6 +252,25 @@ fn recognise(outputs: Vec<(String, Option<Vec<i64>>)>) -> Result<(DetectorFormat
     }
 }
 
+/// The minimum score in force, where it came from, and the floor: CLIPFN_FACE_MIN_SCORE or the
+/// format's default; CLIPFN_FACE_SCORE_FLOOR or that minimum. A floor above the minimum is refused
+/// here where the minimum is the format's (settings check it against CLIPFN_FACE_MIN_SCORE).
+fn scores(format: &DetectorFormat, faces: &FaceSettings) -> Result<(f32, &'static str, f32), String> {
+    let (min_score, from) = match faces.face_min_score {
+        Some(score) => (score, "CLIPFN_FACE_MIN_SCORE"),
+        None => (format.default_min_score(), "the detector format's default"),
+    };
+    let floor = faces.face_score_floor.unwrap_or(min_score);
+    if floor > min_score {
+        return Err(format!(
+            "CLIPFN_FACE_SCORE_FLOOR {floor} is above {}'s default minimum score {min_score}: set \
+             CLIPFN_FACE_MIN_SCORE too",
+            format.name()
+        ));
+    }
+    Ok((min_score, from, floor))
+}
+
 /// The tensor `index`, which must hold `len` values for the canvas.
 pub(super) fn tensor<'a>(tensors: &[&'a [f32]], index: usize, len: usize) -> Result<&'a [f32], ModelError> {
     let values = tensors[index];
@@ -301,6 +309,24 @@ mod tests {
         assert_eq!(one(Some(vec![-1, -1, 16])).unwrap().0, DetectorFormat::Yolov5Face);
         assert!(one(Some(vec![1, 25200, 85])).unwrap_err().contains("[1, N, 16]"));
         assert!(one(None).is_err());
+    }
+
+    #[test]
+    fn the_minimum_score_is_the_settings_or_the_formats_and_the_floor_not_above_it() {
+        let faces = |min: Option<f32>, floor: Option<f32>| FaceSettings {
+            face_min_score: min,
+            face_score_floor: floor,
+            ..serde_json::from_str("{}").unwrap()
+        };
+        let yolo = DetectorFormat::Yolov5Face;
+        assert_eq!(scores(&yolo, &faces(None, None)).unwrap(), (0.6, "the detector format's default", 0.6));
+        assert_eq!(scores(&yolo, &faces(None, Some(0.3))).unwrap().2, 0.3);
+        assert_eq!(scores(&yolo, &faces(Some(0.8), None)).unwrap(), (0.8, "CLIPFN_FACE_MIN_SCORE", 0.8));
+        // 0.65 suits SCRFD's 0.7, not YOLOv5-face's 0.6.
+        assert_eq!(scores(&DetectorFormat::Yunet, &faces(None, Some(0.65))).unwrap().0, 0.7);
+        assert!(
+            scores(&yolo, &faces(None, Some(0.65))).unwrap_err().contains("YOLOv5-face's default minimum score 0.6")
+        );
     }
 
     #[test]
