@@ -18,7 +18,7 @@ pub(super) const ROW: usize = 16;
 
 /// The candidates scoring at least `min_score`, in canvas pixels.
 pub(super) fn decode(rows: &[f32], min_score: f32) -> Result<Vec<Detection>, ModelError> {
-    if rows.len() % ROW != 0 {
+    if !rows.len().is_multiple_of(ROW) {
         return Err(ModelError::Inference(format!("detector output has {} values, not rows of {ROW}", rows.len())));
     }
     let found = rows.chunks_exact(ROW).filter_map(|row| {
