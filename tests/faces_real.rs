@@ -382,3 +382,81 @@ fn a_face_cut_by_the_photos_edge_is_cut() {
     assert_eq!(faces[0]["cut"], true, "{}", faces[0]);
     assert_eq!(floats(&faces[0]["box"])[0], 0.0, "the box is clipped to the photo");
 }
+
+/// The face sizes tried: a box's short side in pixels.
+const SIZES: [u32; 8] = [12, 16, 20, 24, 32, 40, 48, 64];
+
+/// How small a face may be and still join its person (CLIPFN_FACE_MIN_SIZE's default): each
+/// labelled full face scaled until its box is N pixels on its short side, pasted on a grey 640 x 640
+/// square (the detector's canvas at scale 1, so the chip has those pixels and no more), against
+/// the same face at full size through the real models. The default is the smallest size from which
+/// up every face is found, stays within the recognizer's distance of itself at full size, and
+/// stays beyond it from the other person; in the same call, no face under it joins a person.
+#[test]
+fn faces_under_the_minimum_size_are_answered_and_join_no_person() {
+    let labelled = photos(&["obama.jpg", "obama2.jpg", "obama3.jpg", "biden.jpg"]);
+    let scaled_dir = tempfile::tempdir().unwrap();
+    let mut scaled = Vec::new();
+    let full_store = store_named(&labelled);
+    let full = analyze(&serve(full_store.path()), &labelled);
+    let face_of = |body: &Value, i: usize| body["data"][i]["faces"].get(0).cloned();
+    let short_side = |face: &Value| {
+        let b = floats(&face["box"]);
+        (b[2] - b[0]).min(b[3] - b[1])
+    };
+    for (i, photo) in labelled.iter().enumerate() {
+        let face = face_of(&full, i).unwrap_or_else(|| panic!("{}: no face at full size", photo.display()));
+        let image = image::open(photo).unwrap().to_rgb8();
+        for size in SIZES {
+            let scale = f64::from(size) / short_side(&face);
+            let (width, height) = ((image.width() as f64 * scale) as u32, (image.height() as f64 * scale) as u32);
+            assert!(width <= 640 && height <= 640, "{}: {width} x {height} at {size} px", photo.display());
+            let small = image::imageops::resize(&image, width, height, image::imageops::FilterType::Lanczos3);
+            let mut square = image::RgbImage::from_pixel(640, 640, image::Rgb([128; 3]));
+            image::imageops::overlay(&mut square, &small, i64::from((640 - width) / 2), i64::from((640 - height) / 2));
+            let path = scaled_dir.path().join(format!("{}-{i}-{size}.png", person(file_name(photo))));
+            square.save(&path).unwrap();
+            scaled.push((i, size, path));
+        }
+    }
+    let store = store_named(&scaled.iter().map(|(_, _, path)| path.clone()).collect::<Vec<_>>());
+    let server = serve(store.path());
+    let faces = server.get("/readyz").1["faces"].clone();
+    let (max_distance, min_size) = (faces["max_distance"].as_f64().unwrap(), faces["min_size"].as_f64().unwrap());
+    let body = analyze(&server, &scaled.iter().map(|(_, _, path)| path.clone()).collect::<Vec<_>>());
+
+    let embedding = |face: &Value| floats(&face["embedding"]);
+    let distance = |a: &[f64], b: &[f64]| 1.0 - a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let full_embeddings: Vec<Vec<f64>> = (0..labelled.len()).map(|i| embedding(&face_of(&full, i).unwrap())).collect();
+    let is_obama = |i: usize| i < 3;
+    let mut holds = Vec::new();
+    for size in SIZES {
+        let (mut found, mut genuine, mut impostor) = (0, 0f64, f64::MAX);
+        for (k, (i, _, _)) in scaled.iter().enumerate().filter(|(_, (_, s, _))| *s == size) {
+            let Some(face) = face_of(&body, k) else { continue };
+            found += 1;
+            let ours = embedding(&face);
+            genuine = genuine.max(distance(&ours, &full_embeddings[*i]));
+            for (_, theirs) in full_embeddings.iter().enumerate().filter(|(j, _)| is_obama(*j) != is_obama(*i)) {
+                impostor = impostor.min(distance(&ours, theirs));
+            }
+        }
+        eprintln!(
+            "{size} px: {found} of 4 faces found, genuine distance at most {genuine:.3}, impostor at least {impostor:.3}"
+        );
+        holds.push(found == labelled.len() && genuine <= max_distance && impostor > max_distance);
+    }
+    let smallest = SIZES.iter().zip(&holds).rev().take_while(|(_, holds)| **holds).last().map(|(size, _)| *size);
+    assert_eq!(
+        smallest.map(f64::from),
+        Some(min_size),
+        "the smallest size that holds from there up against CLIPFN_FACE_MIN_SIZE's default"
+    );
+
+    for person in body["album"]["people"].as_array().unwrap() {
+        for face in person["faces"].as_array().unwrap() {
+            let face = &body["data"][face[0].as_u64().unwrap() as usize]["faces"][face[1].as_u64().unwrap() as usize];
+            assert!(short_side(face) >= min_size, "a face of {:.1} px joined a person: {person}", short_side(face));
+        }
+    }
+}

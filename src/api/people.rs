@@ -87,8 +87,8 @@ pub(super) fn known_people(
     Ok(KnownPeople { ids, exemplars })
 }
 
-/// The album's people and unsure faces: every face of the photos that have them, grouped with
-/// the `known` people at the recognizer's distance.
+/// The album's people and unsure faces: every face of the photos that have them, but those under
+/// CLIPFN_FACE_MIN_SIZE, grouped with the `known` people at the recognizer's distance.
 pub(super) fn album_people(
     results: &[PhotoResult],
     known: &KnownPeople,
@@ -99,7 +99,9 @@ pub(super) fn album_people(
         .iter()
         .enumerate()
         .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
-        .flat_map(|(photo, found)| found.faces.iter().enumerate().map(move |(i, face)| (photo, i, &face.embedding[..])))
+        .flat_map(|(photo, found)| found.faces.iter().enumerate().map(move |(i, face)| (photo, i, face)))
+        .filter(|(_, _, face)| face.chip_pixels >= settings.face_min_size as f32)
+        .map(|(photo, i, face)| (photo, i, &face.embedding[..]))
         .collect();
     let max_distance = recognizer.max_distance(settings).value;
     let rules = Rules {

@@ -65,6 +65,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                     json!({
                         "detector": detector, "recognizer": recognizer, "max_distance": distance.value,
                         "max_distance_from": distance.from, "min_faces": faces.face_min_faces,
+                        "min_size": faces.face_min_size,
                     })
                 }),
             });

@@ -231,8 +231,8 @@ pub struct Ready {
     /// The heads of `CLIPFN_HEADS` (`names`, `files`, `dim`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     heads: Value,
-    /// The face models (`detector`, `recognizer`, `max_distance` with `max_distance_from`, `min_faces`);
-    /// null without them.
+    /// The face models (`detector`, `recognizer`, `max_distance` with `max_distance_from`, `min_faces`,
+    /// `min_size`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     faces: Value,
     /// On CUDA only: the GPU's name and memory, or the `error` reading them.

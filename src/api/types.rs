@@ -331,7 +331,7 @@ pub struct AnalyzeItem<'a> {
 
 impl FaceItem {
     pub fn new(
-        crate::pipeline::Face { bbox, cut, score, landmarks, embedding }: crate::pipeline::Face,
+        crate::pipeline::Face { bbox, cut, score, landmarks, embedding, .. }: crate::pipeline::Face,
         recognizer: &str,
     ) -> Self {
         FaceItem { bbox, cut, score, landmarks, embedding, recognizer: recognizer.to_owned() }

@@ -28,6 +28,9 @@ pub struct Face {
     pub landmarks: [[f32; 2]; 5],
     /// Of unit length.
     pub embedding: Vec<f32>,
+    /// The face's short side in the pixels its chip was cut from: the detector's canvas's, or the
+    /// photo's where the canvas enlarged it (CLIPFN_FACE_MIN_SIZE holds people to it).
+    pub chip_pixels: f32,
 }
 
 impl Pipeline {
@@ -66,9 +69,11 @@ impl Pipeline {
             .into_iter()
             .zip(embeddings)
             .map(|(Detection { bbox, score, landmarks }, embedded)| {
+                let on_canvas = (bbox[2] - bbox[0]).min(bbox[3] - bbox[1]);
                 let ([x1, y1], [x2, y2]) = (placed.to_photo([bbox[0], bbox[1]]), placed.to_photo([bbox[2], bbox[3]]));
                 let bbox = [x1, y1, x2, y2];
                 Ok(Face {
+                    chip_pixels: on_canvas.min((x2 - x1).min(y2 - y1)),
                     cut: bbox[0] < 0.0 || bbox[1] < 0.0 || bbox[2] > bounds[2] || bbox[3] > bounds[3],
                     bbox: std::array::from_fn(|i| bbox[i].clamp(0.0, bounds[i])),
                     score,

@@ -13,6 +13,7 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_MAX_FACES",
     "CLIPFN_FACE_MAX_DISTANCE",
     "CLIPFN_FACE_MIN_FACES",
+    "CLIPFN_FACE_MIN_SIZE",
     "CLIPFN_FACE_SUGGEST_DISTANCE",
     "CLIPFN_PERSON_EXEMPLARS",
     "CLIPFN_MAX_KNOWN_PEOPLE",
@@ -44,6 +45,12 @@ pub struct FaceSettings {
     /// person's core (the album app's 2).
     #[serde(default = "defaults::min_faces")]
     pub face_min_faces: usize,
+    /// Faces under this many pixels on their short side, in the pixels their chip is cut from (the
+    /// photo's, or the detector canvas's where it shrank the photo), are answered but join no
+    /// person: their chips stray from their own person (measured: docs/faces-real-weights.md,
+    /// "Small faces").
+    #[serde(default = "defaults::face_min_size")]
+    pub face_min_size: u32,
     /// How near a new person's centre must be to a known person's exemplars to be answered as
     /// `maybe` that person. Unset: 1.5 times the max distance in force.
     #[serde(default)]
@@ -65,6 +72,9 @@ mod defaults {
     }
     pub fn min_faces() -> usize {
         2
+    }
+    pub fn face_min_size() -> u32 {
+        20
     }
     pub fn person_exemplars() -> usize {
         5

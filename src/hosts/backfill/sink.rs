@@ -417,6 +417,7 @@ mod tests {
             score: 0.9,
             landmarks: [[0.0; 2]; 5],
             embedding: vec![1.0, 0.0],
+            chip_pixels: 2.0,
         };
         let signals = Signals {
             embedding: vec![0.6, 0.8],
