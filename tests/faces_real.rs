@@ -460,3 +460,53 @@ fn faces_under_the_minimum_size_are_answered_and_join_no_person() {
         }
     }
 }
+
+/// The detector's input size: the real SCRFD-2.5G with its input size left open
+/// (tools/dynamic_detector.py) takes CLIPFN_FACE_DET_SIZE's canvas. At 640 it finds what the
+/// fixed graph finds; at 480 and 320 (the album app runs its detector at 320) what it finds of the
+/// same photos is printed for docs/faces-real-weights.md, "Detector size", and it finds no face
+/// where there is none. The fixed graph refuses another size, naming both.
+#[test]
+fn the_detector_takes_the_settings_size_where_its_graph_leaves_it_open() {
+    let portraits = [
+        "obama.jpg",
+        "obama2.jpg",
+        "obama3.jpg",
+        "obama_partial_face.jpg",
+        "obama_partial_face2.jpg",
+        "biden.jpg",
+        "newton.png",
+        "gauss.png",
+        "astronaut.png",
+    ];
+    let none = ["coffee.png", "chelsea.png", "rocket.jpg"];
+    let names: Vec<&str> = ["solvay_conference_1927.jpg"].iter().chain(&portraits).chain(&none).copied().collect();
+    let photos = photos(&names);
+    let store = store_named(&photos);
+    for side in [640, 480, 320] {
+        let server = ServerConfig::local(store.path())
+            .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_REAL_DYNAMIC"))
+            .env("CLIPFN_FACE_DET_SIZE", &side.to_string())
+            .start();
+        let detector = server.get("/readyz").1["faces"]["detector"].clone();
+        assert_eq!((&detector["side"], &detector["side_from"]), (&json!(side), &json!("CLIPFN_FACE_DET_SIZE")));
+        let body = analyze(&server, &photos);
+        let count = |i: usize| body["data"][i]["faces"].as_array().map_or(0, Vec::len);
+        let solvay = count(0);
+        let found = (1..=portraits.len()).filter(|&i| count(i) == 1).count();
+        let false_faces: usize = (portraits.len() + 1..names.len()).map(count).sum();
+        eprintln!(
+            "{side}: Solvay {solvay} of 29 faces, {found} of {} portraits, {false_faces} faces on the photos without",
+            portraits.len()
+        );
+        if side == 640 {
+            assert_eq!((solvay, found), (29, portraits.len()), "the open graph at 640 finds what the fixed one does");
+        }
+        assert_eq!(false_faces, 0, "at {side}");
+    }
+    let stderr = common::failed_start(&[
+        ("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_REAL")),
+        ("CLIPFN_FACE_DET_SIZE", "320"),
+    ]);
+    assert!(stderr.contains("fixes a 640 x 640 input, and CLIPFN_FACE_DET_SIZE asks 320"), "{stderr}");
+}

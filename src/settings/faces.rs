@@ -8,6 +8,7 @@ use super::ConfigError;
 /// The variables of [`FaceSettings`], one per field and in the fields' order (see `variables`).
 pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_FACE_MODEL",
+    "CLIPFN_FACE_DET_SIZE",
     "CLIPFN_FACE_MIN_SCORE",
     "CLIPFN_FACE_SCORE_FLOOR",
     "CLIPFN_MAX_FACES",
@@ -26,6 +27,11 @@ pub struct FaceSettings {
     /// layout Immich stores InsightFace's packs in). Unset: no faces.
     #[serde(default)]
     pub face_model: Option<String>,
+    /// The detector's canvas side where its graph leaves the input size dynamic (InsightFace's
+    /// `det_size`). Unset: 640. A graph that fixes its side keeps it, and a setting it contradicts
+    /// stops start-up.
+    #[serde(default)]
+    pub face_det_size: Option<u32>,
     /// Detections scoring under this are dropped, unless a request asks for another minimum
     /// (Immich's `minScore`). Unset: the detector format's own (`DetectorFormat::default_min_score`).
     #[serde(default)]
@@ -107,6 +113,12 @@ impl FaceSettings {
         if let Some(distance) = self.face_max_distance.filter(|d| !(*d > 0.0 && *d <= 2.0)) {
             return Err(ConfigError(format!(
                 "CLIPFN_FACE_MAX_DISTANCE is a cosine distance: over 0, at most 2, got {distance}"
+            )));
+        }
+        if let Some(side) = self.face_det_size.filter(|side| !(96..=2048).contains(side) || side % 32 != 0) {
+            return Err(ConfigError(format!(
+                "CLIPFN_FACE_DET_SIZE must be a multiple of 32 from 96 to 2048 (the detectors' largest stride is 32), \
+                 got {side}"
             )));
         }
         if self.max_faces == 0 {

@@ -15,7 +15,8 @@ use crate::{
     settings::{FaceSettings, ModelSettings},
 };
 
-/// The canvas side of detectors whose input size is dynamic (Immich's and InsightFace's default).
+/// The canvas side of detectors whose input size is dynamic where CLIPFN_FACE_DET_SIZE is unset
+/// (Immich's and InsightFace's default).
 const DEFAULT_SIDE: u32 = 640;
 /// The default minimum score of SCRFD and YuNet: Immich's.
 const IMMICH_MIN_SCORE: f32 = 0.7;
@@ -91,6 +92,8 @@ pub struct DetectorInfo {
     pub format: DetectorFormat,
     /// The canvas side it takes.
     pub side: u32,
+    /// The detector's graph, or CLIPFN_FACE_DET_SIZE (or its default) where the graph's is dynamic.
+    pub side_from: &'static str,
     /// A request's minimum score when it names none.
     pub min_score: f32,
     /// CLIPFN_FACE_MIN_SCORE, or the format's default.
@@ -145,16 +148,24 @@ impl FaceDetector {
             return Err(refuse("detector", &file, format!("has {} inputs, not one image", session.inputs().len())));
         };
         let shape = input.dtype().tensor_shape().map(|s| s.to_vec());
-        let side = square_side(shape.as_deref(), DEFAULT_SIDE)
-            .ok_or_else(|| refuse("detector", &file, format!("takes {shape:?}, not a square [1, 3, S, S] image")))?;
+        let (side, side_from) =
+            canvas_side(shape.as_deref(), faces.face_det_size).map_err(|why| refuse("detector", &file, why))?;
         let outputs =
             session.outputs().iter().map(|o| (o.name().to_string(), o.dtype().tensor_shape().map(|s| s.to_vec())));
         let (format, outputs) = recognise(outputs.collect()).map_err(|why| refuse("detector", &file, why))?;
         let (min_score, min_score_from, score_floor) =
             scores(&format, faces).map_err(|why| refuse("detector", &file, why))?;
         let input = input.name().to_string();
-        let info =
-            DetectorInfo { file, format, side, min_score, min_score_from, score_floor, max_faces: faces.max_faces };
+        let info = DetectorInfo {
+            file,
+            format,
+            side,
+            side_from,
+            min_score,
+            min_score_from,
+            score_floor,
+            max_faces: faces.max_faces,
+        };
         let pixels = vec![0.0; 3 * (side * side) as usize];
         let mut detector = FaceDetector { session, input, outputs, info, pixels, _environment: runtime.environment() };
         detector.check().map_err(|e| refuse("detector", &detector.info.file, format!("the warm-up failed: {e}")))?;
@@ -252,6 +263,22 @@ fn recognise(outputs: Vec<(String, Option<Vec<i64>>)>) -> Result<(DetectorFormat
     }
 }
 
+/// The canvas side and where it came from: the graph's where it fixes one, else `asked`
+/// (CLIPFN_FACE_DET_SIZE) or 640; a side asked of a graph that fixes another is refused.
+fn canvas_side(shape: Option<&[i64]>, asked: Option<u32>) -> Result<(u32, &'static str), String> {
+    let not_square = || format!("takes {shape:?}, not a square [1, 3, S, S] image");
+    // 0 stands for dynamic: a fixed side is positive.
+    match (square_side(shape, 0).ok_or_else(not_square)?, asked) {
+        (0, Some(asked)) => Ok((asked, "CLIPFN_FACE_DET_SIZE")),
+        (0, None) => Ok((DEFAULT_SIDE, "the default for a dynamic input")),
+        (fixed, Some(asked)) if asked != fixed => Err(format!(
+            "its graph fixes a {fixed} x {fixed} input, and CLIPFN_FACE_DET_SIZE asks {asked}: unset it, or export \
+             the detector with a dynamic input size"
+        )),
+        (fixed, _) => Ok((fixed, "the detector's graph")),
+    }
+}
+
 /// The minimum score in force, where it came from, and the floor: CLIPFN_FACE_MIN_SCORE or the
 /// format's default; CLIPFN_FACE_SCORE_FLOOR or that minimum. A floor above the minimum is refused
 /// here where the minimum is the format's (settings check it against CLIPFN_FACE_MIN_SCORE).
@@ -309,6 +336,21 @@ mod tests {
         assert_eq!(one(Some(vec![-1, -1, 16])).unwrap().0, DetectorFormat::Yolov5Face);
         assert!(one(Some(vec![1, 25200, 85])).unwrap_err().contains("[1, N, 16]"));
         assert!(one(None).is_err());
+    }
+
+    #[test]
+    fn the_canvas_side_is_a_fixed_graphs_else_the_settings_else_640() {
+        let (fixed, dynamic) = (Some(&[1, 3, 640, 640][..]), Some(&[1, 3, -1, -1][..]));
+        assert_eq!(canvas_side(fixed, None), Ok((640, "the detector's graph")));
+        assert_eq!(canvas_side(fixed, Some(640)), Ok((640, "the detector's graph")));
+        assert!(
+            canvas_side(fixed, Some(320))
+                .unwrap_err()
+                .contains("fixes a 640 x 640 input, and CLIPFN_FACE_DET_SIZE asks 320")
+        );
+        assert_eq!(canvas_side(dynamic, Some(320)), Ok((320, "CLIPFN_FACE_DET_SIZE")));
+        assert_eq!(canvas_side(dynamic, None), Ok((640, "the default for a dynamic input")));
+        assert!(canvas_side(Some(&[1, 3, 480, 640]), None).unwrap_err().contains("not a square"));
     }
 
     #[test]
