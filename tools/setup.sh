@@ -154,6 +154,7 @@ CLIPFN_TEST_DLIB_RECOGNIZER=$CACHE/models/dlib-recognizer/model.onnx
 CLIPFN_TEST_DLIB_FACEAPI_WEIGHTS=$CACHE/models/dlib-recognizer/faceapi
 CLIPFN_TEST_FACES_REAL=$CACHE/models/faces-real
 CLIPFN_TEST_FACES_REAL_DYNAMIC=$CACHE/models/faces-real-dynamic
+CLIPFN_TEST_INSIGHTFACE=$CACHE/insightface-0.7.3
 CLIPFN_TEST_FACE_PHOTOS=$CACHE/photos/faces
 CLIPFN_TEST_FACES_SCRFD=$CACHE/models/faces-scrfd-test
 CLIPFN_TEST_FACES_YUNET=$CACHE/models/faces-yunet-test
