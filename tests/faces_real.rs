@@ -103,6 +103,13 @@ fn the_real_detector_finds_the_packages_faces_and_none_where_there_are_none() {
     }
 }
 
+/// The labelled photos followed by their copies (see [`labelled_with_copies`]).
+fn labelled_then_copies(copies: &Path) -> Vec<PathBuf> {
+    let (mut all, names) = labelled_with_copies(copies);
+    all.extend(names.iter().map(|name| copies.join(name)));
+    all
+}
+
 /// The `face_recognition` sdist's labelled photos (five of one person, two of them partial faces,
 /// one of another), and the names of tools/face_copies.py's copies of them written into `copies`.
 fn labelled_with_copies(copies: &Path) -> (Vec<PathBuf>, Vec<String>) {
@@ -114,14 +121,21 @@ fn labelled_with_copies(copies: &Path) -> (Vec<PathBuf>, Vec<String>) {
         "obama_partial_face2.jpg",
         "biden.jpg",
     ]);
-    let output = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(repo().join("tools/face_copies.py"))
-        .arg(copies)
-        .args(&labelled)
+    let names = tool("CLIPFN_PYTHON", "face_copies.py", &[copies.as_os_str()], &labelled);
+    (labelled, serde_json::from_value(names).unwrap())
+}
+
+/// What tools/`name` prints as JSON, run by the setup variable `python`'s interpreter with `args`
+/// and then `photos`.
+fn tool(python: &str, name: &str, args: &[&std::ffi::OsStr], photos: &[PathBuf]) -> Value {
+    let output = Command::new(setup_var(python))
+        .arg(repo().join("tools").join(name))
+        .args(args)
+        .args(photos)
         .output()
-        .expect("running tools/face_copies.py");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    (labelled, serde_json::from_slice(&output.stdout).unwrap())
+        .unwrap_or_else(|e| panic!("running tools/{name}: {e}"));
+    assert!(output.status.success(), "tools/{name}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// A labelled photo's person: its name before the first digit, `_` or `-` (obama2.jpg and
@@ -139,9 +153,7 @@ fn person(name: &str) -> &str {
 #[test]
 fn real_people_from_real_faces_at_the_defaults() {
     let copies = tempfile::tempdir().unwrap();
-    let (labelled, names) = labelled_with_copies(copies.path());
-    let mut all = labelled.clone();
-    all.extend(names.iter().map(|name| copies.path().join(name)));
+    let mut all = labelled_then_copies(copies.path());
     let strangers = photos(&["astronaut.png", "newton.png", "gauss.png", "solvay_conference_1927.jpg"]);
     all.extend(strangers.iter().cloned());
     let store = store_named(&all);
@@ -544,15 +556,9 @@ fn the_real_detector_finds_what_insightfaces_own_pipeline_finds() {
         std::fs::create_dir(folder.path().join(part)).unwrap();
         std::os::unix::fs::symlink(file, folder.path().join(part).join("model.onnx")).unwrap();
     }
-    let output = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(repo().join("tools/insightface_reference.py"))
-        .arg(setup_var("CLIPFN_TEST_INSIGHTFACE"))
-        .args([&detector, &arcface])
-        .args(&photos)
-        .output()
-        .expect("running tools/insightface_reference.py");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let reference: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let sdist = PathBuf::from(setup_var("CLIPFN_TEST_INSIGHTFACE"));
+    let args = [sdist.as_os_str(), detector.as_os_str(), arcface.as_os_str()];
+    let reference = tool("CLIPFN_PYTHON", "insightface_reference.py", &args, &photos);
 
     let store = store_named(&photos);
     let server = ServerConfig::local(store.path()).env("CLIPFN_FACE_MODEL", folder.path().to_str().unwrap()).start();
@@ -617,4 +623,62 @@ fn the_real_detector_finds_what_insightfaces_own_pipeline_finds() {
     for (cosine, name, canvas) in cosines.iter().filter(|(_, _, canvas)| *canvas >= 112.0) {
         assert!(*cosine >= 0.98, "{name}: a face of {canvas:.0} canvas px, its chip at cosine {cosine:.3}");
     }
+}
+
+/// Against dlib itself (tools/dlib_reference.py: its HOG detector, 5-point landmarks, its own
+/// chips and its float network, from dlib-bin and the face_recognition_models sdist): on the
+/// labelled photos, their copies and the other portraits, each face both find gets clipfn's
+/// descriptor (face-api's 8-bit weights, clipfn's detector and chips) and dlib's. Printed: how
+/// far the two descriptors of a face lie apart. Held: verification over every pair of those faces
+/// at each side's own threshold (clipfn's dlib default; dlib's 0.6, face_recognition's) makes no
+/// more mistakes than dlib's own (docs/faces-real-weights.md, "Against dlib").
+#[test]
+fn the_rebuilt_recognizer_verifies_as_well_as_dlib_itself() {
+    let copies = tempfile::tempdir().unwrap();
+    let mut all = labelled_then_copies(copies.path());
+    let labelled = all.len();
+    all.extend(photos(&["astronaut.png", "newton.png", "gauss.png"]));
+    let weights = PathBuf::from(setup_var("CLIPFN_TEST_DLIB_FLOAT"));
+    let reference = tool("CLIPFN_TEST_DLIB_PYTHON", "dlib_reference.py", &[weights.as_os_str()], &all);
+    let store = store_named(&all);
+    let server = serve(store.path());
+    let max_distance = server.get("/readyz").1["faces"]["max_distance"].as_f64().unwrap();
+    let body = analyze(&server, &all);
+
+    // (label, clipfn's unit embedding, dlib's descriptor) of each photo where both find one face.
+    let mut faces = Vec::new();
+    for (i, photo) in all.iter().enumerate() {
+        let name = file_name(photo);
+        let (ours, theirs) = (body["data"][i]["faces"].as_array().unwrap(), reference[name].as_array().unwrap());
+        if let ([ours], [theirs]) = (&ours[..], &theirs[..]) {
+            let label = if i < labelled { person(name) } else { name };
+            faces.push((label, floats(&ours["embedding"]), floats(&theirs["descriptor"])));
+        }
+    }
+    let unit = |v: &[f64]| {
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.iter().map(|x| x / norm).collect::<Vec<_>>()
+    };
+    let cosine_distance = |a: &[f64], b: &[f64]| 1.0 - a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let mut apart: Vec<f64> = faces.iter().map(|(_, ours, theirs)| cosine_distance(ours, &unit(theirs))).collect();
+    apart.sort_by(f64::total_cmp);
+    let (mut ours_wrong, mut theirs_wrong, mut pairs) = (0, 0, 0);
+    for (a, (label_a, ours_a, theirs_a)) in faces.iter().enumerate() {
+        for (label_b, ours_b, theirs_b) in &faces[a + 1..] {
+            let same = label_a == label_b;
+            let euclidean = theirs_a.iter().zip(theirs_b).map(|(x, y)| (x - y).powi(2)).sum::<f64>().sqrt();
+            ours_wrong += usize::from((cosine_distance(ours_a, ours_b) <= max_distance) != same);
+            theirs_wrong += usize::from((euclidean <= 0.6) != same);
+            pairs += 1;
+        }
+    }
+    eprintln!(
+        "{} faces found by both; a face's two descriptors lie {:.4} apart (cosine distance) at the median, {:.4} at \
+         most; {pairs} pairs: clipfn wrong on {ours_wrong}, dlib on {theirs_wrong}",
+        faces.len(),
+        apart[apart.len() / 2],
+        apart[apart.len() - 1]
+    );
+    assert!(faces.len() >= 20, "only {} faces found by both", faces.len());
+    assert!(ours_wrong <= theirs_wrong, "clipfn wrong on {ours_wrong} pairs, dlib on {theirs_wrong}");
 }

