@@ -6,10 +6,12 @@
 #   ORT_CPU_DYLIB=.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 \
 #   CLIPFN_MODEL=.cache/models/clip-test.onnx PHOTOS=.cache/photos/wallpapers tools/gpu-check.sh
 #
-# With FACE_MODEL (a face model folder, e.g. .cache/models/faces-scrfd-test) it also replays the
-# photos through /v1/analyze with faces on CPU and on CUDA, and fails unless every photo has the
-# same number of faces both ways, their boxes within 2 px or 2% of their size, and their
-# embeddings at cosine >= 0.99.
+# With FACE_MODELS (face model folders, space-separated, e.g. .cache/models/faces-scrfd-test
+# .cache/models/faces-real: SCRFD with ArcFace's format, and the real SCRFD-2.5G with dlib's
+# recognizer) it also replays the JPEGs of FACE_PHOTOS (default PHOTOS) through /v1/analyze with
+# each folder's faces on CPU and on CUDA, and fails unless every photo has the same number of
+# faces both ways, their boxes within 2 px or 2% of their size, and their embeddings at cosine
+# >= 0.99. FACE_MODEL (one folder) is read as FACE_MODELS.
 #
 # It replays one request of up to 64 photos through `clipfn replay` four ways (CPU, CUDA with host
 # normalisation, CUDA with in-model normalisation, and CUDA at batch 64 twice for timing) and
@@ -25,11 +27,14 @@ photos=${PHOTOS:?set PHOTOS to a folder of JPEGs}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$photos" >"$work/request.json" <<'PY'
+request() {  # request FOLDER: up to 64 of its JPEGs as a request body
+  python3 - "$1" <<'PY'
 import json, os, sys
 names = sorted(f for f in os.listdir(sys.argv[1]) if f.lower().endswith((".jpg", ".jpeg")))[:64]
 print(json.dumps({"images": names}))
 PY
+}
+request "$photos" >"$work/request.json"
 
 run() {  # run NAME PROVIDER NORMALIZE DYLIB
   env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$4" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$photos")" \
@@ -72,22 +77,27 @@ sys.exit(1 if failed else 0)
 PY
 echo "gpu-check: CUDA embeddings match CPU in both normalisation modes"
 
-[[ -n "${FACE_MODEL:-}" ]] || exit 0
-# The same photos as an HTTP API event for /v1/analyze with faces (events/ has the event's shape).
+face_models=${FACE_MODELS:-${FACE_MODEL:-}}
+[[ -n "$face_models" ]] || exit 0
+face_photos=${FACE_PHOTOS:-$photos}
+# The JPEGs of FACE_PHOTOS as an HTTP API event for /v1/analyze with faces (events/ has its shape).
+request "$face_photos" >"$work/faces-request.json"
 python3 - "$work" <<'PY'
 import json, sys
 event = json.load(open("events/apigw-v2-analyze-one-bad.json"))
-event["body"] = json.dumps({**json.load(open(f"{sys.argv[1]}/request.json")), "faces": True})
+event["body"] = json.dumps({**json.load(open(f"{sys.argv[1]}/faces-request.json")), "faces": True})
 json.dump(event, open(f"{sys.argv[1]}/analyze.json", "w"))
 PY
-faces() {  # faces NAME PROVIDER DYLIB
-  env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$photos")" \
-    CLIPFN_FACE_MODEL="$(realpath "$FACE_MODEL")" CLIPFN_PROVIDER="$2" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
+faces() {  # faces NAME PROVIDER DYLIB FOLDER
+  env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$face_photos")" \
+    CLIPFN_FACE_MODEL="$(realpath "$4")" CLIPFN_PROVIDER="$2" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
     "$bin" replay "$work/analyze.json" >"$work/$1.jsonl"
 }
-faces faces-cpu cpu "$ORT_CPU_DYLIB"
-faces faces-cuda cuda "$ORT_GPU_DYLIB"
-python3 - "$work" <<'PY'
+for folder in $face_models; do
+  echo "gpu-check: faces of $folder"
+  faces faces-cpu cpu "$ORT_CPU_DYLIB" "$folder"
+  faces faces-cuda cuda "$ORT_GPU_DYLIB" "$folder"
+  python3 - "$work" <<'PY'
 import json, math, sys
 def items(name):
     line = json.loads(open(f"{sys.argv[1]}/{name}.jsonl").readline())
@@ -113,4 +123,5 @@ for cpu, cuda in zip(items("faces-cpu"), items("faces-cuda")):
 print(f"faces: {total} on CPU and CUDA alike, worst embedding cosine {worst:.5f}, mismatches {bad}")
 sys.exit(1 if bad or worst < 0.99 else 0)
 PY
+done
 echo "gpu-check: CUDA faces match CPU"
