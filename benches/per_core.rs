@@ -15,9 +15,11 @@
 //! - the server's minor page faults per photo;
 //! - `/v1/analyze`'s CPU per photo against `/v1/embed`'s, their phases in turns on one server;
 //! - "decode less": the coarser DCT step's time and cosine to the reference (support/coarse_scale.rs);
-//! - `/v1/analyze`'s CPU with faces against without, with the SCRFD-format test models and, when
-//!   setup wrote CLIPFN_BENCH_FACE_MODEL (`tools/setup.sh --bench`), with SCRFD-10G + IResNet-50 (the
-//!   buffalo_l architectures, random weights): the detector's and the recognizer's share of a photo.
+//! - `/v1/analyze`'s CPU with faces against without, with the SCRFD-format test models, with the
+//!   real SCRFD-2.5G and dlib recognizer at detector sizes 640, 480 and 320 (also on the real face
+//!   photos) and, when setup wrote CLIPFN_BENCH_FACE_MODEL (`tools/setup.sh --bench`), with
+//!   SCRFD-10G + IResNet-50 (the buffalo_l architectures, random weights): the detector's and the
+//!   recognizer's share of a photo.
 //!
 //! The alone runs take turns with the server's phases (`measure`), so that the machine's drift in
 //! speed falls on both sides of each ratio.
@@ -28,7 +30,7 @@
 //! Knobs: CLIPFN_BENCH_SECONDS (20 of server phases per row), CLIPFN_BENCH_CLIENTS (4),
 //! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default),
 //! CLIPFN_BENCH_SERVER_ENV (more server settings, `NAME=value,NAME=value`), CLIPFN_BENCH_ONLY_FACES
-//! (1: only the real face architectures' rows, a few minutes).
+//! (1: only the face architectures' and real models' rows).
 //! Writes `per_core.md` to CLIPFN_BENCH_OUT (default target/bench-report).
 
 #[path = "support/coarse_scale.rs"]
@@ -404,8 +406,11 @@ fn main() {
     let mut faces_md = format!(
         "\n## `/v1/analyze` with faces\n\nThe same closed loop with `\"faces\": true` and `false` in turns on one \
          server: with the SCRFD-format test models (tools/models/faces.py) in the phases above, and with \
-         SCRFD-10G + IResNet-50 (buffalo_l's architectures, random weights: tools/models/face_archs.py) on a \
-         server of their own, {clients} clients x {FACE_ARCH_PER_REQUEST} photos per request, file store. CPU per photo (utime + stime), the worker's wall \
+         the real SCRFD-2.5G (its input size open: tools/dynamic_detector.py; CLIPFN_FACE_DET_SIZE 640, 480, \
+         320) with the rebuilt dlib recognizer, and SCRFD-10G + IResNet-50 (buffalo_l's architectures, random \
+         weights: tools/models/face_archs.py), each on a server of its own, {clients} clients x \
+         {FACE_ARCH_PER_REQUEST} photos per request, file store; the real models also on the real face photos \
+         (Solvay 1927's 29 faces, portraits, photos without a face). CPU per photo (utime + stime), the worker's wall \
          time on the detector per photo and on the recognizer per photo and per face over the phases with faces, \
          the faces found per photo, and the server's peak RSS after all its phases.\n\n\
          | photos | store | models | analyze photos/CPU-s | with faces | CPU ms per photo | with faces | with / without | \
@@ -413,22 +418,25 @@ fn main() {
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let only_faces = env_or("CLIPFN_BENCH_ONLY_FACES", 0) == 1;
-    let face_model = common::setup_env().get("CLIPFN_BENCH_FACE_MODEL").cloned();
-    assert!(face_model.is_some() || !only_faces, "CLIPFN_BENCH_ONLY_FACES needs tools/setup.sh --bench");
     let local = |bucket: &Path, faces: &str| {
         server_env(ServerConfig::local(bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
             .env("CLIPFN_FACE_MODEL", faces)
     };
-    for (label, photos) in [("camera", &camera), ("seed-size", &seed)] {
+    let face_photos = face_photos();
+    let sets: &[(&str, &[PathBuf])] = &[("camera", &camera), ("seed-size", &seed), ("face photos", &face_photos)];
+    for &(label, photos) in sets {
         let (data, bucket, keys) = photo_bucket(photos);
-        if let Some(face_model) = &face_model {
-            let server =
-                local(&bucket, face_model).env("CLIPFN_MAX_IMAGES", &FACE_ARCH_PER_REQUEST.to_string()).start();
+        for (models, folder, det_size) in real_face_models() {
+            let mut config = local(&bucket, &folder).env("CLIPFN_MAX_IMAGES", &FACE_ARCH_PER_REQUEST.to_string());
+            if let Some(side) = det_size {
+                config = config.env("CLIPFN_FACE_DET_SIZE", &side.to_string());
+            }
+            let server = config.start();
             let (without, with, stages) = face_cost(&server, &keys, clients, seconds);
-            let row = format!("{label} | file | SCRFD-10G + IResNet-50");
+            let row = format!("{label} | file | {models}");
             faces_md.push_str(&face_row(&row, &without, &with, stages, &server));
         }
-        if only_faces {
+        if only_faces || label == "face photos" {
             continue;
         }
         let bytes: Vec<Vec<u8>> = photos.iter().map(|p| std::fs::read(p).unwrap()).collect();
@@ -488,6 +496,29 @@ fn main() {
     }
     std::fs::write(out.join("per_core.md"), &md).unwrap();
     println!("{md}");
+}
+
+/// The real face photos (tools/setup-real-faces.sh: Solvay 1927, the portraits, the labelled ones
+/// and photos without a face).
+fn face_photos() -> Vec<PathBuf> {
+    let dir = PathBuf::from(setup_var("CLIPFN_TEST_FACE_PHOTOS"));
+    let mut photos: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jpg" || x == "png"))
+        .collect();
+    photos.sort();
+    photos
+}
+
+/// The face models of the architectures' rows: buffalo_l's with random weights where setup wrote
+/// CLIPFN_BENCH_FACE_MODEL (`tools/setup.sh --bench`), and the real SCRFD-2.5G (its input size
+/// open) with the rebuilt dlib recognizer at three detector sizes: (row name, folder, size).
+fn real_face_models() -> Vec<(String, String, Option<u32>)> {
+    let arch = common::setup_env().get("CLIPFN_BENCH_FACE_MODEL").cloned();
+    let real = setup_var("CLIPFN_TEST_FACES_REAL_DYNAMIC");
+    let sized = [640, 480, 320].map(|side| (format!("SCRFD-2.5G {side} + dlib (real)"), real.clone(), Some(side)));
+    arch.map(|folder| ("SCRFD-10G + IResNet-50".to_string(), folder, None)).into_iter().chain(sized).collect()
 }
 
 /// `photos` copied into a `photos` folder (the file store's bucket, the GCS emulator's data) of a
