@@ -10,12 +10,13 @@
 #   pkg-config        how both builds find those libraries
 #   libimage-exiftool-perl  exiftool, whose reading of the photos' EXIF tests/analyze.rs holds
 #                     clipfn's capture times and places to (tools/exif_reference.py exiftool)
+#   fonts-dejavu-core  the fonts tools/ocr_photos.py renders the OCR tests' words with
 #
 # Without libde265-dev or libdav1d-dev libheif still builds, and HEIC or AVIF photos then get
 # `unsupported_format` ("no decoder for the file's codec").
 set -euo pipefail
 
-packages=(cmake nasm g++ pkg-config libde265-dev libdav1d-dev libimage-exiftool-perl)
+packages=(cmake nasm g++ pkg-config libde265-dev libdav1d-dev libimage-exiftool-perl fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

