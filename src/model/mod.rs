@@ -4,7 +4,7 @@
 //!   session uses, through [`Runtime::session`].
 //! - `tower`: the one trait the worker serves every tower through.
 //! - `image`: the image tower and its batch layout; `text`: the text tower; `heads`: the heads on
-//!   the image embedding; `faces`: the face detector and recognizer; `normalizer`: the image tower's normalisation as a graph, for
+//!   the image embedding; `faces`: the face detector and recognizer; `ocr`: the text detector, line classifier and recognizer; `normalizer`: the image tower's normalisation as a graph, for
 //!   `CLIPFN_NORMALIZE=model`.
 //! - `files`, `folder`, `preprocessor`, `family`, `initializers`: reading a model (one file or a
 //!   folder, over storage), its preprocessing and its family's scoring.
@@ -18,6 +18,7 @@ mod heads;
 mod image;
 mod initializers;
 mod normalizer;
+mod ocr;
 mod outputs;
 mod preprocessor;
 mod runtime;
@@ -33,10 +34,15 @@ pub use self::{
     files::{ModelFile, TextFiles, locate_text_model, read_image_model, read_weights},
     heads::{HeadFile, Heads, HeadsInfo},
     image::{ImageModel, ImageModelInfo, Layout, LoadTimings, PixelBatch, Pixels},
+    ocr::{
+        Charset, CharsetMismatch, LineClassifier, OcrDetector, OcrFiles, OcrInfo, OcrModels, OcrTower, ProbabilityMap,
+        Recognized, TextBox, TextRecognizer, UPSIDE_DOWN, reading_order, text_boxes,
+    },
     runtime::{ModelData, Runtime},
     text::{IdType, TextModel, TextModelInfo},
     tower::{
-        Canvases, Embeddings, FaceCrops, Info, Input, Output, Photos, Texts, Tower, TowerInfo, TowerIo, TowerKind,
+        Canvases, Embeddings, FaceCrops, Info, Input, LineOrientations, OcrViews, Output, Photos, TextLines, Texts,
+        Tower, TowerInfo, TowerIo, TowerKind,
     },
 };
 

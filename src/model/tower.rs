@@ -10,8 +10,15 @@
 
 use image::RgbImage;
 
-use super::{Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, RecognizerInfo, TextModelInfo};
-use crate::{observe::metrics::Stage, preprocess::FaceCanvas, tokenize::Tokens};
+use super::{
+    Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, OcrTower, ProbabilityMap, Recognized,
+    RecognizerInfo, TextModelInfo,
+};
+use crate::{
+    observe::metrics::Stage,
+    preprocess::{FaceCanvas, LineInput, OcrView},
+    tokenize::Tokens,
+};
 
 /// Which tower a batch runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +28,9 @@ pub enum TowerKind {
     Heads,
     FaceDetector,
     FaceRecognizer,
+    TextDetector,
+    LineClassifier,
+    TextRecognizer,
 }
 
 impl TowerKind {
@@ -32,6 +42,9 @@ impl TowerKind {
             TowerKind::Heads => "heads",
             TowerKind::FaceDetector => "face_detector",
             TowerKind::FaceRecognizer => "face_recognizer",
+            TowerKind::TextDetector => "text_detector",
+            TowerKind::LineClassifier => "line_classifier",
+            TowerKind::TextRecognizer => "text_recognizer",
         }
     }
 
@@ -43,6 +56,9 @@ impl TowerKind {
             TowerKind::Heads => Stage::Heads,
             TowerKind::FaceDetector => Stage::FaceDetection,
             TowerKind::FaceRecognizer => Stage::FaceRecognition,
+            TowerKind::TextDetector => Stage::TextDetection,
+            TowerKind::LineClassifier => Stage::LineClassification,
+            TowerKind::TextRecognizer => Stage::TextRecognition,
         }
     }
 
@@ -130,6 +146,36 @@ impl TowerIo for FaceCrops {
     type Output = Vec<f32>;
     type Info = RecognizerInfo;
     const KIND: TowerKind = TowerKind::FaceRecognizer;
+}
+
+/// Photos' views for the text detector; a probability map each.
+pub enum OcrViews {}
+
+impl TowerIo for OcrViews {
+    type Input = OcrView;
+    type Output = ProbabilityMap;
+    type Info = OcrTower;
+    const KIND: TowerKind = TowerKind::TextDetector;
+}
+
+/// Text lines at the classifier's 48 x 192; the probability that each is upside down.
+pub enum LineOrientations {}
+
+impl TowerIo for LineOrientations {
+    type Input = RgbImage;
+    type Output = f32;
+    type Info = OcrTower;
+    const KIND: TowerKind = TowerKind::LineClassifier;
+}
+
+/// Text lines at the recognizer's height 48, each with its width; their text and score.
+pub enum TextLines {}
+
+impl TowerIo for TextLines {
+    type Input = LineInput;
+    type Output = Recognized;
+    type Info = OcrTower;
+    const KIND: TowerKind = TowerKind::TextRecognizer;
 }
 
 /// What tower `T` takes, gives and is described by.

@@ -35,6 +35,12 @@ pub enum Stage {
     FaceDetection,
     /// A batch of aligned faces on the face recognizer.
     FaceRecognition,
+    /// A view on the text detector.
+    TextDetection,
+    /// A batch of lines on the line classifier.
+    LineClassification,
+    /// A batch of lines on the text recognizer.
+    TextRecognition,
 }
 
 impl Stage {
@@ -48,6 +54,9 @@ impl Stage {
             Stage::Heads => "heads",
             Stage::FaceDetection => "face_detection",
             Stage::FaceRecognition => "face_recognition",
+            Stage::TextDetection => "text_detection",
+            Stage::LineClassification => "line_classification",
+            Stage::TextRecognition => "text_recognition",
         }
     }
 }

@@ -11,11 +11,18 @@
 //! [`decode_square`].
 
 mod faces;
+mod ocr;
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{GrayImage, RgbImage};
 
-pub use self::faces::{ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, Letterbox, aligned_face};
+pub use self::{
+    faces::{ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, Letterbox, aligned_face},
+    ocr::{
+        CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, OcrView, RECOGNIZER_WIDTHS, classifier_input, line_crop, ocr_view,
+        recognizer_input,
+    },
+};
 use crate::{
     decode::{DecodeError, DecodeOptions, Decoded, Metadata, decode},
     signals::luma_size,

@@ -1,0 +1,127 @@
+//! OCR: PP-OCR's text detector, line classifier and recognizer, three more towers on the model
+//! worker (`CLIPFN_OCR_MODEL`, a folder laid out as Immich lays out its OCR models:
+//! `detection/model.onnx`, `recognition/model.onnx`, optionally `classification/model.onnx`, and
+//! `recognition/characters.txt` for a recognizer that carries no `character` metadata).
+//!
+//! - `detector`: the DB detector, a probability map per view; `db` turns the map into boxes (pure
+//!   geometry, on the decode threads) with `rect`'s rectangles, and `order` sorts them as RapidOCR
+//!   reads them;
+//! - `classifier`: whether a line is upside down;
+//! - `recognizer`: a line's text and score, by `ctc`'s greedy decoding.
+//!
+//! The views and the lines are made on the decode threads (`preprocess::ocr`); the towers only lay
+//! out their batch, run the graph and read the output.
+
+mod classifier;
+mod ctc;
+mod db;
+mod detector;
+mod order;
+mod recognizer;
+mod rect;
+
+pub use self::{
+    classifier::{LineClassifier, UPSIDE_DOWN},
+    ctc::{Charset, CharsetMismatch},
+    db::{ProbabilityMap, TextBox, text_boxes},
+    detector::OcrDetector,
+    order::reading_order,
+    recognizer::{Recognized, TextRecognizer},
+};
+use super::{ModelData, ModelError, Runtime, TowerInfo};
+use crate::settings::ModelSettings;
+
+/// One OCR tower, as the worker sees it: its file and its batch size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OcrTower {
+    pub file: String,
+    pub batch_size: usize,
+}
+
+impl TowerInfo for OcrTower {
+    fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+}
+
+/// What the rest of the service is told about the OCR models (/readyz).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OcrInfo {
+    pub detector: String,
+    pub classifier: Option<String>,
+    pub recognizer: String,
+    /// The recognizer's characters (the space RapidOCR appends not counted).
+    pub characters: usize,
+}
+
+/// The OCR towers, loaded and warmed up together.
+pub struct OcrModels {
+    pub detector: OcrDetector,
+    pub classifier: Option<LineClassifier>,
+    pub recognizer: TextRecognizer,
+}
+
+/// The files of an OCR model folder, read for loading: each with where it came from.
+pub struct OcrFiles {
+    pub detector: (String, ModelData),
+    pub classifier: Option<(String, ModelData)>,
+    pub recognizer: (String, ModelData),
+    /// `recognition/characters.txt`, when the folder has one.
+    pub characters: Option<(String, String)>,
+}
+
+impl OcrModels {
+    /// Builds the sessions on the image tower's runtime; a recognizer whose classes do not match
+    /// its characters stops start-up, naming both numbers.
+    pub fn load(
+        runtime: &mut Runtime,
+        settings: &ModelSettings,
+        files: OcrFiles,
+        batch_size: usize,
+    ) -> Result<Self, ModelError> {
+        let (location, data) = files.detector;
+        let detector = OcrDetector::load(runtime, settings, &data, location)?;
+        let classifier = files
+            .classifier
+            .map(|(location, data)| LineClassifier::load(runtime, settings, &data, location, batch_size))
+            .transpose()?;
+        let (location, data) = files.recognizer;
+        let recognizer = TextRecognizer::load(runtime, settings, &data, location, files.characters, batch_size)?;
+        Ok(OcrModels { detector, classifier, recognizer })
+    }
+
+    pub fn info(&self) -> OcrInfo {
+        OcrInfo {
+            detector: self.detector.info.file.clone(),
+            classifier: self.classifier.as_ref().map(|c| c.info.file.clone()),
+            recognizer: self.recognizer.info.file.clone(),
+            characters: self.recognizer.characters(),
+        }
+    }
+}
+
+/// A model file's refusal, naming it.
+fn refuse(what: &str, location: &str, why: impl std::fmt::Display) -> ModelError {
+    ModelError::Load(format!("OCR {what} {location}: {why}"))
+}
+
+/// `lines` laid out as one NCHW batch of `width`-wide BGR planes, `(p / 255 - 0.5) / 0.5`, each
+/// line at the left and zeros (the normalised mid-grey) to its right, as PP-OCR pads.
+fn lay_out_lines<'a>(lines: impl ExactSizeIterator<Item = &'a image::RgbImage>, height: u32, width: u32) -> Vec<f32> {
+    let plane = (height * width) as usize;
+    let mut batch = vec![0.0f32; lines.len() * 3 * plane];
+    for (line, laid) in lines.zip(batch.chunks_exact_mut(3 * plane)) {
+        for (x, y, pixel) in line.enumerate_pixels().filter(|(x, y, _)| *x < width && *y < height) {
+            let at = (y * width + x) as usize;
+            for (channel, value) in pixel.0.iter().rev().enumerate() {
+                laid[channel * plane + at] = normalized(*value);
+            }
+        }
+    }
+    batch
+}
+
+/// PP-OCR's pixel normalisation, `(p / 255 - 0.5) / 0.5`.
+fn normalized(value: u8) -> f32 {
+    (f32::from(value) / 255.0 - 0.5) / 0.5
+}

@@ -1,0 +1,133 @@
+//! The text recognizer tower (PP-OCR's SVTR/CRNN recognizers): lines at height 48, BGR
+//! `(p / 255 - 0.5) / 0.5`, each padded to its fixed width (`preprocess::RECOGNIZER_WIDTHS`); a
+//! batch runs once per width it holds, so that a line's text and score never depend on its
+//! batch-mates. The output, [N, T, classes], is decoded by `ctc`.
+
+use ort::{session::Session, value::TensorRef};
+
+use super::{Charset, OcrTower, lay_out_lines, refuse};
+use crate::{
+    model::{ModelData, ModelError, Runtime, TextLines, Tower},
+    preprocess::{LINE_HEIGHT, LineInput, RECOGNIZER_WIDTHS},
+    settings::ModelSettings,
+};
+
+/// One line's reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recognized {
+    pub text: String,
+    /// The mean probability of the characters kept.
+    pub score: f32,
+}
+
+pub struct TextRecognizer {
+    session: Session,
+    input: String,
+    output: String,
+    charset: Charset,
+    pub info: OcrTower,
+    _environment: ort::environment::Environment,
+}
+
+impl TextRecognizer {
+    /// The recognizer, its characters from its `character` metadata, else from `characters`
+    /// (`recognition/characters.txt`: where it came from and what it holds).
+    pub(super) fn load(
+        runtime: &mut Runtime,
+        settings: &ModelSettings,
+        data: &ModelData,
+        file: String,
+        characters: Option<(String, String)>,
+        batch_size: usize,
+    ) -> Result<Self, ModelError> {
+        let session = runtime.session(settings, data).map_err(|e| refuse("recognizer", &file, e))?;
+        let ([input], [output]) = (session.inputs(), session.outputs()) else {
+            return Err(refuse("recognizer", &file, "has not one input and one output, [N, 3, 48, W] -> [N, T, C]"));
+        };
+        let classes = match output.dtype().tensor_shape().map(|s| s.to_vec()).as_deref() {
+            Some([_, _, classes]) if *classes > 0 => *classes as usize,
+            shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, T, classes]"))),
+        };
+        let (input, output) = (input.name().to_string(), output.name().to_string());
+        let metadata = session
+            .metadata()
+            .ok()
+            .and_then(|m| m.custom("character"))
+            .map(|list| (format!("{file}'s `character` metadata"), list));
+        let Some((source, list)) = metadata.or(characters) else {
+            return Err(refuse(
+                "recognizer",
+                &file,
+                "has no `character` metadata and no recognition/characters.txt beside it",
+            ));
+        };
+        let charset =
+            Charset::new(&list, classes).map_err(|e| refuse("recognizer", &file, format!("{source}: {e}")))?;
+        let info = OcrTower { file, batch_size };
+        let mut recognizer =
+            TextRecognizer { session, input, output, charset, info, _environment: runtime.environment() };
+        recognizer
+            .check()
+            .map_err(|e| refuse("recognizer", &recognizer.info.file, format!("the warm-up failed: {e}")))?;
+        Ok(recognizer)
+    }
+
+    /// The characters it reads (the space RapidOCR appends not counted).
+    pub fn characters(&self) -> usize {
+        self.charset.count()
+    }
+
+    fn read(&mut self, lines: &[&LineInput], width: u32) -> Result<Vec<Recognized>, ModelError> {
+        let batch = lay_out_lines(lines.iter().map(|line| &line.image), LINE_HEIGHT, width);
+        let shape = [lines.len() as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)];
+        let input = TensorRef::from_array_view((shape, &batch[..])).map_err(ModelError::inference)?;
+        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
+        let (shape, values) =
+            outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+        let classes = shape.last().copied().unwrap_or(0) as usize;
+        if classes == 0 || values.len() % (classes * lines.len()) != 0 {
+            return Err(ModelError::Inference(format!("the recognizer gave {shape:?} for {} lines", lines.len())));
+        }
+        let per_line = values.len() / lines.len();
+        Ok(values
+            .chunks_exact(per_line)
+            .map(|line| {
+                let (text, score) = self.charset.decode(line, classes);
+                Recognized { text, score }
+            })
+            .collect())
+    }
+}
+
+/// Lines in, their text out, each width run on its own.
+impl Tower for TextRecognizer {
+    type Io = TextLines;
+
+    fn info(&self) -> &OcrTower {
+        &self.info
+    }
+
+    fn run(&mut self, lines: &[&LineInput]) -> Result<Vec<Recognized>, ModelError> {
+        let mut read: Vec<Option<Recognized>> = vec![None; lines.len()];
+        for width in RECOGNIZER_WIDTHS {
+            let (indices, group): (Vec<usize>, Vec<&LineInput>) =
+                lines.iter().enumerate().filter(|(_, line)| line.width == width).map(|(i, line)| (i, *line)).unzip();
+            if group.is_empty() {
+                continue;
+            }
+            for (i, recognized) in indices.into_iter().zip(self.read(&group, width)?) {
+                read[i] = Some(recognized);
+            }
+        }
+        read.into_iter()
+            .map(|r| {
+                r.ok_or_else(|| ModelError::Inference("a line of a width the recognizer has no bucket for".into()))
+            })
+            .collect()
+    }
+
+    fn check(&mut self) -> Result<(), ModelError> {
+        let line = LineInput { image: image::RgbImage::new(8, LINE_HEIGHT), width: RECOGNIZER_WIDTHS[0] };
+        self.run(&[&line]).map(drop)
+    }
+}

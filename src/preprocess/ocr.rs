@@ -1,0 +1,236 @@
+//! The OCR views, made on the decode threads, as RapidOCR 1.4.4 makes them with OpenCV:
+//!
+//! - the detector's view: the photo with its short side scaled down to `CLIPFN_OCR_RESOLUTION`
+//!   (never up; Immich's rule), each side rounded to a multiple of 32 (`DetPreProcess.resize`);
+//! - each line cut from the decoded pixels by a perspective warp of its box (bicubic, edges
+//!   repeated: `get_rotate_crop_image`), turned upright when 1.5 times taller than wide;
+//! - the classifier's and the recognizer's inputs: the line at height 48, its width from its
+//!   aspect, capped at the input's width (`resize_norm_img`).
+//!
+//! The decoded pixels (at the DCT scale that covers the view, finer than the view whenever the
+//! photo is larger) are kept with the view until the detector has answered, and the lines are cut
+//! from them: small text keeps the pixels the detector's view lost. Resizes are OpenCV's
+//! `INTER_LINEAR` (no antialiasing), the reference's.
+
+use std::sync::Arc;
+
+use image::{Rgb, RgbImage};
+
+/// The recognizer's and the classifier's input height.
+pub const LINE_HEIGHT: u32 = 48;
+/// The classifier's input width (PP-OCR's `cls_image_shape` [3, 48, 192]).
+pub const CLASSIFIER_WIDTH: u32 = 192;
+/// The recognizer's input widths: a line is padded to the narrowest that holds it, so that its
+/// text never depends on what it is batched with. Wider lines are squeezed into the last.
+pub const RECOGNIZER_WIDTHS: [u32; 4] = [320, 640, 1280, 2560];
+
+/// A photo's view for the text detector, and the pixels its lines are cut from.
+#[derive(Debug, Clone)]
+pub struct OcrView {
+    /// The detector's input, each side a multiple of 32.
+    pub view: RgbImage,
+    /// The decoded photo, upright, at `1 / denom` of its full size.
+    pub pixels: Arc<RgbImage>,
+    /// Decoded pixels per pixel of the upright full-size photo.
+    pub scale: f64,
+    /// The upright full-size photo's width and height.
+    pub full_size: (u32, u32),
+}
+
+/// A line at the recognizer's height, and the input width it is padded to.
+#[derive(Debug, Clone)]
+pub struct LineInput {
+    pub image: RgbImage,
+    pub width: u32,
+}
+
+/// The detector's view of a decoded photo (`image`, of an upright `full_size` photo).
+pub fn ocr_view(image: Arc<RgbImage>, full_size: (u32, u32), resolution: u32) -> OcrView {
+    let (width, height) = view_size(full_size, resolution);
+    OcrView {
+        view: resize_linear(&image, width, height),
+        scale: f64::from(image.width()) / f64::from(full_size.0),
+        pixels: image,
+        full_size,
+    }
+}
+
+/// The view's size: the short side scaled down to `resolution` (never up), truncated, then each
+/// side rounded to a multiple of 32 (at least 32).
+pub fn view_size((width, height): (u32, u32), resolution: u32) -> (u32, u32) {
+    let ratio = (f64::from(resolution) / f64::from(width.min(height))).min(1.0);
+    let side = |s: u32| (((f64::from(s) * ratio).trunc() / 32.0).round_ties_even() as u32 * 32).max(32);
+    (side(width), side(height))
+}
+
+/// The line whose box has these `corners` (top-left, top-right, bottom-right, bottom-left, in
+/// full-size pixels) cut from `view`'s pixels, turned upright when 1.5 times taller than wide.
+pub fn line_crop(view: &OcrView, corners: &[[f32; 2]; 4]) -> RgbImage {
+    let points = corners.map(|[x, y]| [f64::from(x) * view.scale, f64::from(y) * view.scale]);
+    let length = |a: [f64; 2], b: [f64; 2]| (a[0] - b[0]).hypot(a[1] - b[1]);
+    let width = length(points[0], points[1]).max(length(points[2], points[3])) as u32;
+    let height = length(points[0], points[3]).max(length(points[1], points[2])) as u32;
+    let crop = warp(&view.pixels, &points, width.max(1), height.max(1));
+    // numpy's rot90: a quarter turn counter-clockwise.
+    if f64::from(crop.height()) / f64::from(crop.width()) >= 1.5 { image::imageops::rotate270(&crop) } else { crop }
+}
+
+/// A line for the classifier: at height 48, at most 192 wide (the tower pads it).
+pub fn classifier_input(line: &RgbImage) -> RgbImage {
+    resize_linear(line, fitted_width(line, CLASSIFIER_WIDTH), LINE_HEIGHT)
+}
+
+/// A line for the recognizer: at height 48, padded to the narrowest of [`RECOGNIZER_WIDTHS`]
+/// that holds it.
+pub fn recognizer_input(line: &RgbImage) -> LineInput {
+    let last = RECOGNIZER_WIDTHS[RECOGNIZER_WIDTHS.len() - 1];
+    let wanted = fitted_width(line, last);
+    let width = RECOGNIZER_WIDTHS.into_iter().find(|w| *w >= wanted).unwrap_or(last);
+    LineInput { image: resize_linear(line, wanted, LINE_HEIGHT), width }
+}
+
+/// `ceil(48 * w / h)`, at most `cap`, at least 1.
+fn fitted_width(line: &RgbImage, cap: u32) -> u32 {
+    let aspect = f64::from(line.width()) / f64::from(line.height());
+    ((f64::from(LINE_HEIGHT) * aspect).ceil() as u32).clamp(1, cap)
+}
+
+/// OpenCV's `INTER_LINEAR` resize: each output pixel's centre mapped to the source, two taps
+/// each way, edges repeated; no antialiasing when shrinking.
+pub fn resize_linear(image: &RgbImage, width: u32, height: u32) -> RgbImage {
+    let taps = |out: u32, source: u32| -> Vec<(u32, u32, f32)> {
+        let scale = f64::from(source) / f64::from(out);
+        (0..out)
+            .map(|i| {
+                let at = ((f64::from(i) + 0.5) * scale - 0.5).max(0.0);
+                let first = (at.floor() as u32).min(source - 1);
+                let weight = if first >= source - 1 { 0.0 } else { (at - at.floor()) as f32 };
+                (first, (first + 1).min(source - 1), weight)
+            })
+            .collect()
+    };
+    let (columns, rows) = (taps(width, image.width()), taps(height, image.height()));
+    RgbImage::from_fn(width, height, |x, y| {
+        let ((x0, x1, fx), (y0, y1, fy)) = (columns[x as usize], rows[y as usize]);
+        let (a, b, c, d) =
+            (image.get_pixel(x0, y0), image.get_pixel(x1, y0), image.get_pixel(x0, y1), image.get_pixel(x1, y1));
+        Rgb(std::array::from_fn(|k| {
+            let top = f32::from(a.0[k]) * (1.0 - fx) + f32::from(b.0[k]) * fx;
+            let bottom = f32::from(c.0[k]) * (1.0 - fx) + f32::from(d.0[k]) * fx;
+            (top * (1.0 - fy) + bottom * fy).round().clamp(0.0, 255.0) as u8
+        }))
+    })
+}
+
+/// `image` warped so that `quad` fills a `width` x `height` crop (its corners onto the crop's
+/// corners, `(0, 0)` to `(width, height)`, as `cv2.getPerspectiveTransform` places them),
+/// sampled bicubically (OpenCV's a = -0.75) with the edge pixels repeated outside.
+fn warp(image: &RgbImage, quad: &[[f64; 2]; 4], width: u32, height: u32) -> RgbImage {
+    let map = square_to_quad(quad);
+    RgbImage::from_fn(width, height, |x, y| {
+        let (u, v) = (f64::from(x) / f64::from(width), f64::from(y) / f64::from(height));
+        let [sx, sy] = map(u, v);
+        Rgb(bicubic(image, sx, sy))
+    })
+}
+
+/// The projective map of the unit square onto `quad` ((0,0), (1,0), (1,1), (0,1) onto its
+/// corners in order), in Heckbert's closed form.
+fn square_to_quad(quad: &[[f64; 2]; 4]) -> impl Fn(f64, f64) -> [f64; 2] {
+    let [[x0, y0], [x1, y1], [x2, y2], [x3, y3]] = *quad;
+    let (sx, sy) = (x0 - x1 + x2 - x3, y0 - y1 + y2 - y3);
+    let (dx1, dx2, dy1, dy2) = (x1 - x2, x3 - x2, y1 - y2, y3 - y2);
+    let det = dx1 * dy2 - dx2 * dy1;
+    let (g, h) =
+        if det.abs() < 1e-12 { (0.0, 0.0) } else { ((sx * dy2 - dx2 * sy) / det, (dx1 * sy - sx * dy1) / det) };
+    let (a, b, d, e) = (x1 - x0 + g * x1, x3 - x0 + h * x3, y1 - y0 + g * y1, y3 - y0 + h * y3);
+    move |u, v| {
+        let w = g * u + h * v + 1.0;
+        [(a * u + b * v + x0) / w, (d * u + e * v + y0) / w]
+    }
+}
+
+/// The image at `(x, y)`, bicubically, indices clamped to the image.
+fn bicubic(image: &RgbImage, x: f64, y: f64) -> [u8; 3] {
+    const A: f64 = -0.75;
+    let weights = |t: f64| {
+        let w = |d: f64| {
+            let d = d.abs();
+            if d <= 1.0 {
+                ((A + 2.0) * d - (A + 3.0)) * d * d + 1.0
+            } else if d < 2.0 {
+                ((A * d - 5.0 * A) * d + 8.0 * A) * d - 4.0 * A
+            } else {
+                0.0
+            }
+        };
+        [w(t + 1.0), w(t), w(1.0 - t), w(2.0 - t)]
+    };
+    let (x0, y0) = (x.floor(), y.floor());
+    let (wx, wy) = (weights(x - x0), weights(y - y0));
+    let clamp = |v: f64, size: u32| v.clamp(0.0, f64::from(size - 1)) as u32;
+    let mut sum = [0.0f64; 3];
+    for (j, wyj) in wy.iter().enumerate() {
+        let row = clamp(y0 - 1.0 + j as f64, image.height());
+        for (i, wxi) in wx.iter().enumerate() {
+            let pixel = image.get_pixel(clamp(x0 - 1.0 + i as f64, image.width()), row);
+            for (k, s) in sum.iter_mut().enumerate() {
+                *s += wyj * wxi * f64::from(pixel.0[k]);
+            }
+        }
+    }
+    sum.map(|s| s.round().clamp(0.0, 255.0) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_view_is_scaled_down_only_and_in_multiples_of_32() {
+        assert_eq!(view_size((4000, 3000), 736), (992, 736), "int(4000 * 736 / 3000) = 981 -> 992");
+        assert_eq!(view_size((384, 191), 736), (384, 192), "never up");
+        assert_eq!(view_size((1680, 1050), 736), (1184, 736));
+        assert_eq!(view_size((16000, 500), 736), (16000, 512));
+        assert_eq!(view_size((10, 10), 736), (32, 32));
+    }
+
+    #[test]
+    fn a_box_already_upright_is_copied() {
+        let pixels = RgbImage::from_fn(100, 60, |x, y| Rgb([x as u8, y as u8, 9]));
+        let view = OcrView { view: RgbImage::new(32, 32), pixels: Arc::new(pixels), scale: 0.5, full_size: (200, 120) };
+        // Full-size corners: (40, 20)-(140, 60), i.e. (20, 10)-(70, 30) in the decoded pixels.
+        let crop = line_crop(&view, &[[40.0, 20.0], [140.0, 20.0], [140.0, 60.0], [40.0, 60.0]]);
+        assert_eq!(crop.dimensions(), (50, 20));
+        assert_eq!(crop.get_pixel(0, 0).0, [20, 10, 9]);
+        assert_eq!(crop.get_pixel(49, 19).0, [69, 29, 9]);
+    }
+
+    #[test]
+    fn a_tall_crop_is_turned_a_quarter_counter_clockwise() {
+        let pixels = RgbImage::from_fn(20, 60, |_, y| Rgb([if y < 30 { 255 } else { 0 }, 0, 0]));
+        let view = OcrView { view: RgbImage::new(32, 32), pixels: Arc::new(pixels), scale: 1.0, full_size: (20, 60) };
+        let crop = line_crop(&view, &[[0.0, 0.0], [20.0, 0.0], [20.0, 60.0], [0.0, 60.0]]);
+        // The top half (red) goes left.
+        assert_eq!(crop.dimensions(), (60, 20));
+        assert_eq!((crop.get_pixel(5, 10).0[0], crop.get_pixel(55, 10).0[0]), (255, 0));
+    }
+
+    #[test]
+    fn lines_go_to_height_48_and_the_narrowest_width_that_holds_them() {
+        let line = RgbImage::new(200, 20);
+        let input = recognizer_input(&line);
+        assert_eq!((input.image.dimensions(), input.width), ((480, 48), 640));
+        assert_eq!(recognizer_input(&RgbImage::new(10, 20)).width, 320);
+        assert_eq!(classifier_input(&line).dimensions(), (192, 48), "capped at 192");
+        assert_eq!(recognizer_input(&RgbImage::new(5000, 20)).image.width(), 2560, "squeezed into the last");
+    }
+
+    #[test]
+    fn the_linear_resize_keeps_flat_areas_and_halves_by_averaging_pairs() {
+        let flat = RgbImage::from_pixel(30, 30, Rgb([7, 8, 9]));
+        assert!(resize_linear(&flat, 13, 41).pixels().all(|p| p.0 == [7, 8, 9]));
+        let stripes = RgbImage::from_fn(8, 2, |x, _| Rgb([if x % 2 == 0 { 0 } else { 100 }; 3]));
+        assert!(resize_linear(&stripes, 4, 1).pixels().all(|p| p.0 == [50; 3]), "OpenCV's taps at 2x + 0.5");
+    }
+}
