@@ -10,8 +10,8 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     model::{
-        FaceFiles, FaceModels, Family, HeadFile, Heads, ImageModel, Runtime, TextFiles, TextModel, locate_text_model,
-        read_family, read_image_model, read_weights,
+        FaceFiles, FaceModels, Family, HeadFile, Heads, ImageModel, OcrFiles, OcrModels, Runtime, TextFiles, TextModel,
+        locate_text_model, read_family, read_image_model, read_weights,
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
@@ -41,13 +41,14 @@ impl Service {
         let family = read_family(&storage, &settings.model.model).await.context("CLIPFN_MODEL")?;
         let heads = load_heads(&storage, settings, runtime.clone(), &model).await?;
         let faces = load_faces(&storage, settings, runtime.clone(), &model).await?;
+        let ocr = load_ocr(&storage, settings, runtime.clone(), &model).await?;
         let text = load_text_model(&storage, settings, runtime, &model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
         let worker = Arc::new(Worker::start(
             model,
             text_model,
-            OptionalTowers { heads, faces },
+            OptionalTowers { heads, faces, ocr },
             batch_wait,
             Arc::clone(&metrics),
         ));
@@ -227,6 +228,53 @@ async fn load_faces(
     let (detector, recognizer) = (&faces.detector.info, &faces.recognizer.info);
     tracing::info!(detector = ?detector, recognizer = ?recognizer, "face models loaded and warmed up");
     Ok(Some(faces))
+}
+
+/// Loads the OCR models from the folder `CLIPFN_OCR_MODEL` names, when it names one, on the image
+/// tower's runtime: the classifier and the character file where the folder has them.
+async fn load_ocr(
+    storage: &Storage,
+    settings: &Settings,
+    mut runtime: Runtime,
+    image: &ImageModel,
+) -> anyhow::Result<Option<OcrModels>> {
+    let Some(folder) = &settings.ocr.ocr_model else { return Ok(None) };
+    let folder = folder.trim_end_matches('/');
+    let listed = storage.list(folder).await.with_context(|| format!("CLIPFN_OCR_MODEL: listing {folder}"))?;
+    let has = |file: &str| listed.iter().any(|f| f == file);
+    let read = async |part: &str| {
+        let location = format!("{folder}/{part}/model.onnx");
+        let data = read_weights(storage, &location).await.with_context(|| format!("CLIPFN_OCR_MODEL: {location}"))?;
+        anyhow::Ok((location, data))
+    };
+    let characters = match has("recognition/characters.txt") {
+        true => {
+            let location = format!("{folder}/recognition/characters.txt");
+            let bytes = storage.read(&location).await.with_context(|| format!("CLIPFN_OCR_MODEL: {location}"))?;
+            let list = String::from_utf8(bytes.to_vec()).with_context(|| format!("{location} is not UTF-8"))?;
+            Some((location, list))
+        }
+        false => None,
+    };
+    let files = OcrFiles {
+        detector: read("detection").await?,
+        classifier: match has("classification/model.onnx") {
+            true => Some(read("classification").await?),
+            false => None,
+        },
+        recognizer: read("recognition").await?,
+        characters,
+    };
+    let (model_settings, batch_size, ocr_settings) =
+        (settings.model.clone(), image.info.batch_size, settings.ocr.clone());
+    let span = tracing::Span::current();
+    let ocr = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| OcrModels::load(&mut runtime, &model_settings, files, &ocr_settings, batch_size))
+    })
+    .await?
+    .context("CLIPFN_OCR_MODEL")?;
+    tracing::info!(models = ?ocr.info(), "OCR models loaded and warmed up");
+    Ok(Some(ocr))
 }
 
 /// Reads CLIPFN_LABELS and embeds every set.

@@ -9,11 +9,13 @@ with EXIF orientation 6 to stand it upright.
 
   ocr_photos.py PHOTOS_DIR OUT_DIR
 
-writes OUT_DIR/*.{jpg,png} and OUT_DIR/truth.json: {photo file: [line text, ...] in reading order,
+writes OUT_DIR/*.{jpg,png} and OUT_DIR/truth.json (strewn.png, 400 random words, and panorama.jpg,
+16,000 x 1,000, are for the limits and stay out of it): {photo file: [line text, ...] in reading order,
 or null where the truth is not known (page.png: the reference alone is the bar)}.
 """
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -112,6 +114,19 @@ def main(photos, out):
     truth["notext.jpg"] = []
 
     (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+
+    # Photos that push OCR, beside the truth: hundreds of random words (lines to cap), and a
+    # 16,000 px wide panorama with a sign on it (a detector view to cap).
+    rng = random.Random(36)
+    strewn = Image.new("RGB", (1200, 900), (235, 235, 225))
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    words = [("".join(rng.choice(letters) for _ in range(rng.randint(3, 9))), (rng.randint(0, 1120), rng.randint(0, 880)),
+              font("DejaVuSans.ttf", rng.randint(12, 22)), (20, 20, 20), None) for _ in range(400)]
+    draw_lines(strewn, words)
+    strewn.save(out / "strewn.png")
+    panorama = wallpaper(photos, "mate_LadyBird.jpg", (16000, 1000))
+    draw_lines(panorama, [("Summit 2,962 m", (7000, 400), font("DejaVuSans-Bold.ttf", 120), "white", (30, 30, 30))])
+    panorama.save(out / "panorama.jpg", quality=90)
 
 
 if __name__ == "__main__":

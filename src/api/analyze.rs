@@ -1,6 +1,6 @@
 //! `POST /v1/analyze`: every signal the album app derives from a photo, from one fetch and one
-//! decode (the embedding, the labels, the sharpness, the perceptual hash, the heads' scores and the
-//! faces), and the request's album (`album`). Stored embeddings in place of photos get the labels
+//! decode (the embedding, the labels, the sharpness, the perceptual hash, the heads' scores, the
+//! faces and the text), and the request's album (`album`). Stored embeddings in place of photos get the labels
 //! and the scores.
 
 use std::time::Instant;
@@ -18,15 +18,15 @@ use super::{
     respond::{Answered, respond},
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
-    types::{AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, Quality, TimingsMs},
+    types::{AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs},
 };
 use crate::{decode::TakenAt, pipeline::Wants, text::TextError};
 
 /// Every signal of a photo from one fetch and one decode
 ///
 /// The embedding, labels (with `labels` or `label_set`), sharpness and blur, the perceptual hash,
-/// the capture time and place (EXIF) and the upright size, the heads' scores, faces, and the
-/// request's album: duplicates and bursts with their best shots, events, the cover, people.
+/// the capture time and place (EXIF) and the upright size, the heads' scores, faces, text (OCR),
+/// and the request's album: duplicates and bursts with their best shots, events, the cover, people.
 /// Stored `embeddings` in place of `images` get the labels and scores only.
 #[utoipa::path(
     post,
@@ -79,6 +79,16 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         ));
     }
     let faces_info = service.pipeline.faces();
+    if request.ocr == Some(true) && (service.pipeline.ocr().is_none() || subjects.are_stored()) {
+        return Err(ApiError::BadRequest(
+            if service.pipeline.ocr().is_some() {
+                "ocr needs the photos, not stored embeddings"
+            } else {
+                "ocr needs OCR models (CLIPFN_OCR_MODEL), and this server has none"
+            }
+            .into(),
+        ));
+    }
     if let Some((_, recognizer)) = faces_info {
         same_recognizer(request.recognizer.as_deref(), recognizer)?;
     }
@@ -114,6 +124,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         scores: heads.is_some(),
         faces: photos && face_models && request.faces != Some(false),
         face_min_score: None,
+        ocr: photos && service.pipeline.ocr().is_some() && request.ocr != Some(false),
+        ocr_min_score: None,
+        ocr_box_min_score: None,
     };
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
@@ -138,6 +151,15 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
                 None => (None, None, None),
             };
+            let (ocr, ocr_left_out, ocr_error) = match photo.ocr {
+                Some(Ok(found)) => (
+                    Some(found.lines.into_iter().map(OcrItem::from).collect()),
+                    Some(found.left_out).filter(|&n| n > 0),
+                    None,
+                ),
+                Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
+                None => (None, None, None),
+            };
             let metadata = photo.metadata.unwrap_or_default();
             let (width, height) = photo.size.unzip();
             AnalyzeItem {
@@ -159,6 +181,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 faces,
                 faces_left_out,
                 faces_error,
+                ocr,
+                ocr_left_out,
+                ocr_error,
                 image,
                 error: None,
             }
@@ -167,6 +192,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
             let (taken_at, location, width, height) = (None, None, None, None);
             let (faces, faces_left_out, faces_error) = (None, None, None);
+            let (ocr, ocr_left_out, ocr_error) = (None, None, None);
             AnalyzeItem {
                 index,
                 image,
@@ -182,6 +208,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 faces,
                 faces_left_out,
                 faces_error,
+                ocr,
+                ocr_left_out,
+                ocr_error,
                 error: Some(error),
             }
         }

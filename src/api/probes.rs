@@ -68,6 +68,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                         "min_size": faces.face_min_size,
                     })
                 }),
+                "ocr": service.pipeline.ocr(),
             });
             if model.provider.is_cuda() {
                 // CUDA device 0 is the one the session uses (ort's default device id).

@@ -235,6 +235,10 @@ pub struct Ready {
     /// `min_size`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     faces: Value,
+    /// The OCR models (`detector`, `classifier`, `recognizer`, `characters`) and their thresholds
+    /// (`resolution`, `min_score`, `box_min_score`, `max_lines`, `upside_down`); null without them.
+    #[schema(value_type = Option<Object>, required = true)]
+    ocr: Value,
     /// On CUDA only: the GPU's name and memory, or the `error` reading them.
     #[schema(value_type = Object, required = false)]
     gpu: Value,

@@ -226,6 +226,9 @@ pub struct AnalyzeRequest {
     /// `false` skips the faces where face models are loaded; `true` where none are is a 400.
     #[serde(default)]
     pub faces: Option<bool>,
+    /// `false` skips the text (OCR) where OCR models are loaded; `true` where none are is a 400.
+    #[serde(default)]
+    pub ocr: Option<bool>,
     /// `false` leaves each photo's `location` out of the answer.
     #[serde(default)]
     pub location: Option<bool>,
@@ -324,9 +327,44 @@ pub struct AnalyzeItem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub faces_error: Option<ErrorBody>,
+    /// The photo's lines of text in reading order, top to bottom and left to right (with OCR
+    /// models, unless the request said `"ocr": false`); empty when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub ocr: Option<Vec<OcrItem>>,
+    /// Lines found beyond CLIPFN_OCR_MAX_LINES and left out (the detector's lowest box scores);
+    /// absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub ocr_left_out: Option<usize>,
+    /// Why the photo has no `ocr` when an OCR model tripped on it; its other signals stand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
+    pub ocr_error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
+}
+
+/// One line of text, its box in pixels of the upright photo at its full size.
+#[derive(Serialize, ToSchema)]
+pub struct OcrItem {
+    pub text: String,
+    /// The recognizer's: the mean probability of the line's characters.
+    pub score: f32,
+    /// The detector's: the mean text probability inside the box.
+    pub box_score: f32,
+    /// Top-left, top-right, bottom-right, bottom-left, as `[x, y]` (a quadrilateral: lines may
+    /// be tilted).
+    #[serde(rename = "box")]
+    #[schema(min_items = 4, max_items = 4)]
+    pub corners: [[f32; 2]; 4],
+}
+
+impl From<crate::pipeline::OcrLine> for OcrItem {
+    fn from(crate::pipeline::OcrLine { text, score, box_score, corners }: crate::pipeline::OcrLine) -> Self {
+        OcrItem { text, score, box_score, corners }
+    }
 }
 
 impl FaceItem {

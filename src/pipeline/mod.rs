@@ -12,6 +12,7 @@ mod admission;
 mod decode_pool;
 mod faces;
 mod item;
+mod ocr;
 mod timings;
 
 use std::time::Instant;
@@ -24,12 +25,13 @@ pub use self::{
     admission::{Admission, Overloaded},
     faces::{Face, Faces},
     item::{ItemCode, ItemError, ItemResult, Signals},
+    ocr::{Ocr, OcrLine},
     timings::{Interval, Timings},
 };
 use crate::{
     decode,
     embedding::l2_normalized,
-    model::{DetectorInfo, HeadsInfo, ImageModelInfo, RecognizerInfo},
+    model::{DetectorInfo, HeadsInfo, ImageModelInfo, OcrInfo, RecognizerInfo},
     observe::metrics::{Metrics, Stage},
     preprocess::{Transform, Views, decode_options, decode_views},
     settings::Limits,
@@ -50,6 +52,12 @@ pub struct Wants {
     pub faces: bool,
     /// The faces' minimum detector score, when not the detector's default (CLIPFN_FACE_MIN_SCORE).
     pub face_min_score: Option<f32>,
+    /// The text lines, found on the text detector's view beside the embedding.
+    pub ocr: bool,
+    /// The lines' minimum recognizer score, when not the default (CLIPFN_OCR_MIN_SCORE).
+    pub ocr_min_score: Option<f32>,
+    /// The lines' minimum detector (box) score, when not DB's default.
+    pub ocr_box_min_score: Option<f32>,
 }
 
 /// Where a photo's bytes come from.
@@ -119,6 +127,11 @@ impl Pipeline {
     /// The face detector and recognizer, when there are.
     pub fn faces(&self) -> Option<&(DetectorInfo, RecognizerInfo)> {
         self.worker.faces_info()
+    }
+
+    /// The OCR models, when there are.
+    pub fn ocr(&self) -> Option<&OcrInfo> {
+        self.worker.ocr_info()
     }
 
     /// Photos currently admitted (queued, decoding or fetching).
@@ -203,7 +216,7 @@ impl Pipeline {
             } else {
                 None
             };
-            Ok(Signals { embedding, pixels: None, scores, faces: None, size: None, metadata: None })
+            Ok(Signals { embedding, pixels: None, scores, faces: None, ocr: None, size: None, metadata: None })
         });
         let results = futures::future::join_all(scored).await;
         let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
@@ -263,7 +276,13 @@ impl Pipeline {
         // other): the reservation moves into the job with the bytes, and both are let go as the
         // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
         let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
-        let views = Views { square: self.square.clone(), luma: wants.pixels, canvas: detector.map(|d| d.canvas()) };
+        let ocr = self.worker.ocr_info().filter(|_| wants.ocr);
+        let views = Views {
+            square: self.square.clone(),
+            luma: wants.pixels,
+            canvas: detector.map(|d| d.canvas()),
+            ocr: ocr.map(|ocr| ocr.resolution),
+        };
         let memory = match &self.decode_memory {
             Some(budget) => {
                 let options = decode_options(&views, self.max_pixels);
@@ -274,7 +293,7 @@ impl Pipeline {
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
         // keeps of a photo until its embedding comes is its square, a few numbers and, for faces,
-        // the detector's canvas.
+        // the detector's canvas, for OCR the text detector's view and the decoded pixels.
         let (in_job, max_pixels) = (span.clone(), self.max_pixels);
         let (decode_start, viewed) = self
             .decoders
@@ -282,17 +301,24 @@ impl Pipeline {
                 let (_memory, _entered) = (memory, in_job.enter());
                 let viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
                 let pixels = viewed.luma.as_ref().map(PixelSignals::of);
-                Ok::<_, ItemError>((viewed.square, pixels, viewed.canvas, viewed.full_size, viewed.metadata))
+                Ok::<_, ItemError>((
+                    viewed.square,
+                    pixels,
+                    viewed.canvas,
+                    viewed.ocr,
+                    viewed.full_size,
+                    viewed.metadata,
+                ))
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels, canvas, size, metadata) = viewed.inspect_err(|_| failed(&span))?;
+        let (square, pixels, canvas, view, size, metadata) = viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
-        // The faces beside the embedding: a face model that trips on the photo fails its faces
-        // alone, and the photo keeps its other signals.
+        // The faces and the text beside the embedding: a face or OCR model that trips on the photo
+        // fails its faces or its text alone, and the photo keeps its other signals.
         let faces = async {
             match canvas {
                 Some(canvas) => {
@@ -303,7 +329,17 @@ impl Pipeline {
                 None => None,
             }
         };
-        let (embedded, faces) = futures::join!(self.worker.embed(square, span), faces);
+        let text = async {
+            match (view, ocr) {
+                (Some(view), Some(ocr)) => {
+                    let box_min_score = wants.ocr_box_min_score.unwrap_or(ocr.box_min_score);
+                    let min_score = wants.ocr_min_score.unwrap_or(ocr.min_score);
+                    Some(self.read_text(view, (box_min_score, min_score), ocr.max_lines).await)
+                }
+                _ => None,
+            }
+        };
+        let (embedded, faces, ocr) = futures::join!(self.worker.embed(square, span), faces, text);
         let embedded = embedded?;
         timings.queue = Interval::new(queued, embedded.started);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
@@ -315,7 +351,8 @@ impl Pipeline {
             (None, embedded.finished)
         };
         timings.inference = Interval::new(embedded.started, finished);
-        Ok(Signals { embedding: embedded.output, pixels, scores, faces, size: Some(size), metadata: Some(metadata) })
+        let (embedding, size, metadata) = (embedded.output, Some(size), Some(metadata));
+        Ok(Signals { embedding, pixels, scores, faces, ocr, size, metadata })
     }
 }
 

@@ -6,8 +6,9 @@
 //!
 //! One decode, several views: [`decode_views`] is the one sequence from bytes to what a photo is
 //! used as (decode once, at the scale the largest view needs, then each view of those pixels): the
-//! model's square always, the luma that pixel signals are measured on (`signals`) and the face
-//! detector's canvas (`faces`) when the request asks for them. The pipeline runs it on its decode threads; the benches run it as
+//! model's square always, the luma that pixel signals are measured on (`signals`), the face
+//! detector's canvas (`faces`) and the text detector's view (`ocr`) when the request asks for
+//! them. The pipeline runs it on its decode threads; the benches run it as
 //! [`decode_square`].
 
 mod faces;
@@ -19,8 +20,8 @@ use image::{GrayImage, RgbImage};
 pub use self::{
     faces::{ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, Letterbox, aligned_face},
     ocr::{
-        CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, OcrView, RECOGNIZER_WIDTHS, classifier_input, line_crop, ocr_view,
-        recognizer_input,
+        CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, MAX_VIEW_SIDE, MIN_RECOGNIZER_WIDTH, OcrView, classifier_input,
+        line_crop, ocr_view, recognizer_input,
     },
 };
 use crate::{
@@ -114,6 +115,8 @@ pub struct Views {
     pub luma: bool,
     /// The face detector's canvas, when faces are wanted.
     pub canvas: Option<CanvasLayout>,
+    /// The text detector's view, at this resolution (CLIPFN_OCR_RESOLUTION), when OCR is wanted.
+    pub ocr: Option<u32>,
 }
 
 /// One photo's views.
@@ -124,6 +127,9 @@ pub struct Viewed {
     pub luma: Option<GrayImage>,
     /// Present when asked for.
     pub canvas: Option<FaceCanvas>,
+    /// Present when asked for: the text detector's view, with the decoded pixels its lines are cut
+    /// from.
+    pub ocr: Option<OcrView>,
     /// The upright photo's width and height at its full size.
     pub full_size: (u32, u32),
     /// When and where it was taken, read from the same bytes by the decode.
@@ -140,7 +146,9 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
     let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
     let canvas = views.canvas.map(|layout| faces::canvas(&decoded.image, decoded.full_size, layout)).transpose()?;
     let square = preprocess(&decoded, &views.square)?;
-    Ok(Viewed { square, luma, canvas, full_size: decoded.full_size, metadata: decoded.metadata })
+    // Last: it keeps the decoded pixels.
+    let ocr = views.ocr.map(|resolution| ocr_view(std::sync::Arc::new(decoded.image), decoded.full_size, resolution));
+    Ok(Viewed { square, luma, canvas, ocr, full_size: decoded.full_size, metadata: decoded.metadata })
 }
 
 /// [`decode_views`] for the square alone.
@@ -149,7 +157,7 @@ pub fn decode_square(
     transform: &Transform,
     max_pixels: u64,
 ) -> Result<RgbImage, PreprocessError> {
-    let views = Views { square: transform.clone(), luma: false, canvas: None };
+    let views = Views { square: transform.clone(), luma: false, canvas: None, ocr: None };
     decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square)
 }
 
@@ -176,11 +184,14 @@ pub fn luma(image: &RgbImage) -> GrayImage {
     GrayImage::from_raw(image.width(), image.height(), values).expect("one value per pixel")
 }
 
-/// How [`decode_views`] decodes for `views`: what the decode memory budget is reckoned for.
+/// How [`decode_views`] decodes for `views`: what the decode memory budget is reckoned for. The
+/// text detector's view asks for a decode whose short side is at least its resolution (the DCT
+/// scale's 90% rule would otherwise let the view be enlarged from coarser pixels).
 pub fn decode_options(views: &Views, max_pixels: u64) -> DecodeOptions {
+    let ocr = views.ocr.map_or(0, |resolution| resolution.div_ceil(9) * 10);
     DecodeOptions {
         target_long_side: views.canvas.map(|layout| layout.side),
-        ..DecodeOptions::for_input(views.square.resize_side(), max_pixels)
+        ..DecodeOptions::for_input(views.square.resize_side().max(ocr), max_pixels)
     }
 }
 

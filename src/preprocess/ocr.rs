@@ -1,7 +1,8 @@
 //! The OCR views, made on the decode threads, as RapidOCR 1.4.4 makes them with OpenCV:
 //!
 //! - the detector's view: the photo with its short side scaled down to `CLIPFN_OCR_RESOLUTION`
-//!   (never up; Immich's rule), each side rounded to a multiple of 32 (`DetPreProcess.resize`);
+//!   (never up; Immich's rule) and its long side to [`MAX_VIEW_SIDE`], each side rounded to a
+//!   multiple of 32 (`DetPreProcess.resize`);
 //! - each line cut from the decoded pixels by a perspective warp of its box (bicubic, edges
 //!   repeated: `get_rotate_crop_image`), turned upright when 1.5 times taller than wide;
 //! - the classifier's and the recognizer's inputs: the line at height 48, its width from its
@@ -16,13 +17,24 @@ use std::sync::Arc;
 
 use image::{Rgb, RgbImage};
 
+/// The detector view's longest side: a 16,000 px panorama would otherwise keep its width at 736
+/// px high (a 47 MB probability map), where RapidOCR caps the long side at 2,000.
+pub const MAX_VIEW_SIDE: u32 = 4096;
+
 /// The recognizer's and the classifier's input height.
 pub const LINE_HEIGHT: u32 = 48;
 /// The classifier's input width (PP-OCR's `cls_image_shape` [3, 48, 192]).
 pub const CLASSIFIER_WIDTH: u32 = 192;
-/// The recognizer's input widths: a line is padded to the narrowest that holds it, so that its
-/// text never depends on what it is batched with. Wider lines are squeezed into the last.
-pub const RECOGNIZER_WIDTHS: [u32; 4] = [320, 640, 1280, 2560];
+/// The recognizer's input widths run from this (PP-OCR's `rec_image_shape` [3, 48, 320]) to
+/// [`MAX_RECOGNIZER_WIDTH`] in steps of [`RECOGNIZER_WIDTH_STEP`]: a line is padded to the
+/// narrowest that holds it, so that its text never depends on what it is batched with. Wider
+/// lines are squeezed into the last.
+pub const MIN_RECOGNIZER_WIDTH: u32 = 320;
+const MAX_RECOGNIZER_WIDTH: u32 = 2560;
+/// Padding moves what a line reads as: 8 px steps (the recognizer's stride) read the test photos
+/// as RapidOCR reads each line alone; 320 / 640 / 1,280 buckets moved a score by 0.04 and dropped
+/// spaces (docs/ocr.md, "Widths").
+const RECOGNIZER_WIDTH_STEP: u32 = 8;
 
 /// A photo's view for the text detector, and the pixels its lines are cut from.
 #[derive(Debug, Clone)]
@@ -55,22 +67,25 @@ pub fn ocr_view(image: Arc<RgbImage>, full_size: (u32, u32), resolution: u32) ->
     }
 }
 
-/// The view's size: the short side scaled down to `resolution` (never up), truncated, then each
-/// side rounded to a multiple of 32 (at least 32).
+/// The view's size: the short side scaled down to `resolution` and the long side to
+/// [`MAX_VIEW_SIDE`] (never up), truncated, then each side rounded to a multiple of 32 (at least 32).
 pub fn view_size((width, height): (u32, u32), resolution: u32) -> (u32, u32) {
-    let ratio = (f64::from(resolution) / f64::from(width.min(height))).min(1.0);
+    let ratio = (f64::from(resolution) / f64::from(width.min(height)))
+        .min(f64::from(MAX_VIEW_SIDE) / f64::from(width.max(height)))
+        .min(1.0);
     let side = |s: u32| (((f64::from(s) * ratio).trunc() / 32.0).round_ties_even() as u32 * 32).max(32);
     (side(width), side(height))
 }
 
 /// The line whose box has these `corners` (top-left, top-right, bottom-right, bottom-left, in
-/// full-size pixels) cut from `view`'s pixels, turned upright when 1.5 times taller than wide.
-pub fn line_crop(view: &OcrView, corners: &[[f32; 2]; 4]) -> RgbImage {
-    let points = corners.map(|[x, y]| [f64::from(x) * view.scale, f64::from(y) * view.scale]);
+/// full-size pixels) cut from the decoded `pixels` (`scale` of a pixel each per full-size pixel),
+/// turned upright when 1.5 times taller than wide.
+pub fn line_crop(pixels: &RgbImage, scale: f64, corners: &[[f32; 2]; 4]) -> RgbImage {
+    let points = corners.map(|[x, y]| [f64::from(x) * scale, f64::from(y) * scale]);
     let length = |a: [f64; 2], b: [f64; 2]| (a[0] - b[0]).hypot(a[1] - b[1]);
     let width = length(points[0], points[1]).max(length(points[2], points[3])) as u32;
     let height = length(points[0], points[3]).max(length(points[1], points[2])) as u32;
-    let crop = warp(&view.pixels, &points, width.max(1), height.max(1));
+    let crop = warp(pixels, &points, width.max(1), height.max(1));
     // numpy's rot90: a quarter turn counter-clockwise.
     if f64::from(crop.height()) / f64::from(crop.width()) >= 1.5 { image::imageops::rotate270(&crop) } else { crop }
 }
@@ -80,12 +95,11 @@ pub fn classifier_input(line: &RgbImage) -> RgbImage {
     resize_linear(line, fitted_width(line, CLASSIFIER_WIDTH), LINE_HEIGHT)
 }
 
-/// A line for the recognizer: at height 48, padded to the narrowest of [`RECOGNIZER_WIDTHS`]
-/// that holds it.
+/// A line for the recognizer: at height 48, padded to the narrowest of the recognizer's widths
+/// ([`MIN_RECOGNIZER_WIDTH`]) that holds it.
 pub fn recognizer_input(line: &RgbImage) -> LineInput {
-    let last = RECOGNIZER_WIDTHS[RECOGNIZER_WIDTHS.len() - 1];
-    let wanted = fitted_width(line, last);
-    let width = RECOGNIZER_WIDTHS.into_iter().find(|w| *w >= wanted).unwrap_or(last);
+    let wanted = fitted_width(line, MAX_RECOGNIZER_WIDTH);
+    let width = wanted.next_multiple_of(RECOGNIZER_WIDTH_STEP).max(MIN_RECOGNIZER_WIDTH);
     LineInput { image: resize_linear(line, wanted, LINE_HEIGHT), width }
 }
 
@@ -191,16 +205,15 @@ mod tests {
         assert_eq!(view_size((4000, 3000), 736), (992, 736), "int(4000 * 736 / 3000) = 981 -> 992");
         assert_eq!(view_size((384, 191), 736), (384, 192), "never up");
         assert_eq!(view_size((1680, 1050), 736), (1184, 736));
-        assert_eq!(view_size((16000, 500), 736), (16000, 512));
+        assert_eq!(view_size((16000, 500), 736), (4096, 128), "a panorama's long side capped");
         assert_eq!(view_size((10, 10), 736), (32, 32));
     }
 
     #[test]
     fn a_box_already_upright_is_copied() {
         let pixels = RgbImage::from_fn(100, 60, |x, y| Rgb([x as u8, y as u8, 9]));
-        let view = OcrView { view: RgbImage::new(32, 32), pixels: Arc::new(pixels), scale: 0.5, full_size: (200, 120) };
         // Full-size corners: (40, 20)-(140, 60), i.e. (20, 10)-(70, 30) in the decoded pixels.
-        let crop = line_crop(&view, &[[40.0, 20.0], [140.0, 20.0], [140.0, 60.0], [40.0, 60.0]]);
+        let crop = line_crop(&pixels, 0.5, &[[40.0, 20.0], [140.0, 20.0], [140.0, 60.0], [40.0, 60.0]]);
         assert_eq!(crop.dimensions(), (50, 20));
         assert_eq!(crop.get_pixel(0, 0).0, [20, 10, 9]);
         assert_eq!(crop.get_pixel(49, 19).0, [69, 29, 9]);
@@ -209,8 +222,7 @@ mod tests {
     #[test]
     fn a_tall_crop_is_turned_a_quarter_counter_clockwise() {
         let pixels = RgbImage::from_fn(20, 60, |_, y| Rgb([if y < 30 { 255 } else { 0 }, 0, 0]));
-        let view = OcrView { view: RgbImage::new(32, 32), pixels: Arc::new(pixels), scale: 1.0, full_size: (20, 60) };
-        let crop = line_crop(&view, &[[0.0, 0.0], [20.0, 0.0], [20.0, 60.0], [0.0, 60.0]]);
+        let crop = line_crop(&pixels, 1.0, &[[0.0, 0.0], [20.0, 0.0], [20.0, 60.0], [0.0, 60.0]]);
         // The top half (red) goes left.
         assert_eq!(crop.dimensions(), (60, 20));
         assert_eq!((crop.get_pixel(5, 10).0[0], crop.get_pixel(55, 10).0[0]), (255, 0));
@@ -220,7 +232,8 @@ mod tests {
     fn lines_go_to_height_48_and_the_narrowest_width_that_holds_them() {
         let line = RgbImage::new(200, 20);
         let input = recognizer_input(&line);
-        assert_eq!((input.image.dimensions(), input.width), ((480, 48), 640));
+        assert_eq!((input.image.dimensions(), input.width), ((480, 48), 480));
+        assert_eq!(recognizer_input(&RgbImage::new(203, 20)).width, 488, "ceil(48 * 203 / 20) = 488, a multiple of 8");
         assert_eq!(recognizer_input(&RgbImage::new(10, 20)).width, 320);
         assert_eq!(classifier_input(&line).dimensions(), (192, 48), "capped at 192");
         assert_eq!(recognizer_input(&RgbImage::new(5000, 20)).image.width(), 2560, "squeezed into the last");

@@ -12,6 +12,7 @@ mod faces;
 mod limits;
 mod location;
 mod model;
+mod ocr;
 mod server;
 mod signals;
 mod sources;
@@ -27,6 +28,7 @@ pub use self::{
     limits::Limits,
     location::is_folder,
     model::ModelSettings,
+    ocr::OcrSettings,
     server::ServerSettings,
     signals::SignalSettings,
     sources::SourceSettings,
@@ -46,6 +48,7 @@ pub struct Settings {
     pub text: TextSettings,
     pub signals: SignalSettings,
     pub faces: FaceSettings,
+    pub ocr: OcrSettings,
 }
 
 /// A start-up configuration problem, worded to name the variable to fix.
@@ -69,6 +72,7 @@ impl Settings {
             text: group(&vars)?,
             signals: group(&vars)?,
             faces: group(&vars)?,
+            ocr: group(&vars)?,
         };
         settings.server.validate()?;
         settings.limits.validate()?;
@@ -77,6 +81,7 @@ impl Settings {
         settings.text.validate()?;
         settings.signals.validate()?;
         settings.faces.validate()?;
+        settings.ocr.validate()?;
         settings.validate()?;
         Ok(settings)
     }

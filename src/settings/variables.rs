@@ -3,7 +3,7 @@
 //! the struct's fields by a unit test (envy reads a field from `CLIPFN_` + its name upper-cased,
 //! so the names appear nowhere else).
 
-use super::{faces, limits, model, server, signals, sources, text};
+use super::{faces, limits, model, ocr, server, signals, sources, text};
 
 /// Every group's variables, in the order `Settings` holds the groups.
 const GROUPS: &[&[&str]] = &[
@@ -14,6 +14,7 @@ const GROUPS: &[&[&str]] = &[
     text::VARIABLES,
     signals::VARIABLES,
     faces::VARIABLES,
+    ocr::VARIABLES,
 ];
 
 /// Every `CLIPFN_*` variable the settings read.
@@ -30,7 +31,7 @@ mod tests {
 
     use super::*;
     use crate::settings::{
-        FaceSettings, Limits, ModelSettings, ServerSettings, SignalSettings, SourceSettings, TextSettings,
+        FaceSettings, Limits, ModelSettings, OcrSettings, ServerSettings, SignalSettings, SourceSettings, TextSettings,
     };
 
     /// A deserializer that answers nothing but records the field names a struct asks for: what
@@ -79,6 +80,7 @@ mod tests {
             ("TextSettings", read_by::<TextSettings>(), text::VARIABLES),
             ("SignalSettings", read_by::<SignalSettings>(), signals::VARIABLES),
             ("FaceSettings", read_by::<FaceSettings>(), faces::VARIABLES),
+            ("OcrSettings", read_by::<OcrSettings>(), ocr::VARIABLES),
         ];
         assert_eq!(groups.len(), GROUPS.len(), "a group is missing from GROUPS or from this test");
         for (group, fields, listed) in groups {

@@ -10,7 +10,9 @@
 //!
 //! Preprocessed photos go to the image tower; a photo batch waits at most `batch_wait` to fill
 //! once it holds one. The optional towers have lanes of their own: the heads (on the image
-//! embeddings), the face detector (one canvas at a time) and the face recognizer (aligned crops). Tokenized texts (search queries, labels) go to the text tower, in a lane the
+//! embeddings), the face detector (one canvas at a time) and the face recognizer (aligned crops),
+//! and OCR's text detector (one view at a time), line classifier and text recognizer (lines of
+//! many photos together). Tokenized texts (search queries, labels) go to the text tower, in a lane the
 //! worker looks at first: a query waits at most for the batch being formed or run, never behind
 //! an image backlog. Text batches take what is queued without waiting to fill.
 //!
@@ -45,10 +47,11 @@ use self::{
 use crate::{
     model::{
         Canvases, Detections, DetectorInfo, Embeddings, FaceCrops, FaceModels, Heads, HeadsInfo, ImageModelInfo,
-        ModelError, Photos, RecognizerInfo, TextModelInfo, Texts, Tower, TowerIo,
+        LineOrientations, ModelError, OcrInfo, OcrModels, OcrViews, Photos, ProbabilityMap, Recognized, RecognizerInfo,
+        TextLines, TextModelInfo, Texts, Tower, TowerIo,
     },
     observe::metrics::Metrics,
-    preprocess::FaceCanvas,
+    preprocess::{FaceCanvas, LineInput, OcrView},
 };
 
 /// One job's output from the worker.
@@ -74,11 +77,20 @@ struct FaceLanes {
     crops: Sender<Job<FaceCrops>>,
 }
 
+/// Where views for the text detector and lines for the classifier and recognizer are queued.
+struct OcrLanes {
+    views: Sender<Job<OcrViews>>,
+    /// Present when the OCR folder has a line classifier.
+    orientations: Option<Sender<Job<LineOrientations>>>,
+    lines: Sender<Job<TextLines>>,
+}
+
 /// The towers a service may have beside the image and text towers.
 #[derive(Default)]
 pub struct OptionalTowers {
     pub heads: Option<Heads>,
     pub faces: Option<FaceModels>,
+    pub ocr: Option<OcrModels>,
 }
 
 /// The handle on the model worker.
@@ -94,6 +106,9 @@ pub struct Worker {
     text_info: Option<TextModelInfo>,
     heads_info: Option<HeadsInfo>,
     faces_info: Option<(DetectorInfo, RecognizerInfo)>,
+    /// Present when there are OCR models.
+    ocr: Option<OcrLanes>,
+    ocr_info: Option<OcrInfo>,
     health: Health,
     metrics: Arc<Metrics>,
 }
@@ -104,7 +119,7 @@ impl Worker {
     pub fn start<I, T>(
         image: I,
         text: Option<T>,
-        OptionalTowers { heads, faces }: OptionalTowers,
+        OptionalTowers { heads, faces, ocr }: OptionalTowers,
         batch_wait: Duration,
         metrics: Arc<Metrics>,
     ) -> Self
@@ -126,12 +141,25 @@ impl Worker {
                 (FaceLanes { canvases, crops }, [recognizer_lane, detector_lane])
             })
             .unzip();
+        let ocr_info = ocr.as_ref().map(OcrModels::info);
+        let (ocr, ocr_lanes) = ocr
+            .map(|OcrModels { detector, classifier, recognizer, .. }| {
+                let (views, detector_lane) = lane::open(detector);
+                let (orientations, classifier_lane) = classifier.map(lane::open).unzip();
+                let (lines, recognizer_lane) = lane::open(recognizer);
+                let lanes: Vec<Box<dyn Lane>> =
+                    [recognizer_lane].into_iter().chain(classifier_lane).chain([detector_lane]).collect();
+                (OcrLanes { views, orientations, lines }, lanes)
+            })
+            .unzip();
         // The serving order: texts first (someone waits on a query), then what finishes photos
-        // already embedded or detected (the heads, the recognizer), then the detector, then photos.
+        // already embedded or detected (the heads, the face recognizer; the text recognizer, then
+        // the line classifier), then the detectors, then photos.
         let lanes: Vec<Box<dyn Lane>> = text_lane
             .into_iter()
             .chain(heads_lane)
             .chain(face_lanes.into_iter().flatten())
+            .chain(ocr_lanes.into_iter().flatten())
             .chain([image_lane])
             .collect();
         let health = Health::default();
@@ -145,7 +173,20 @@ impl Worker {
                 run::run_worker(lanes, batch_wait, &worker_metrics, &worker_health)
             })
             .expect("spawning the model worker thread");
-        Worker { images, texts, embeddings, faces, info, text_info, heads_info, faces_info, health, metrics }
+        Worker {
+            images,
+            texts,
+            embeddings,
+            faces,
+            info,
+            text_info,
+            heads_info,
+            faces_info,
+            ocr,
+            ocr_info,
+            health,
+            metrics,
+        }
     }
 
     pub fn info(&self) -> &ImageModelInfo {
@@ -165,6 +206,11 @@ impl Worker {
     /// The face detector and recognizer, when there are.
     pub fn faces_info(&self) -> Option<&(DetectorInfo, RecognizerInfo)> {
         self.faces_info.as_ref()
+    }
+
+    /// The OCR models, when there are.
+    pub fn ocr_info(&self) -> Option<&OcrInfo> {
+        self.ocr_info.as_ref()
     }
 
     pub fn health(&self) -> &Health {
@@ -211,6 +257,29 @@ impl Worker {
 
     fn face_lanes(&self) -> Result<&FaceLanes, ModelError> {
         self.faces.as_ref().ok_or_else(|| ModelError::Inference("no face models are loaded".into()))
+    }
+
+    /// Queues one photo's view for the text detector and waits for its probability map.
+    pub async fn find_text(&self, view: OcrView) -> Result<Served<ProbabilityMap>, BatchError> {
+        let result = queue(&self.ocr_lanes()?.views, view, Span::none())?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    /// Queues one line (at the classifier's size) and waits for the probability that it is upside
+    /// down; none without a line classifier.
+    pub async fn orient(&self, line: image::RgbImage) -> Option<Result<Served<f32>, BatchError>> {
+        let orientations = self.ocr.as_ref()?.orientations.as_ref()?;
+        Some(async { queue(orientations, line, Span::none())?.await.map_err(|_| BatchError::Stopped)? }.await)
+    }
+
+    /// Queues one line (at the recognizer's height) and waits for its text and score.
+    pub async fn read(&self, line: LineInput) -> Result<Served<Recognized>, BatchError> {
+        let result = queue(&self.ocr_lanes()?.lines, line, Span::none())?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    fn ocr_lanes(&self) -> Result<&OcrLanes, ModelError> {
+        self.ocr.as_ref().ok_or_else(|| ModelError::Inference("no OCR models are loaded".into()))
     }
 }
 

@@ -26,7 +26,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use self::answer::{ImmichFace, Prediction, vector};
+use self::answer::{ImmichFace, ImmichOcr, Prediction, vector};
 use super::{
     AppState,
     error::ApiError,
@@ -93,6 +93,11 @@ struct Tasks {
     faces: bool,
     /// The faces' minimum detector score (`detection.options.minScore`); none: the detector's own.
     face_min_score: Option<f32>,
+    ocr: bool,
+    /// The lines' minimum box score (`ocr.detection.options.minScore`); none: DB's own.
+    ocr_box_min_score: Option<f32>,
+    /// The lines' minimum text score (`ocr.recognition.options.minScore`); none: CLIPFN_OCR_MIN_SCORE.
+    ocr_min_score: Option<f32>,
 }
 
 /// The form's parts that Immich sends: `entries`, and `image` or `text`.
@@ -121,15 +126,24 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
             if tasks.textual {
                 return Err(ApiError::BadRequest("clip.textual takes a 'text' field, not an image".into()));
             }
-            let wants = Wants { faces: tasks.faces, face_min_score: tasks.face_min_score, ..Wants::default() };
+            let wants = Wants {
+                faces: tasks.faces,
+                face_min_score: tasks.face_min_score,
+                ocr: tasks.ocr,
+                ocr_min_score: tasks.ocr_min_score,
+                ocr_box_min_score: tasks.ocr_box_min_score,
+                ..Wants::default()
+            };
             let (result, _) = service.pipeline.embed_carried(&image, deadline, wants).await?;
             let signals = result.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
             let counts = Counts { images: 1, ..Counts::default() };
             Ok((Json(photo_answer(signals, &tasks)?).into_response(), counts))
         }
         (None, Some(text)) => {
-            if tasks.visual || tasks.faces {
-                return Err(ApiError::BadRequest("clip.visual and facial-recognition take an 'image' field".into()));
+            if tasks.visual || tasks.faces || tasks.ocr {
+                return Err(ApiError::BadRequest(
+                    "clip.visual, facial-recognition and ocr take an 'image' field".into(),
+                ));
             }
             let texts = string_list(Value::Array(vec![Value::String(text)]), "text", &state.settings)?;
             let text = state.ready_text()?;
@@ -186,7 +200,12 @@ fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
     let parsed: BTreeMap<String, BTreeMap<String, Entry>> =
         serde_json::from_str(entries).map_err(|e| bad(e.to_string()))?;
     let mut tasks = Tasks::default();
-    let mut recognition = false;
+    let (mut recognition, mut reading) = (false, false);
+    let min_score = |entry: &Entry| match entry.options.get("minScore") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(Some(n.as_f64().unwrap_or_default() as f32)),
+        Some(other) => Err(bad(format!("minScore must be a number, not {other}"))),
+    };
     for (task, types) in &parsed {
         for (kind, entry) in types {
             let held = match (task.as_str(), kind.as_str()) {
@@ -199,11 +218,7 @@ fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
                     service.text.as_ref().map(|text| text.model().id.clone())
                 }
                 ("facial-recognition", "detection") => {
-                    tasks.face_min_score = match entry.options.get("minScore") {
-                        None | Some(Value::Null) => None,
-                        Some(Value::Number(n)) => Some(n.as_f64().unwrap_or_default() as f32),
-                        Some(other) => return Err(bad(format!("minScore must be a number, not {other}"))),
-                    };
+                    tasks.face_min_score = min_score(entry)?;
                     tasks.faces = true;
                     service.pipeline.faces().map(|(detector, _)| folder_of(&detector.file))
                 }
@@ -211,10 +226,31 @@ fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
                     recognition = true;
                     service.pipeline.faces().map(|(_, recognizer)| folder_of(&recognizer.file))
                 }
+                ("ocr", "detection") => {
+                    tasks.ocr_box_min_score = min_score(entry)?;
+                    tasks.ocr = true;
+                    let ocr = service.pipeline.ocr();
+                    let asked = entry.options.get("maxResolution").and_then(Value::as_u64);
+                    if let Some((asked, held)) = asked.zip(ocr.map(|ocr| ocr.resolution))
+                        && asked != u64::from(held)
+                    {
+                        tracing::warn!(
+                            asked,
+                            held,
+                            "ocr.detection asks another maxResolution; CLIPFN_OCR_RESOLUTION's answers"
+                        );
+                    }
+                    ocr.map(|ocr| folder_of(&ocr.detector))
+                }
+                ("ocr", "recognition") => {
+                    tasks.ocr_min_score = min_score(entry)?;
+                    reading = true;
+                    service.pipeline.ocr().map(|ocr| folder_of(&ocr.recognizer))
+                }
                 _ => {
                     return Err(ApiError::BadRequest(format!(
-                        "this server answers clip (visual, textual) and facial-recognition (detection, recognition), \
-                         not {task}.{kind}"
+                        "this server answers clip (visual, textual), facial-recognition (detection, recognition) and \
+                         ocr (detection, recognition), not {task}.{kind}"
                     )));
                 }
             };
@@ -225,6 +261,11 @@ fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
                 ),
                 Some(_) => {}
                 None if task == "clip" => return Err(ApiError::Text(crate::text::TextError::NotConfigured)),
+                None if task == "ocr" => {
+                    return Err(ApiError::BadRequest(
+                        "ocr needs OCR models (CLIPFN_OCR_MODEL), and this server has none".into(),
+                    ));
+                }
                 None => {
                     return Err(ApiError::BadRequest(
                         "facial-recognition needs face models (CLIPFN_FACE_MODEL), and this server has none".into(),
@@ -235,6 +276,9 @@ fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
     }
     if tasks.faces != recognition {
         return Err(ApiError::BadRequest("facial-recognition takes both its detection and its recognition".into()));
+    }
+    if tasks.ocr != reading {
+        return Err(ApiError::BadRequest("ocr takes both its detection and its recognition".into()));
     }
     if tasks == Tasks::default() {
         return Err(bad("it names no task".into()));
@@ -251,8 +295,8 @@ fn clean_name(name: &str) -> String {
     last.chars().filter(|&c| c != '.').map(|c| if c == ':' || c == '\\' { '_' } else { c }).collect()
 }
 
-/// The model folder a face model's file lies in (`<folder>/detection/model.onnx`): the name Immich
-/// knows it by.
+/// The model folder a face or OCR model's file lies in (`<folder>/detection/model.onnx`): the name
+/// Immich knows it by.
 fn folder_of(file: &str) -> String {
     let parts: Vec<&str> = file.trim_end_matches('/').rsplit('/').collect();
     parts.get(2).or(parts.first()).map_or_else(String::new, |name| (*name).to_string())
@@ -268,9 +312,17 @@ fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Prediction, ApiError>
         }
         None => None,
     };
+    let ocr = match signals.ocr {
+        Some(ocr) => {
+            let ocr = ocr.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
+            Some(ImmichOcr::new(&ocr, (width, height)))
+        }
+        None => None,
+    };
     Ok(Prediction {
         clip: tasks.visual.then(|| vector(&signals.embedding)),
         faces,
+        ocr,
         image_height: Some(height),
         image_width: Some(width),
     })

@@ -13,6 +13,7 @@ mod listing;
 mod progress;
 pub mod shard;
 pub mod sink;
+mod text_columns;
 
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ use self::{
     listing::Listing,
     progress::Progress,
     shard::{Task, TaskError},
-    sink::{Output, Row},
+    sink::{Columns, Output, Row},
 };
 use crate::{
     observe::telemetry::Telemetry,
@@ -100,9 +101,12 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     // files there must match.
     let service = Service::load(&settings, telemetry.metrics()).await?;
     let pipeline = &service.pipeline;
-    let heads = pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default();
-    let faces = pipeline.faces().map(|(_, recognizer)| recognizer.id.clone());
-    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), heads, faces));
+    let columns = Columns {
+        heads: pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default(),
+        faces: pipeline.faces().map(|(_, recognizer)| recognizer.id.clone()),
+        ocr: pipeline.ocr().is_some(),
+    };
+    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), columns));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();
     keys.retain(|key| !existing.done.contains(key));
@@ -146,6 +150,9 @@ async fn embed(
                 scores: pipeline.heads().is_some(),
                 faces: pipeline.faces().is_some(),
                 face_min_score: None,
+                ocr: pipeline.ocr().is_some(),
+                ocr_min_score: None,
+                ocr_box_min_score: None,
             },
         )?
         .map(row)

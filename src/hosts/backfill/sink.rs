@@ -31,7 +31,11 @@ use parquet::{
     },
 };
 
-use super::{BackfillError, shard::Task};
+use super::{
+    BackfillError,
+    shard::Task,
+    text_columns::{self, TextColumns},
+};
 use crate::{
     pipeline::{Face, Signals},
     storage::Prefix,
@@ -66,19 +70,27 @@ pub struct Existing {
     pub next_chunk: u32,
 }
 
+/// The columns a file has beyond those every file has.
+#[derive(Debug, Clone, Default)]
+pub struct Columns {
+    /// The heads' names, a `scores` field each.
+    pub heads: Vec<String>,
+    /// With face models (and so a `faces` column), the recognizer's id.
+    pub faces: Option<String>,
+    /// With OCR models: the `ocr` and `ocr_text` columns.
+    pub ocr: bool,
+}
+
 pub struct Output {
     prefix: Prefix,
     task: Task,
     model: String,
-    /// The heads' names, a `scores` field each.
-    heads: Arc<[String]>,
-    /// With face models (and so a `faces` column), the recognizer's id.
-    faces: Option<String>,
+    columns: Arc<Columns>,
 }
 
 impl Output {
-    pub fn new(prefix: Prefix, task: Task, model: String, heads: Vec<String>, faces: Option<String>) -> Self {
-        Output { prefix, task, model, heads: heads.into(), faces }
+    pub fn new(prefix: Prefix, task: Task, model: String, columns: Columns) -> Self {
+        Output { prefix, task, model, columns: Arc::new(columns) }
     }
 
     /// Checks every Parquet file under `--out` was made by this model, and collects the keys
@@ -112,8 +124,8 @@ impl Output {
 
     /// Encodes one chunk and puts it as `task-IIIII-of-CCCCC-chunk-NNNNNN.parquet`.
     pub async fn write(&self, chunk: u32, dim: usize, rows: Vec<Row>) -> Result<(), BackfillError> {
-        let (model, heads, faces) = (self.model.clone(), Arc::clone(&self.heads), self.faces.clone());
-        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &heads, faces.as_deref()))
+        let (model, columns) = (self.model.clone(), Arc::clone(&self.columns));
+        let encoded = tokio::task::spawn_blocking(move || encode(&rows, &model, dim, &columns))
             .await
             .map_err(|e| self.error(e))?
             .map_err(|e| self.error(e))?;
@@ -212,11 +224,12 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 /// `sharpness` (null on error), `taken_at` (the API's text: ISO 8601, with an offset when the photo
 /// gives one) and `taken_at_utc` (its instant, where the offset is known), `location` (`lat`,
 /// `lon`, `alt` as the API's; null where the photo records none), `width` and `height` (upright,
-/// full size), with heads, `scores` (a float32 field per head), and with face
-/// models, `faces` (a list of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or
-/// when a face model tripped on the photo; the file's `clipfn.face_recognizer` names the
-/// recognizer).
-fn schema(heads: &[String], faces: bool) -> Schema {
+/// full size), with heads, `scores` (a float32 field per head), with face models, `faces` (a list
+/// of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or when a face model tripped
+/// on the photo; the file's `clipfn.face_recognizer` names the recognizer), and with OCR models,
+/// `ocr` and `ocr_text` (`text_columns`).
+fn schema(columns: &Columns) -> Schema {
+    let (heads, faces) = (&columns.heads, columns.faces.is_some());
     let mut fields = vec![
         Field::new("key", DataType::Utf8, false),
         Field::new("embedding", DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))), true),
@@ -236,6 +249,9 @@ fn schema(heads: &[String], faces: bool) -> Schema {
     }
     if faces {
         fields.push(Field::new("faces", faces_type(), true));
+    }
+    if columns.ocr {
+        fields.extend(text_columns::fields());
     }
     Schema::new(fields)
 }
@@ -287,13 +303,8 @@ fn score_fields(heads: &[String]) -> Fields {
     heads.iter().map(|name| Field::new(name, DataType::Float32, true)).collect()
 }
 
-fn encode(
-    rows: &[Row],
-    model: &str,
-    dim: usize,
-    heads: &[String],
-    recognizer: Option<&str>,
-) -> Result<Vec<u8>, ParquetError> {
+fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Vec<u8>, ParquetError> {
+    let (heads, recognizer) = (&columns.heads, columns.faces.as_deref());
     let mut keys = StringBuilder::new();
     let mut embeddings = ListBuilder::with_capacity(Float32Builder::with_capacity(rows.len() * dim), rows.len());
     let mut codes = StringBuilder::new();
@@ -307,6 +318,7 @@ fn encode(
     let (mut widths, mut heights) = (Int32Builder::with_capacity(rows.len()), Int32Builder::with_capacity(rows.len()));
     let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
     let mut found = faces_builder();
+    let mut text = TextColumns::new();
     for row in rows {
         keys.append_value(&row.key);
         let signals = row.signals.as_ref();
@@ -339,8 +351,9 @@ fn encode(
             builder.append_option(row_scores.map(|scores| scores[head]));
         }
         append_faces(&mut found, signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
+        text.append(signals.and_then(|signals| signals.ocr.as_ref()?.as_ref().ok()));
     }
-    let mut columns: Vec<ArrayRef> = vec![
+    let mut arrays: Vec<ArrayRef> = vec![
         Arc::new(keys.finish()),
         Arc::new(embeddings.finish()),
         Arc::new(codes.finish()),
@@ -364,12 +377,15 @@ fn encode(
         let scored =
             NullBuffer::from_iter(rows.iter().map(|row| row.signals.as_ref().is_some_and(|s| s.scores.is_some())));
         let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
-        columns.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
+        arrays.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
     }
     if recognizer.is_some() {
-        columns.push(Arc::new(found.finish()));
+        arrays.push(Arc::new(found.finish()));
     }
-    let batch = RecordBatch::try_new(Arc::new(schema(heads, recognizer.is_some())), columns)?;
+    if columns.ocr {
+        arrays.extend(text.finish());
+    }
+    let batch = RecordBatch::try_new(Arc::new(schema(columns)), arrays)?;
     let mut metadata =
         vec![KeyValue::new(MODEL_KEY.into(), model.to_string()), KeyValue::new(DIM_KEY.into(), dim.to_string())];
     metadata.extend(recognizer.map(|id| KeyValue::new(FACE_RECOGNIZER_KEY.into(), id.to_string())));
@@ -392,7 +408,7 @@ mod tests {
     use super::*;
     use crate::{
         decode::{Location, Metadata, TakenAt},
-        pipeline::Faces,
+        pipeline::{Faces, Ocr, OcrLine},
         signals::PixelSignals,
     };
 
@@ -424,6 +440,7 @@ mod tests {
             pixels: Some(pixels),
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
+            ocr: Some(Ok(Ocr { lines: vec![line("OPEN"), line("24 小时")], left_out: 0 })),
             size: Some((4, 3)),
             metadata: Some(Metadata {
                 taken_at: Some(taken),
@@ -434,8 +451,9 @@ mod tests {
             Row { key: "a.jpg".into(), signals: Some(signals), error: None, bytes: Some(1234) },
             Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "no object".into())), bytes: None },
         ];
-        let heads = ["aesthetic".to_string(), "sharp".to_string()];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &heads, Some("dlib:00:chips-2")).unwrap());
+        let heads = vec!["aesthetic".to_string(), "sharp".to_string()];
+        let columns = Columns { heads, faces: Some("dlib:00:chips-2".into()), ocr: true };
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &columns).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
         assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
@@ -477,13 +495,31 @@ mod tests {
         assert_eq!(first.column_by_name("score").unwrap().as_primitive::<Float32Type>().value(0), 0.9);
         let bbox = first.column_by_name("box").unwrap().as_fixed_size_list().value(0);
         assert_eq!(bbox.as_primitive::<Float32Type>().values().to_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+        let joined = column("ocr_text").as_string::<i32>();
+        assert_eq!(joined.iter().collect::<Vec<_>>(), vec![Some("OPEN\n24 小时"), None], "joined by newlines");
+        let lines = column("ocr").as_list::<i32>();
+        assert!(lines.is_valid(0) && lines.is_null(1));
+        let first = lines.value(0);
+        let first = first.as_struct();
+        assert_eq!(first.column_by_name("text").unwrap().as_string::<i32>().value(1), "24 小时");
+        assert_eq!(first.column_by_name("box_score").unwrap().as_primitive::<Float32Type>().value(0), 0.75);
+        let corners = first.column_by_name("box").unwrap().as_fixed_size_list().value(0);
+        assert_eq!(
+            corners.as_primitive::<Float32Type>().values().to_vec(),
+            vec![1.0, 2.0, 9.0, 2.0, 9.0, 5.0, 1.0, 5.0]
+        );
+    }
+
+    fn line(text: &str) -> OcrLine {
+        let corners = [[1.0, 2.0], [9.0, 2.0], [9.0, 5.0], [1.0, 5.0]];
+        OcrLine { text: text.into(), score: 0.95, box_score: 0.75, corners }
     }
 
     #[test]
     fn without_heads_there_is_no_scores_column() {
         let rows =
             vec![Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "x".into())), bytes: None }];
-        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &[], None).unwrap());
+        let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &Columns::default()).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
         assert_eq!(

@@ -10,6 +10,8 @@
 pub struct Charset {
     /// Column `i + 1`'s character; the space last when the model has a column for it.
     characters: Vec<String>,
+    /// The characters the list held.
+    listed: usize,
 }
 
 /// Why a character list does not fit the recognizer.
@@ -36,12 +38,12 @@ impl Charset {
         } else if classes != count + 1 {
             return Err(CharsetMismatch { classes, characters: count });
         }
-        Ok(Charset { characters })
+        Ok(Charset { characters, listed: count })
     }
 
     /// The characters the list holds (the space RapidOCR appends not counted).
     pub fn count(&self) -> usize {
-        self.characters.len()
+        self.listed
     }
 
     /// Greedy CTC decoding of one line's `steps` x `classes` probabilities: each step's best

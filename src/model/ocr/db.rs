@@ -12,12 +12,17 @@
 //!    dropped at 3 px or less on a side.
 
 use image::{GrayImage, Luma};
-use imageproc::{contours::find_contours, geometry::convex_hull};
+use imageproc::{contours::find_contours, drawing::draw_polygon_mut, geometry::convex_hull};
 
-use super::rect::{MiniBox, Point, clockwise, distance, min_area_rect, unclip};
+use super::{
+    offset::unclip,
+    rect::{MiniBox, Point, clockwise, distance, min_area_rect},
+};
 
 const THRESHOLD: f32 = 0.3;
-const BOX_THRESHOLD: f64 = 0.5;
+/// A box whose mean probability is under this is dropped, unless the caller asks another (Immich's
+/// detection `minScore`): RapidOCR's `box_thresh`.
+pub const BOX_THRESHOLD: f32 = 0.5;
 const MAX_CANDIDATES: usize = 1000;
 const UNCLIP_RATIO: f64 = 1.6;
 const MIN_SIZE: f64 = 3.0;
@@ -46,9 +51,9 @@ impl ProbabilityMap {
     }
 }
 
-/// The text boxes on `map`, scaled to a `photo` of that width and height, in the order the
-/// borders were found (the caller sorts them into reading order).
-pub fn text_boxes(map: &ProbabilityMap, photo: (u32, u32)) -> Vec<TextBox> {
+/// The text boxes on `map` scoring at least `min_score`, scaled to a `photo` of that width and
+/// height, in the order the borders were found (the caller sorts them into reading order).
+pub fn text_boxes(map: &ProbabilityMap, photo: (u32, u32), min_score: f32) -> Vec<TextBox> {
     let mask = dilated_mask(map);
     let mut boxes = Vec::new();
     for contour in find_contours::<i32>(&mask).into_iter().take(MAX_CANDIDATES) {
@@ -63,7 +68,7 @@ pub fn text_boxes(map: &ProbabilityMap, photo: (u32, u32)) -> Vec<TextBox> {
             continue;
         }
         let score = box_score(map, &rect);
-        if score < BOX_THRESHOLD {
+        if score < f64::from(min_score) {
             continue;
         }
         let grown = unclip(&rect, UNCLIP_RATIO);
@@ -97,32 +102,24 @@ fn dilated_mask(map: &ProbabilityMap) -> GrayImage {
 }
 
 /// The map's mean over the rectangle's pixels (`box_score_fast`: the rectangle's corners truncated
-/// to whole pixels inside its clipped bounding box, then filled as `cv2.fillPoly` fills, edges
-/// included).
+/// to whole pixels inside its clipped bounding box, then filled as `cv2.fillPoly` fills: each
+/// scanline between the edges, and the edges' own pixels, which imageproc's polygon fill draws
+/// alike).
 fn box_score(map: &ProbabilityMap, rect: &MiniBox) -> f64 {
     let (max_x, max_y) = (f64::from(map.width - 1), f64::from(map.height - 1));
     let fold =
         |pick: fn(f64, f64) -> f64, axis: usize| rect.corners.iter().map(|p| p[axis]).reduce(pick).unwrap_or(0.0);
     let (x0, x1) = (fold(f64::min, 0).floor().clamp(0.0, max_x), fold(f64::max, 0).ceil().clamp(0.0, max_x));
     let (y0, y1) = (fold(f64::min, 1).floor().clamp(0.0, max_y), fold(f64::max, 1).ceil().clamp(0.0, max_y));
-    let polygon = rect.corners.map(|[x, y]| [(x - x0).trunc(), (y - y0).trunc()]);
+    let polygon = rect.corners.map(|[x, y]| imageproc::point::Point::new((x - x0) as i32, (y - y0) as i32));
+    let mut mask = GrayImage::new((x1 - x0) as u32 + 1, (y1 - y0) as u32 + 1);
+    draw_polygon_mut(&mut mask, &polygon, Luma([1]));
     let (mut sum, mut count) = (0.0, 0u32);
-    for y in 0..=(y1 - y0) as u32 {
-        for x in 0..=(x1 - x0) as u32 {
-            if inside(&polygon, [f64::from(x), f64::from(y)]) {
-                sum += f64::from(map.at(x0 as u32 + x, y0 as u32 + y));
-                count += 1;
-            }
-        }
+    for (x, y, _) in mask.enumerate_pixels().filter(|(_, _, inside)| inside.0[0] == 1) {
+        sum += f64::from(map.at(x0 as u32 + x, y0 as u32 + y));
+        count += 1;
     }
     if count == 0 { 0.0 } else { sum / f64::from(count) }
-}
-
-/// Whether `p` lies in the convex quadrilateral or on its edges.
-fn inside(polygon: &[Point; 4], p: Point) -> bool {
-    let side = |a: Point, b: Point| (b[0] - a[0]) * (p[1] - a[1]) - (b[1] - a[1]) * (p[0] - a[0]);
-    let sides: Vec<f64> = (0..4).map(|i| side(polygon[i], polygon[(i + 1) % 4])).collect();
-    sides.iter().all(|s| *s >= -1e-9) || sides.iter().all(|s| *s <= 1e-9)
 }
 
 /// The rectangle's corners scaled from the `map` size to the `photo`'s and rounded (clamped to
@@ -158,7 +155,7 @@ mod tests {
     #[test]
     fn a_line_is_found_grown_and_scaled_to_the_photo() {
         // A 60 x 10 region on a 160 x 64 map of a 320 x 128 photo.
-        let found = text_boxes(&map(160, 64, &[[20, 20, 80, 30]], 0.9), (320, 128));
+        let found = text_boxes(&map(160, 64, &[[20, 20, 80, 30]], 0.9), (320, 128), BOX_THRESHOLD);
         let [TextBox { corners, score }] = &found[..] else { panic!("{found:?}") };
         // The dilated region is 61 x 11: its rectangle covers 600 pixels at 0.9 and 71 at 0.05.
         let mean = (600.0 * 0.9 + 71.0 * 0.05) / 671.0;
@@ -171,16 +168,17 @@ mod tests {
     #[test]
     fn weak_small_and_thin_regions_are_dropped() {
         let weak = map(100, 50, &[[10, 10, 60, 20]], 0.45);
-        assert_eq!(text_boxes(&weak, (100, 50)), [], "a mean of 0.45 is under 0.5");
+        assert_eq!(text_boxes(&weak, (100, 50), BOX_THRESHOLD), [], "a mean of 0.45 is under 0.5");
+        assert_eq!(text_boxes(&weak, (100, 50), 0.4).len(), 1, "a caller's lower minimum keeps it");
         let speck = map(100, 50, &[[10, 10, 11, 11]], 0.9);
-        assert_eq!(text_boxes(&speck, (100, 50)), [], "2 x 2 after dilation: under 3 px");
+        assert_eq!(text_boxes(&speck, (100, 50), BOX_THRESHOLD), [], "2 x 2 after dilation: under 3 px");
         let empty = map(100, 50, &[], 0.9);
-        assert_eq!(text_boxes(&empty, (100, 50)), []);
+        assert_eq!(text_boxes(&empty, (100, 50), BOX_THRESHOLD), []);
     }
 
     #[test]
     fn boxes_stay_on_the_photo() {
-        let found = text_boxes(&map(64, 32, &[[0, 0, 64, 8]], 0.9), (64, 32));
+        let found = text_boxes(&map(64, 32, &[[0, 0, 64, 8]], 0.9), (64, 32), BOX_THRESHOLD);
         let [TextBox { corners, .. }] = &found[..] else { panic!("{found:?}") };
         assert!(corners.iter().all(|[x, y]| (0.0..=63.0).contains(x) && (0.0..=31.0).contains(y)), "{corners:?}");
     }

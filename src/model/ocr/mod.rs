@@ -16,6 +16,7 @@ mod classifier;
 mod ctc;
 mod db;
 mod detector;
+mod offset;
 mod order;
 mod recognizer;
 mod rect;
@@ -23,13 +24,13 @@ mod rect;
 pub use self::{
     classifier::{LineClassifier, UPSIDE_DOWN},
     ctc::{Charset, CharsetMismatch},
-    db::{ProbabilityMap, TextBox, text_boxes},
+    db::{BOX_THRESHOLD, ProbabilityMap, TextBox, text_boxes},
     detector::OcrDetector,
     order::reading_order,
     recognizer::{Recognized, TextRecognizer},
 };
 use super::{ModelData, ModelError, Runtime, TowerInfo};
-use crate::settings::ModelSettings;
+use crate::settings::{ModelSettings, OcrSettings};
 
 /// One OCR tower, as the worker sees it: its file and its batch size.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -44,7 +45,8 @@ impl TowerInfo for OcrTower {
     }
 }
 
-/// What the rest of the service is told about the OCR models (/readyz).
+/// What the rest of the service is told about the OCR models and the settings they run with
+/// (/readyz).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OcrInfo {
     pub detector: String,
@@ -52,6 +54,16 @@ pub struct OcrInfo {
     pub recognizer: String,
     /// The recognizer's characters (the space RapidOCR appends not counted).
     pub characters: usize,
+    /// The detector view's short side at most (CLIPFN_OCR_RESOLUTION).
+    pub resolution: u32,
+    /// The recognizer's score a line needs unless a request asks another (CLIPFN_OCR_MIN_SCORE).
+    pub min_score: f32,
+    /// The detector's box score a line needs (DB's `box_thresh`).
+    pub box_min_score: f32,
+    /// The most lines a photo answers (CLIPFN_OCR_MAX_LINES).
+    pub max_lines: usize,
+    /// A line the classifier scores upside down at or above this is turned.
+    pub upside_down: f32,
 }
 
 /// The OCR towers, loaded and warmed up together.
@@ -59,6 +71,7 @@ pub struct OcrModels {
     pub detector: OcrDetector,
     pub classifier: Option<LineClassifier>,
     pub recognizer: TextRecognizer,
+    settings: OcrSettings,
 }
 
 /// The files of an OCR model folder, read for loading: each with where it came from.
@@ -77,6 +90,7 @@ impl OcrModels {
         runtime: &mut Runtime,
         settings: &ModelSettings,
         files: OcrFiles,
+        ocr: &OcrSettings,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
         let (location, data) = files.detector;
@@ -87,7 +101,7 @@ impl OcrModels {
             .transpose()?;
         let (location, data) = files.recognizer;
         let recognizer = TextRecognizer::load(runtime, settings, &data, location, files.characters, batch_size)?;
-        Ok(OcrModels { detector, classifier, recognizer })
+        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone() })
     }
 
     pub fn info(&self) -> OcrInfo {
@@ -96,6 +110,11 @@ impl OcrModels {
             classifier: self.classifier.as_ref().map(|c| c.info.file.clone()),
             recognizer: self.recognizer.info.file.clone(),
             characters: self.recognizer.characters(),
+            resolution: self.settings.ocr_resolution,
+            min_score: self.settings.ocr_min_score,
+            box_min_score: BOX_THRESHOLD,
+            max_lines: self.settings.ocr_max_lines,
+            upside_down: UPSIDE_DOWN,
         }
     }
 }

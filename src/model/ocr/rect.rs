@@ -1,6 +1,6 @@
 //! The rectangles of DB's post-process, as RapidOCR 1.4.4 takes them with OpenCV and pyclipper:
-//! a region's minimum-area rectangle (OpenCV's `minAreaRect` and `get_mini_boxes`' corner order),
-//! its expansion by the unclip ratio, and the clockwise order the crops are cut in.
+//! a region's minimum-area rectangle (OpenCV's `minAreaRect` and `get_mini_boxes`' corner order)
+//! and the clockwise order the crops are cut in; `offset` grows it by the unclip ratio.
 
 /// A point, `[x, y]`.
 pub type Point = [f64; 2];
@@ -49,31 +49,6 @@ fn mini_box_order(mut points: [Point; 4]) -> [Point; 4] {
     [points[first], points[second], points[third], points[fourth]]
 }
 
-/// The rectangle pushed out by `area * ratio / perimeter` on every side (DB's unclip). RapidOCR
-/// offsets the polygon with pyclipper's round joins and takes the minimum-area rectangle of the
-/// result: for a rectangle that is exactly this, the rounded corners lying inside it.
-pub fn unclip(rect: &MiniBox, ratio: f64) -> MiniBox {
-    let [p0, p1, _, p3] = rect.corners;
-    let (width, height) = (distance(p0, p1), distance(p0, p3));
-    let perimeter = 2.0 * (width + height);
-    if perimeter == 0.0 {
-        return *rect;
-    }
-    let offset = width * height * ratio / perimeter;
-    let unit = |from: Point, to: Point, length: f64| {
-        if length > 0.0 { [(to[0] - from[0]) / length, (to[1] - from[1]) / length] } else { [0.0, 0.0] }
-    };
-    let (along, across) = (unit(p0, p1, width), unit(p0, p3, height));
-    // Each corner moves out along both of its sides: -/+ along the width, -/+ across it.
-    let signs = [(-1.0, -1.0), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)];
-    let corners = std::array::from_fn(|i| {
-        let (s, t) = signs[i];
-        let p = rect.corners[i];
-        [p[0] + offset * (s * along[0] + t * across[0]), p[1] + offset * (s * along[1] + t * across[1])]
-    });
-    MiniBox { corners: mini_box_order(corners), short_side: rect.short_side + 2.0 * offset }
-}
-
 /// RapidOCR's `order_points_clockwise`: the two leftmost points (by x) top then bottom, the two
 /// rightmost likewise, as top-left, top-right, bottom-right, bottom-left.
 pub fn clockwise(points: [Point; 4]) -> [Point; 4] {
@@ -117,22 +92,6 @@ mod tests {
         assert!((distance(p0, p1) * distance(p0, p3) - 80.0).abs() < 1e-6);
         assert!((rect.short_side - 4.0).abs() < 1e-9);
         assert!(close(rect.corners, clockwise(rect.corners)), "clockwise from the top left: {rect:?}");
-    }
-
-    #[test]
-    fn unclip_pushes_every_side_out_by_area_times_ratio_over_perimeter() {
-        let rect = min_area_rect(&[[0.0, 0.0], [100.0, 0.0], [100.0, 20.0], [0.0, 20.0]]);
-        // 2000 * 1.6 / 240 = 13.33...
-        let d = 2000.0 * 1.6 / 240.0;
-        let grown = unclip(&rect, 1.6);
-        assert!(close(grown.corners, [[-d, -d], [100.0 + d, -d], [100.0 + d, 20.0 + d], [-d, 20.0 + d]]));
-        assert!((grown.short_side - (20.0 + 2.0 * d)).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_point_gives_an_empty_rectangle() {
-        let rect = min_area_rect(&[[3.0, 4.0]]);
-        assert_eq!((rect.short_side, unclip(&rect, 1.6).corners), (0.0, rect.corners));
     }
 
     #[test]

@@ -1,0 +1,63 @@
+//! Text in photos (OCR) in `/v1/analyze`: where the OCR models are, the detector's view, and which
+//! lines count.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// The variables of [`OcrSettings`], one per field and in the fields' order (see `variables`).
+pub(super) const VARIABLES: &[&str] =
+    &["CLIPFN_OCR_MODEL", "CLIPFN_OCR_RESOLUTION", "CLIPFN_OCR_MIN_SCORE", "CLIPFN_OCR_MAX_LINES"];
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct OcrSettings {
+    /// A folder or URI prefix holding `detection/model.onnx`, `recognition/model.onnx` and
+    /// optionally `classification/model.onnx` and `recognition/characters.txt` (the layout Immich
+    /// stores its OCR models in). Unset: no OCR.
+    #[serde(default)]
+    pub ocr_model: Option<String>,
+    /// The detector's view: the photo's short side scaled down to this (never up), each side a
+    /// multiple of 32 (Immich's `maxResolution`, 736).
+    #[serde(default = "defaults::ocr_resolution")]
+    pub ocr_resolution: u32,
+    /// Lines the recognizer scores under this are dropped, unless a request asks for another
+    /// minimum (Immich's recognition `minScore`). RapidOCR's `text_score`, 0.5: docs/ocr.md says why.
+    #[serde(default = "defaults::ocr_min_score")]
+    pub ocr_min_score: f32,
+    /// The most lines a photo answers, the detector's best kept; a photo of noise can make
+    /// hundreds.
+    #[serde(default = "defaults::ocr_max_lines")]
+    pub ocr_max_lines: usize,
+}
+
+mod defaults {
+    pub fn ocr_resolution() -> u32 {
+        736
+    }
+    pub fn ocr_min_score() -> f32 {
+        0.5
+    }
+    pub fn ocr_max_lines() -> usize {
+        200
+    }
+}
+
+impl OcrSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !(32..=2048).contains(&self.ocr_resolution) {
+            return Err(ConfigError(format!(
+                "CLIPFN_OCR_RESOLUTION must be 32 to 2048 (the detector's short side), got {}",
+                self.ocr_resolution
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.ocr_min_score) {
+            return Err(ConfigError(format!("CLIPFN_OCR_MIN_SCORE must be 0 to 1, got {}", self.ocr_min_score)));
+        }
+        if self.ocr_max_lines == 0 {
+            return Err(ConfigError(
+                "CLIPFN_OCR_MAX_LINES must be at least 1 (unset CLIPFN_OCR_MODEL for none)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
