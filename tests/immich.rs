@@ -236,3 +236,58 @@ fn a_model_from_immichs_cache_answers_by_its_folder_name() {
     let line = warned.lines().find(|l| l.contains("does not hold")).unwrap_or_else(|| panic!("no warning: {warned}"));
     assert!(line.contains("ViT-L-14__openai") && line.contains("held") && line.contains("ViT-B-32__openai"), "{line}");
 }
+
+/// The `ocr` task as Immich sends it (its server's defaults: detection `minScore` 0.5,
+/// `maxResolution` 736, recognition `minScore` 0.8) on PP-OCRv4's real weights: the lines of
+/// `/v1/analyze` at or over 0.8, as four lists, each box's eight numbers as fractions of the
+/// upright photo; a recognition `minScore` of 0.99 keeps only the lines at or over it; a form
+/// with detection and no recognition is a 400.
+#[test]
+fn immichs_ocr_task_gets_the_analyzed_lines_in_immichs_shape() {
+    let photos: Vec<std::path::PathBuf> = ["sign.jpg", "colours.png", "notext.jpg"]
+        .iter()
+        .map(|name| Path::new(&setup_var("CLIPFN_TEST_OCR_PHOTOS")).join(name))
+        .collect();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_OCR_MODEL", &setup_var("CLIPFN_TEST_OCR")).start();
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, analyzed) = server.post_json("/v1/analyze", &json!({"images": keys, "embedding": false}));
+    assert_eq!(status, 200, "{analyzed}");
+    let ocr = |min: f64| {
+        json!({"ocr": {
+            "detection": {"modelName": "PP-OCRv5_mobile", "options": {"minScore": 0.5, "maxResolution": 736}},
+            "recognition": {"modelName": "PP-OCRv5_mobile", "options": {"minScore": min}}
+        }})
+    };
+    let mut lines = 0;
+    for (i, photo) in photos.iter().enumerate() {
+        let item = &analyzed["data"][i];
+        let (width, height) = (item["width"].as_f64().unwrap(), item["height"].as_f64().unwrap());
+        for min in [0.8, 0.99] {
+            let (status, answer) = image_request(&server.base, &ocr(min), photo);
+            assert_eq!(status, 200, "{answer}");
+            let kept: Vec<&Value> =
+                item["ocr"].as_array().unwrap().iter().filter(|l| l["score"].as_f64().unwrap() >= min).collect();
+            let theirs = &answer["ocr"];
+            let texts: Vec<&Value> = kept.iter().map(|l| &l["text"]).collect();
+            assert_eq!(theirs["text"].as_array().unwrap().iter().collect::<Vec<_>>(), texts, "{answer}");
+            let boxes: Vec<f64> = kept
+                .iter()
+                .flat_map(|l| l["box"].as_array().unwrap().clone())
+                .flat_map(|p| [p[0].as_f64().unwrap() / width, p[1].as_f64().unwrap() / height])
+                .collect();
+            let given = floats(&theirs["box"]);
+            assert_eq!(given.len(), boxes.len(), "{answer}");
+            assert!(given.iter().zip(&boxes).all(|(a, b)| (f64::from(*a) - b).abs() < 1e-5), "{answer}");
+            for (key, field) in [("textScore", "score"), ("boxScore", "box_score")] {
+                let want: Vec<f32> = kept.iter().map(|l| l[field].as_f64().unwrap() as f32).collect();
+                assert_eq!(floats(&theirs[key]), want, "{key}: {answer}");
+            }
+            lines += kept.len();
+        }
+    }
+    assert!(lines >= 6, "the photos hold lines over 0.8: {lines}");
+    let half = json!({"ocr": {"detection": {"modelName": "PP-OCRv5_mobile"}}});
+    let (status, answer) = image_request(&server.base, &half, &photos[0]);
+    assert_eq!(status, 400, "{answer}");
+}

@@ -275,3 +275,46 @@ fn strewn_words_panoramas_and_wrong_character_files() {
     let stderr = common::failed_start(&[("CLIPFN_OCR_MODEL", wrong.path().to_str().unwrap())]);
     assert!(stderr.contains("characters.txt") && stderr.contains("6613") && stderr.contains("6625"), "{stderr}");
 }
+
+/// `clipfn backfill` with OCR models writes each photo's lines and `ocr_text` (the lines joined by
+/// newlines) as `/v1/analyze` answers them, and docs/deploy.md's query finds the photos by a word.
+#[test]
+fn backfill_writes_the_lines_and_the_docs_query_finds_photos_by_a_word() {
+    let photos: Vec<PathBuf> =
+        photos().into_iter().filter(|p| ["sign.jpg", "colours.png", "notext.jpg"].contains(&file_name(p))).collect();
+    let store = store_named(&photos);
+    let out = tempfile::tempdir().unwrap();
+    let manifest = out.path().join("manifest.txt");
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    std::fs::write(&manifest, keys.join("\n")).unwrap();
+    let parquet = out.path().join("rows");
+    let mut command = common::with_settings(std::process::Command::new(env!("CARGO_BIN_EXE_clipfn")), store.path());
+    let status = command
+        .args(["backfill", "--manifest", manifest.to_str().unwrap(), "--out", parquet.to_str().unwrap()])
+        .env("CLIPFN_OCR_MODEL", setup_var("CLIPFN_TEST_OCR"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = serve(store.path(), &setup_var("CLIPFN_TEST_OCR"));
+    let body = analyze(&server, &photos);
+    let read = |word: &str| {
+        let output = std::process::Command::new(setup_var("CLIPFN_PYTHON"))
+            .arg(repo().join("tools/read_backfill.py"))
+            .arg(&parquet)
+            .arg(format!("word='{word}'"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let read_back = read("BREAD");
+    for row in read_back["rows"].as_array().unwrap() {
+        let i = keys.iter().position(|k| row["key"] == *k).unwrap();
+        let api: Vec<String> = lines(&body["data"][i]["ocr"]).into_iter().map(|l| l.text).collect();
+        let stored: Vec<&str> = row["ocr"].as_array().unwrap().iter().map(|l| l["text"].as_str().unwrap()).collect();
+        assert_eq!(stored, api, "{row}");
+        assert_eq!(row["ocr_text"], api.join("\n"), "{row}");
+    }
+    assert_eq!(read_back["duckdb"]["words"], json!(["sign.jpg"]));
+    assert_eq!(read("departures")["duckdb"]["words"], json!(["colours.png"]));
+}

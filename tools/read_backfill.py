@@ -6,15 +6,17 @@ Usage: read_backfill.py DIR [NAME=VALUE ...]
 {"files": [{"name", "model", "dim", "rows"}],            per file, from pyarrow's Parquet metadata
  "rows": [{"key", "embedding", "error_code", "bytes",    every row, from pyarrow; the hash as the
            "hash", "sharpness", "taken_at", "location",  API writes it (16 hex digits)
-           "width", "height", "scores", "faces"}],
+           "width", "height", "scores", "faces",
+           "ocr", "ocr_text"}],
  "duckdb": {"rows", "distinct_keys", "embedded", "errors": {code: n}, "dims": [...],
             "near_duplicates": [[key, key, bits], ...],  docs/deploy.md's queries, run as written
             "events": [[key, ...], ...],                 there; NAME=VALUE replaces a query's
-            "bursts": [[key, ...], ...]}}                `SET VARIABLE NAME = ...` (the test model
-                                                         is not CLIP: its bursts need a threshold of
-                                                         their own)
+            "bursts": [[key, ...], ...],                 `SET VARIABLE NAME = ...` (the test model
+            "words": [key, ...] or null}}                is not CLIP: its bursts need a threshold of
+                                                         their own); `words`, the photos by a word,
+                                                         only with OCR columns
 
-tests/backfill.rs runs it: both readers must accept the files and agree on what they hold.
+tests/backfill.rs and tests/ocr.rs run it: both readers must accept the files and agree on what they hold.
 """
 
 import json
@@ -30,7 +32,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "deploy.md"
 
 def query(name: str, files: str, settings: dict) -> str:
     """docs/deploy.md's sql block that sets `files` and whose first comment starts with `name`
-    ("Pairs", "Events", "Bursts"), reading `files`, its variables replaced by `settings`'."""
+    ("Pairs", "Events", "Bursts", "Photos whose text"), reading `files`, its variables replaced by
+    `settings`'."""
     blocks = [block.split("```")[0] for block in DOCS.read_text().split("```sql\n")[1:]]
     query = next(b for b in blocks if b.startswith("SET VARIABLE files") and b.split("\n")[1].startswith(f"-- {name}"))
     lines = []
@@ -65,7 +68,7 @@ def main() -> None:
         })
         columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness", "taken_at", "location", "width",
                    "height"]
-        columns += [column for column in ("scores", "faces") if column in table.column_names]
+        columns += [column for column in ("scores", "faces", "ocr", "ocr_text") if column in table.column_names]
         for row in table.select(columns).to_pylist():
             row["hash"] = hex_hash(row["hash"])
             rows.append(row)
@@ -84,11 +87,13 @@ def main() -> None:
     near_duplicates = [list(pair) for pair in con.execute(query("Pairs", glob, settings)).fetchall()]
     events = [row[2] for row in con.execute(query("Events", glob, settings)).fetchall()]
     bursts = [row[1] for row in con.execute(query("Bursts", glob, settings)).fetchall()]
+    with_text = any("ocr_text" in pq.read_schema(path).names for path in paths)
+    words = [key for (key,) in con.execute(query("Photos whose text", glob, settings)).fetchall()] if with_text else None
     print(json.dumps({
         "files": files,
         "rows": rows,
         "duckdb": {"rows": total, "distinct_keys": distinct, "embedded": embedded, "errors": errors, "dims": dims,
-                   "near_duplicates": near_duplicates, "events": events, "bursts": bursts},
+                   "near_duplicates": near_duplicates, "events": events, "bursts": bursts, "words": words},
     }))
 
 
