@@ -12,6 +12,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "support/cpu.rs"]
+#[allow(dead_code)] // only its thread_cpu
 mod cpu;
 #[allow(dead_code)] // only its env_or and out_dir: this bench runs no model
 #[path = "support/knobs.rs"]

@@ -37,6 +37,9 @@
 mod coarse_scale;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/cpu.rs"]
+#[allow(dead_code)] // not its thread_cpu
+mod cpu;
 #[path = "support/knobs.rs"]
 mod knobs;
 
@@ -52,27 +55,10 @@ use clipfn::{
     settings::Settings,
 };
 use common::{Server, ServerConfig, camera_photos, gcs_env, setup_var};
+use cpu::{cpu_seconds, minor_faults};
 use image::RgbImage;
 use knobs::env_or;
 use serde_json::json;
-
-/// Fields of /proc/PID/stat (or, for `thread-self`, this thread's) after the command name, which
-/// may hold spaces and is closed by the last ')': field 3 of proc(5) is index 0 here.
-fn stat_fields(stat: &str) -> Vec<f64> {
-    let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
-    text[text.rfind(')').unwrap() + 2..].split(' ').map(|f| f.parse().unwrap_or(f64::NAN)).collect()
-}
-
-/// CPU seconds used: utime + stime, in USER_HZ (100 on Linux).
-fn cpu_seconds(stat: &str) -> f64 {
-    let fields = stat_fields(stat);
-    (fields[11] + fields[12]) / 100.0
-}
-
-/// Minor page faults so far: each is a page the kernel mapped and zeroed on first touch.
-fn minor_faults(stat: &str) -> f64 {
-    stat_fields(stat)[7]
-}
 
 /// Copies of `photos` scaled to 1280 px on the long side and saved as baseline JPEGs.
 fn seed_size(photos: &[PathBuf], dir: &Path) -> Vec<PathBuf> {

@@ -16,6 +16,11 @@ Three phases against one clipfn process, whose store sits behind a fault proxy w
 
 Writes the figures to --report (docs/reliability.md) and exits 1 when a phase fails.
 
+With --ocr (infra/soak.sh --ocr serves tools/ocr_photos.py's photos with text instead of the
+wallpapers), clipfn runs with PP-OCRv4's real weights (CLIPFN_OCR_MODEL) and the load posts
+4-8 photos a request to /v1/analyze, so every photo is read too; write its figures elsewhere
+(--report).
+
 With --image (infra/soak.sh --image, which runs this under tools/image-check.sh --then, so that
 DOCKER_HOST is image-check's own dockerd and clipfn-check:cpu was just built from ./Dockerfile):
 a long run of the CPU image itself, see image_soak() below. It writes --out (summary.md,
@@ -163,6 +168,8 @@ def start_clipfn(args, env, proxy_url, log_path):
         "CLIPFN_REQUEST_TIMEOUT_MS": str(args.request_timeout_ms),
         "no_proxy": "127.0.0.1,localhost",
     }
+    if args.ocr:
+        child_env["CLIPFN_OCR_MODEL"] = env["CLIPFN_TEST_OCR"]
     proc = subprocess.Popen([args.bin, "serve"], env=child_env, stdout=subprocess.DEVNULL,
                             stderr=open(log_path, "w"))
     url = f"http://127.0.0.1:{port}"
@@ -195,9 +202,10 @@ def soak(args, env, url, pid, photos_file, work):
     summary_path = os.path.join(work, "k6-summary.json")
     k6 = env.get("CLIPFN_K6_BIN", os.path.join(REPO, ".venv/bin/k6"))
     k6_env = dict(os.environ, no_proxy="127.0.0.1,localhost")
+    photos = ["MIN_PHOTOS=4", "MAX_PHOTOS=8", "ENDPOINT=/v1/analyze"] if args.ocr else ["MIN_PHOTOS=30", "MAX_PHOTOS=50"]
     rc = subprocess.call([k6, "run", "--quiet", "--no-color", "-e", f"BASE_URL={url}",
                           "-e", f"PHOTOS_FILE={photos_file}", "-e", f"VUS={args.vus}",
-                          "-e", f"DURATION={args.minutes}m", "-e", "MIN_PHOTOS=30", "-e", "MAX_PHOTOS=50",
+                          "-e", f"DURATION={args.minutes}m", *[a for p in photos for a in ("-e", p)],
                           "-e", "THINK_MIN_S=3", "-e", "THINK_MAX_S=5", "-e", "REQUEST_TIMEOUT=120s",
                           "-e", "EXPECT_DIM=0", "-e", f"SUMMARY_JSON={summary_path}",
                           os.path.join(REPO, "infra/k6/load.js")], env=k6_env)
@@ -264,7 +272,9 @@ def report(args, soak_result, fault_result, recovery_result, path):
         "Written by `infra/soak.sh` (infra/soak.py); not part of CI. "
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
         f"binary `{os.path.relpath(args.bin, REPO)}`, the test model, CPU, photos from the GCS emulator "
-        "behind a fault proxy.",
+        "behind a fault proxy."
+        + (" **With OCR** (PP-OCRv4's real weights) on tools/ocr_photos.py's photos, 4-8 a request to "
+           "`/v1/analyze`." if args.ocr else ""),
         "",
         f"## 1. Soak ({mark(s['ok'])})",
         "",
@@ -752,6 +762,7 @@ def main():
     image.add_argument("--sample-s", type=float, default=30, help="seconds between memory samples (30)")
     image.add_argument("--model", default=None, help="ONNX file served as gs://models/ (the test model)")
     image.add_argument("--out", default=os.path.join(REPO, ".cache/soak-image"), help="summary.md, summary.json")
+    ap.add_argument("--ocr", action="store_true", help="OCR on every photo (infra/soak.sh --ocr)")
     ap.add_argument("--fault-requests", type=int, default=20)
     ap.add_argument("--stall-s", type=float, default=6)
     ap.add_argument("--fetch-timeout-ms", type=int, default=2000)

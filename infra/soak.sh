@@ -4,6 +4,7 @@
 #
 #   infra/soak.sh                    # 10 minutes of the seed load shape, then faults, recovery
 #   infra/soak.sh --minutes 2        # shorter, on a shared machine
+#   infra/soak.sh --ocr --report .cache/soak-ocr.md   # OCR on photos with text (tools/setup-ocr.sh)
 #
 # Needs tools/setup.sh (emulator, k6, model) and a built binary (target/debug/clipfn, or --bin).
 #
@@ -21,6 +22,11 @@ for arg in "$@"; do
   if [[ $arg == --image ]]; then
     export CLIPFN_IMAGES_ONLY=cpu
     exec "$REPO/tools/image-check.sh" --then "$PY" "$REPO/infra/soak.py" "$@"
+  fi
+done
+for arg in "$@"; do
+  if [[ $arg == --ocr ]]; then
+    export CLIPFN_STACK_PHOTOS=${CLIPFN_STACK_PHOTOS:-$REPO/.cache/photos/ocr}
   fi
 done
 export CLIPFN_STACK_DIR=${CLIPFN_STACK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/clipfn-soak-stack.XXXXXX")}

@@ -118,20 +118,34 @@ fn serves_invocations_from_a_lambda_runtime_api_peer() {
     }
 }
 
-/// `/v1/analyze` with faces through the Lambda path: the same router, so the same faces and people.
-#[test]
-fn faces_come_through_replay() {
+/// The sample `/v1/analyze` event replayed with `setting` (a model folder) set: its answer's body.
+fn analyze_by_replay(setting: (&str, &str)) -> Value {
     let store = sample_store();
     let output = clipfn(store.path())
-        .env("CLIPFN_FACE_MODEL", common::setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .env(setting.0, common::setup_var(setting.1))
         .arg("replay")
         .arg(common::repo().join("events/apigw-v2-analyze-one-bad.json"))
         .output()
         .unwrap();
     assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
     let line = &lines(output.stdout)[0];
-    let body: Value = serde_json::from_str(line["response"]["body"].as_str().unwrap()).unwrap();
+    serde_json::from_str(line["response"]["body"].as_str().unwrap()).unwrap()
+}
+
+/// `/v1/analyze` with faces through the Lambda path: the same router, so the same faces and people.
+#[test]
+fn faces_come_through_replay() {
+    let body = analyze_by_replay(("CLIPFN_FACE_MODEL", "CLIPFN_TEST_FACES_SCRFD"));
     assert!(body["data"][0]["faces"].is_array() && body["data"][2]["faces"].is_array(), "{body}");
     assert!(body["data"][1].get("faces").is_none() && body["data"][1]["error"].is_object(), "{body}");
     assert!(body["album"]["people"].is_array(), "{body}");
+}
+
+/// `/v1/analyze` with OCR through the Lambda path: each photo's lines (the sample camera photos
+/// hold none readable), none for the missing one.
+#[test]
+fn ocr_comes_through_replay() {
+    let body = analyze_by_replay(("CLIPFN_OCR_MODEL", "CLIPFN_TEST_OCR"));
+    assert!(body["data"][0]["ocr"].is_array() && body["data"][2]["ocr"].is_array(), "{body}");
+    assert!(body["data"][1].get("ocr").is_none() && body["data"][1]["error"].is_object(), "{body}");
 }

@@ -13,6 +13,11 @@
 # faces both ways, their boxes within 2 px or 2% of their size, and their embeddings at cosine
 # >= 0.99. FACE_MODEL (one folder) is read as FACE_MODELS.
 #
+# With OCR_MODEL (an OCR model folder, e.g. .cache/models/ocr-ppocrv4) it replays the photos of
+# OCR_PHOTOS (default PHOTOS; e.g. .cache/photos/ocr) through /v1/analyze with OCR on CPU and on
+# CUDA, and fails unless every photo reads the same lines both ways (the same text, box corners
+# within 2 px, scores within 0.02). Immich ML's OCR stays on the CPU under CUDA (immich#23951).
+#
 # It replays one request of up to 64 photos through `clipfn replay` four ways (CPU, CUDA with host
 # normalisation, CUDA with in-model normalisation, and CUDA at batch 64 twice for timing) and
 # fails unless CUDA was used, every photo embedded, and CUDA's embeddings match CPU's (cosine
@@ -30,7 +35,7 @@ trap 'rm -rf "$work"' EXIT
 request() {  # request FOLDER: up to 64 of its JPEGs as a request body
   python3 - "$1" <<'PY'
 import json, os, sys
-names = sorted(f for f in os.listdir(sys.argv[1]) if f.lower().endswith((".jpg", ".jpeg")))[:64]
+names = sorted(f for f in os.listdir(sys.argv[1]) if f.lower().endswith((".jpg", ".jpeg", ".png")))[:64]
 print(json.dumps({"images": names}))
 PY
 }
@@ -77,23 +82,27 @@ sys.exit(1 if failed else 0)
 PY
 echo "gpu-check: CUDA embeddings match CPU in both normalisation modes"
 
-face_models=${FACE_MODELS:-${FACE_MODEL:-}}
-[[ -n "$face_models" ]] || exit 0
-face_photos=${FACE_PHOTOS:-$photos}
-# The JPEGs of FACE_PHOTOS as an HTTP API event for /v1/analyze with faces (events/ has its shape).
-request "$face_photos" >"$work/faces-request.json"
-python3 - "$work" <<'PY'
+analyze_event() {  # analyze_event FOLDER NAME FIELD: FOLDER's photos as an HTTP API event for
+  # /v1/analyze with FIELD true (events/ has its shape), written to $work/NAME.json
+  request "$1" >"$work/$2-request.json"
+  python3 - "$work" "$2" "$3" <<'PY'
 import json, sys
+work, name, field = sys.argv[1:]
 event = json.load(open("events/apigw-v2-analyze-one-bad.json"))
-event["body"] = json.dumps({**json.load(open(f"{sys.argv[1]}/faces-request.json")), "faces": True})
-json.dump(event, open(f"{sys.argv[1]}/analyze.json", "w"))
+event["body"] = json.dumps({**json.load(open(f"{work}/{name}-request.json")), field: True, "embedding": False})
+json.dump(event, open(f"{work}/{name}.json", "w"))
 PY
+}
+
+face_models=${FACE_MODELS:-${FACE_MODEL:-}}
+face_photos=${FACE_PHOTOS:-$photos}
+[[ -z "$face_models" ]] || analyze_event "$face_photos" analyze faces
 faces() {  # faces NAME PROVIDER DYLIB FOLDER
   env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$face_photos")" \
     CLIPFN_FACE_MODEL="$(realpath "$4")" CLIPFN_PROVIDER="$2" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
     "$bin" replay "$work/analyze.json" >"$work/$1.jsonl"
 }
-for folder in $face_models; do
+for folder in $face_models; do  # none: no faces to check
   echo "gpu-check: faces of $folder"
   faces faces-cpu cpu "$ORT_CPU_DYLIB" "$folder"
   faces faces-cuda cuda "$ORT_GPU_DYLIB" "$folder"
@@ -124,4 +133,41 @@ print(f"faces: {total} on CPU and CUDA alike, worst embedding cosine {worst:.5f}
 sys.exit(1 if bad or worst < 0.99 else 0)
 PY
 done
-echo "gpu-check: CUDA faces match CPU"
+[[ -z "$face_models" ]] || echo "gpu-check: CUDA faces match CPU"
+
+[[ -n "${OCR_MODEL:-}" ]] || exit 0
+ocr_photos=${OCR_PHOTOS:-$photos}
+analyze_event "$ocr_photos" ocr ocr
+ocr() {  # ocr NAME PROVIDER DYLIB
+  env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$ocr_photos")" \
+    CLIPFN_OCR_MODEL="$(realpath "$OCR_MODEL")" CLIPFN_PROVIDER="$2" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
+    "$bin" replay "$work/ocr.json" >"$work/$1.jsonl"
+}
+echo "gpu-check: OCR of $OCR_MODEL"
+ocr ocr-cpu cpu "$ORT_CPU_DYLIB"
+ocr ocr-cuda cuda "$ORT_GPU_DYLIB"
+python3 - "$work" <<'PY'
+import json, sys
+def items(name):
+    line = json.loads(open(f"{sys.argv[1]}/{name}.jsonl").readline())
+    assert line["response"]["statusCode"] == 200, line
+    body = json.loads(line["response"]["body"])
+    print(f"{name}: timings_ms {body['timings_ms']}")
+    return body["data"]
+bad, total, worst = [], 0, 0.0
+for cpu, cuda in zip(items("ocr-cpu"), items("ocr-cuda")):
+    a, b = cpu.get("ocr"), cuda.get("ocr")
+    if a is None or b is None or [l["text"] for l in a] != [l["text"] for l in b]:
+        bad.append((cpu["image"], a and [l["text"] for l in a], b and [l["text"] for l in b]))
+        continue
+    for la, lb in zip(a, b):
+        total += 1
+        off = max(abs(p - q) for pa, pb in zip(la["box"], lb["box"]) for p, q in zip(pa, pb))
+        gap = max(abs(la["score"] - lb["score"]), abs(la["box_score"] - lb["box_score"]))
+        worst = max(worst, gap)
+        if off > 2 or gap > 0.02:
+            bad.append((cpu["image"], la["text"], off, gap))
+print(f"ocr: {total} lines on CPU and CUDA alike, scores within {worst:.4f}, mismatches {bad}")
+sys.exit(1 if bad else 0)
+PY
+echo "gpu-check: CUDA OCR matches CPU"

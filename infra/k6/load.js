@@ -1,4 +1,4 @@
-// Load test for clipfn's POST /v1/embed: the seed team's profile.
+// Load test for clipfn's POST /v1/embed (or /v1/analyze, ENDPOINT): the seed team's profile.
 //
 // Each virtual user sends one request with MIN_PHOTOS..MAX_PHOTOS random photo
 // keys, checks the answer, then thinks for THINK_MIN_S..THINK_MAX_S seconds.
@@ -23,6 +23,7 @@
 //   EXPECT_DIM       embedding length every item must have (512 for ViT-B/32;
 //                    0 accepts whatever "dim" the response states)
 //   SUMMARY_JSON     also write k6's end-of-test data as JSON to this path
+//   ENDPOINT         the path posted to (/v1/embed); /v1/analyze answers an embedding per photo too
 
 import http from "k6/http";
 import { check, sleep } from "k6";
@@ -55,6 +56,7 @@ const CHECKS_RATE = envNum("CHECKS_RATE", 0.99);
 const ITEM_OK_RATE = envNum("ITEM_OK_RATE", 0.99);
 const EXPECT_DIM = envNum("EXPECT_DIM", 512);
 const AUTH_TOKEN = envStr("AUTH_TOKEN", "");
+const ENDPOINT = envStr("ENDPOINT", "/v1/embed");
 
 if (MIN_PHOTOS < 1 || MAX_PHOTOS < MIN_PHOTOS) {
   throw new Error(`need 1 <= MIN_PHOTOS <= MAX_PHOTOS, got ${MIN_PHOTOS}..${MAX_PHOTOS}`);
@@ -139,10 +141,10 @@ export default function () {
   const headers = { "Content-Type": "application/json" };
   if (AUTH_TOKEN) headers.Authorization = `Bearer ${AUTH_TOKEN}`;
 
-  const res = http.post(`${BASE_URL}/v1/embed`, JSON.stringify({ images }), {
+  const res = http.post(`${BASE_URL}${ENDPOINT}`, JSON.stringify({ images }), {
     headers,
     timeout: REQUEST_TIMEOUT,
-    tags: { name: "POST /v1/embed" },
+    tags: { name: `POST ${ENDPOINT}` },
   });
 
   if (res.status === 503 || res.status === 429) overloaded.add(1);
