@@ -58,28 +58,7 @@ run cpu cpu cpu "$ORT_CPU_DYLIB"
 run cuda-host cuda cpu "$ORT_GPU_DYLIB"
 run cuda-model cuda model "$ORT_GPU_DYLIB"
 
-python3 - "$work" <<'PY'
-import json, math, sys
-def load(name):
-    lines = [json.loads(l) for l in open(f"{sys.argv[1]}/{name}.jsonl")]
-    bodies = [json.loads(l["response"]["body"]) for l in lines]
-    assert all(l["response"]["statusCode"] == 200 for l in lines), name
-    return bodies
-def cos(a, b):
-    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-cpu = load("cpu")
-failed = False
-for name in ("cpu", "cuda-host", "cuda-model"):
-    bodies = load(name)
-    for run, body in enumerate(bodies):
-        print(f"{name:11s} run {run}: {len(body['data'])} photos, timings_ms {body['timings_ms']}")
-    items = bodies[-1]["data"]
-    missing = [i["image"] for i in items if "embedding" not in i]
-    worst = min(cos(i["embedding"], c["embedding"]) for i, c in zip(items, cpu[-1]["data"]) if "embedding" in i)
-    print(f"{name:11s} worst cosine to CPU {worst:.6f}, photos without embedding: {missing}")
-    failed |= bool(missing) or worst < 0.999
-sys.exit(1 if failed else 0)
-PY
+python3 tools/gpu_compare.py embeddings "$work"
 echo "gpu-check: CUDA embeddings match CPU in both normalisation modes"
 
 analyze_event() {  # analyze_event FOLDER NAME FIELD: FOLDER's photos as an HTTP API event for
@@ -106,32 +85,7 @@ for folder in $face_models; do  # none: no faces to check
   echo "gpu-check: faces of $folder"
   faces faces-cpu cpu "$ORT_CPU_DYLIB" "$folder"
   faces faces-cuda cuda "$ORT_GPU_DYLIB" "$folder"
-  python3 - "$work" <<'PY'
-import json, math, sys
-def items(name):
-    line = json.loads(open(f"{sys.argv[1]}/{name}.jsonl").readline())
-    assert line["response"]["statusCode"] == 200, line
-    body = json.loads(line["response"]["body"])
-    print(f"{name}: timings_ms {body['timings_ms']}, people {len(body['album'].get('people', []))}")
-    return body["data"]
-def cos(a, b):
-    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-bad, total, worst = [], 0, 1.0
-for cpu, cuda in zip(items("faces-cpu"), items("faces-cuda")):
-    a, b = cpu.get("faces"), cuda.get("faces")
-    if a is None or b is None or len(a) != len(b):
-        bad.append((cpu["image"], None if a is None else len(a), None if b is None else len(b)))
-        continue
-    for fa, fb in zip(a, b):
-        total += 1
-        size = max(fa["box"][2] - fa["box"][0], fa["box"][3] - fa["box"][1])
-        off = max(abs(x - y) for x, y in zip(fa["box"], fb["box"]))
-        worst = min(worst, cos(fa["embedding"], fb["embedding"]))
-        if off > max(2, 0.02 * size):
-            bad.append((cpu["image"], off))
-print(f"faces: {total} on CPU and CUDA alike, worst embedding cosine {worst:.5f}, mismatches {bad}")
-sys.exit(1 if bad or worst < 0.99 else 0)
-PY
+  python3 tools/gpu_compare.py faces "$work"
 done
 [[ -z "$face_models" ]] || echo "gpu-check: CUDA faces match CPU"
 
@@ -146,28 +100,5 @@ ocr() {  # ocr NAME PROVIDER DYLIB
 echo "gpu-check: OCR of $OCR_MODEL"
 ocr ocr-cpu cpu "$ORT_CPU_DYLIB"
 ocr ocr-cuda cuda "$ORT_GPU_DYLIB"
-python3 - "$work" <<'PY'
-import json, sys
-def items(name):
-    line = json.loads(open(f"{sys.argv[1]}/{name}.jsonl").readline())
-    assert line["response"]["statusCode"] == 200, line
-    body = json.loads(line["response"]["body"])
-    print(f"{name}: timings_ms {body['timings_ms']}")
-    return body["data"]
-bad, total, worst = [], 0, 0.0
-for cpu, cuda in zip(items("ocr-cpu"), items("ocr-cuda")):
-    a, b = cpu.get("ocr"), cuda.get("ocr")
-    if a is None or b is None or [l["text"] for l in a] != [l["text"] for l in b]:
-        bad.append((cpu["image"], a and [l["text"] for l in a], b and [l["text"] for l in b]))
-        continue
-    for la, lb in zip(a, b):
-        total += 1
-        off = max(abs(p - q) for pa, pb in zip(la["box"], lb["box"]) for p, q in zip(pa, pb))
-        gap = max(abs(la["score"] - lb["score"]), abs(la["box_score"] - lb["box_score"]))
-        worst = max(worst, gap)
-        if off > 2 or gap > 0.02:
-            bad.append((cpu["image"], la["text"], off, gap))
-print(f"ocr: {total} lines on CPU and CUDA alike, scores within {worst:.4f}, mismatches {bad}")
-sys.exit(1 if bad else 0)
-PY
+python3 tools/gpu_compare.py ocr "$work"
 echo "gpu-check: CUDA OCR matches CPU"

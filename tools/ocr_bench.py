@@ -13,12 +13,10 @@ import argparse
 import json
 import time
 
-import numpy as np
-from PIL import Image, ImageOps
 from rapidocr_onnxruntime import RapidOCR
 from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
 
-from ocr_reference import sized_down
+from ocr_reference import sized_down, upright_bgr
 
 
 def main():
@@ -31,10 +29,7 @@ def main():
 
     DetPreProcess.resize = sized_down(args.resolution)
     engine = RapidOCR(max_side_len=10**6, intra_op_num_threads=args.threads)
-    images = []
-    for path in args.photos:
-        image = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
-        images.append(np.ascontiguousarray(np.asarray(image)[:, :, ::-1]))
+    images = [upright_bgr(path) for path in args.photos]
     for image in images:  # the sessions' first runs
         engine(image)
     photos = lines = 0

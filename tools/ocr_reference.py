@@ -64,6 +64,13 @@ def keeping_box_scores(detector):
     return scores
 
 
+def upright_bgr(path):
+    """The photo with its EXIF orientation applied (RapidOCR's loader ignores it), as the BGR array
+    RapidOCR takes."""
+    image = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
+    return np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--resolution", type=int, default=736)
@@ -78,15 +85,14 @@ def main():
 
     answers = []
     for path in args.photos:
-        image = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
-        bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
+        bgr = upright_bgr(path)
         scores.clear()
         result, _ = engine(bgr)
         lines = []
         for box, text, score in result or []:
             key = tuple(np.round(np.array(box, dtype=np.float32), 3).ravel())
             lines.append({"box": box, "text": text, "score": float(score), "box_score": scores.get(key)})
-        answers.append({"width": image.width, "height": image.height, "lines": lines})
+        answers.append({"width": bgr.shape[1], "height": bgr.shape[0], "lines": lines})
     print(json.dumps(answers))
 
 

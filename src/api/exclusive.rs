@@ -1,6 +1,6 @@
 //! The rules between a body's fields that no field's own schema can state: `images` or `texts`,
-//! `images` or `embeddings`, `labels` or `label_set` (as `oneOf`); `"faces": true` and
-//! `known_people` only with `images`, `known_people` only with faces on, and `/v1/embeddings`'
+//! `images` or `embeddings`, `labels` or `label_set` (as `oneOf`); `"faces": true`, `"ocr": true`
+//! and `known_people` only with `images`, `known_people` only with faces on, and `/v1/embeddings`'
 //! limits on `input`, which depend on its `modality` (as `anyOf`). The handlers enforce them (a
 //! 400 naming the fields); the document states them, so that a client, and Schemathesis, can tell
 //! a valid body from the schema alone. A field counts as given when it is there and not null, as
@@ -49,10 +49,11 @@ pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
         }
         add(schemas, name, [one_of.into()]);
     }
-    // `"faces": true` and `known_people` need the photos (stored embeddings have no faces), and
-    // known people need the faces on.
+    // `"faces": true`, `"ocr": true` and `known_people` need the photos (stored embeddings have no
+    // pixels), and known people need the faces on.
     let no_faces_asked = ObjectBuilder::new()
         .property("faces", any_of_values([json!(false), Value::Null]))
+        .property("ocr", any_of_values([json!(false), Value::Null]))
         .property("known_people", any_of_values([Value::Null]));
     let photos =
         ObjectBuilder::new().required("images").property("images", ObjectBuilder::new().schema_type(Type::Array));
@@ -60,6 +61,14 @@ pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
     let faces_on = ObjectBuilder::new().property("faces", any_of_values([json!(true), Value::Null]));
     let need_photos = AnyOfBuilder::new().item(no_faces_asked).item(photos);
     add(schemas, "AnalyzeRequest", [need_photos.into(), AnyOfBuilder::new().item(none_known).item(faces_on).into()]);
+}
+
+/// A server without OCR models refuses `"ocr": true`: a rule beside the field, as an `anyOf` like
+/// the others (openapi-python-client reads no `enum` on a boolean, and no other rule beside a
+/// body's fields).
+pub(super) fn state_no_ocr(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
+    let no_ocr = ObjectBuilder::new().property("ocr", any_of_values([json!(false), Value::Null]));
+    add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(no_ocr).into()]);
 }
 
 /// A schema that only `values` satisfy.

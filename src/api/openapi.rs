@@ -85,6 +85,8 @@ pub struct Loaded<'a> {
     /// With face models: the length of a face embedding (`known_people`) and the recognizer's id,
     /// the only `recognizer` a request may name.
     pub faces: Option<(usize, &'a str)>,
+    /// Whether OCR models are loaded: without them, `"ocr": true` is refused.
+    pub ocr: bool,
 }
 
 /// The document with `settings`' limits, and with what the model knows once it is `loaded`, as
@@ -119,6 +121,9 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     }
     exclusive::state_rules(schemas);
     exclusive::state_input_limits(schemas, text, limits);
+    if loaded.is_some_and(|loaded| !loaded.ocr) {
+        exclusive::state_no_ocr(schemas);
+    }
     add_stored_links(&mut document);
     document.to_pretty_json().expect("the document serialises").into()
 }
@@ -168,7 +173,8 @@ impl Documents {
             let text = service.text.as_ref();
             let label_sets = text.map(|text| text.label_set_names()).unwrap_or_default();
             let faces = service.pipeline.faces().map(|(_, recognizer)| (recognizer.dim, recognizer.id.as_str()));
-            document(&state.settings, Some(&Loaded { dim: service.pipeline.model().dim, label_sets, faces }))
+            let (dim, ocr) = (service.pipeline.model().dim, service.pipeline.ocr().is_some());
+            document(&state.settings, Some(&Loaded { dim, label_sets, faces, ocr }))
         };
         self.loaded.get_or_init(build).clone()
     }

@@ -2,9 +2,8 @@
 //! `(p / 255 - 0.5) / 0.5`, padded; its output the probability that each is upside down.
 
 use image::RgbImage;
-use ort::{session::Session, value::TensorRef};
 
-use super::{OcrTower, lay_out_lines, refuse};
+use super::{Graph, OcrTower, lay_out_lines, warmed};
 use crate::{
     model::{LineOrientations, ModelData, ModelError, Runtime, Tower},
     preprocess::{CLASSIFIER_WIDTH, LINE_HEIGHT},
@@ -15,11 +14,8 @@ use crate::{
 pub const UPSIDE_DOWN: f32 = 0.9;
 
 pub struct LineClassifier {
-    session: Session,
-    input: String,
-    output: String,
+    graph: Graph,
     pub info: OcrTower,
-    _environment: ort::environment::Environment,
 }
 
 impl LineClassifier {
@@ -30,17 +26,8 @@ impl LineClassifier {
         file: String,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let session = runtime.session(settings, data).map_err(|e| refuse("classifier", &file, e))?;
-        let ([input], [output]) = (session.inputs(), session.outputs()) else {
-            return Err(refuse("classifier", &file, "has not one input and one output, [N, 3, 48, 192] -> [N, 2]"));
-        };
-        let (input, output) = (input.name().to_string(), output.name().to_string());
-        let info = OcrTower { file, batch_size };
-        let mut classifier = LineClassifier { session, input, output, info, _environment: runtime.environment() };
-        classifier
-            .check()
-            .map_err(|e| refuse("classifier", &classifier.info.file, format!("the warm-up failed: {e}")))?;
-        Ok(classifier)
+        let graph = Graph::open(runtime, settings, data, ("classifier", &file), "[N, 3, 48, 192] -> [N, 2]")?;
+        warmed(LineClassifier { graph, info: OcrTower { file, batch_size } }, "classifier")
     }
 }
 
@@ -55,9 +42,7 @@ impl Tower for LineClassifier {
     fn run(&mut self, lines: &[&RgbImage]) -> Result<Vec<f32>, ModelError> {
         let batch = lay_out_lines(lines.iter().copied(), LINE_HEIGHT, CLASSIFIER_WIDTH);
         let shape = [lines.len() as i64, 3, i64::from(LINE_HEIGHT), i64::from(CLASSIFIER_WIDTH)];
-        let input = TensorRef::from_array_view((shape, &batch[..])).map_err(ModelError::inference)?;
-        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
-        let (_, values) = outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+        let (_, values) = self.graph.run(shape, &batch)?;
         if values.len() != 2 * lines.len() {
             return Err(ModelError::Inference(format!(
                 "the classifier gave {} values for {} lines",

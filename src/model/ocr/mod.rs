@@ -29,7 +29,9 @@ pub use self::{
     order::reading_order,
     recognizer::{Recognized, TextRecognizer},
 };
-use super::{ModelData, ModelError, Runtime, TowerInfo};
+use ort::{session::Session, value::TensorRef};
+
+use super::{ModelData, ModelError, Runtime, Tower, TowerInfo, TowerIo};
 use crate::settings::{ModelSettings, OcrSettings};
 
 /// One OCR tower, as the worker sees it: its file and its batch size.
@@ -122,6 +124,53 @@ impl OcrModels {
 /// A model file's refusal, naming it.
 fn refuse(what: &str, location: &str, why: impl std::fmt::Display) -> ModelError {
     ModelError::Load(format!("OCR {what} {location}: {why}"))
+}
+
+/// An OCR tower's session, which takes one NCHW image batch and gives one float tensor.
+struct Graph {
+    session: Session,
+    input: String,
+    output: String,
+    /// The output's shape as the graph declares it (-1 where dynamic).
+    output_shape: Option<Vec<i64>>,
+    _environment: ort::environment::Environment,
+}
+
+impl Graph {
+    /// The OCR `what` in `file`, refused unless it has one input and one output (`shape` says
+    /// what they should be).
+    fn open(
+        runtime: &mut Runtime,
+        settings: &ModelSettings,
+        data: &ModelData,
+        (what, file): (&str, &str),
+        shape: &str,
+    ) -> Result<Self, ModelError> {
+        let session = runtime.session(settings, data).map_err(|e| refuse(what, file, e))?;
+        let ([input], [output]) = (session.inputs(), session.outputs()) else {
+            return Err(refuse(what, file, format!("has not one input and one output, {shape}")));
+        };
+        let output_shape = output.dtype().tensor_shape().map(|s| s.to_vec());
+        let (input, output) = (input.name().to_string(), output.name().to_string());
+        Ok(Graph { session, input, output, output_shape, _environment: runtime.environment() })
+    }
+
+    /// Runs `pixels`, laid out as `shape`: the output's shape and values.
+    fn run(&mut self, shape: [i64; 4], pixels: &[f32]) -> Result<(Vec<i64>, Vec<f32>), ModelError> {
+        let input = TensorRef::from_array_view((shape, pixels)).map_err(ModelError::inference)?;
+        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
+        let (shape, values) =
+            outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+        Ok((shape.to_vec(), values.to_vec()))
+    }
+}
+
+/// `tower` once its warm-up input has run, or the refusal naming its file.
+fn warmed<T: Tower<Io: TowerIo<Info = OcrTower>>>(mut tower: T, what: &str) -> Result<T, ModelError> {
+    match tower.check() {
+        Ok(()) => Ok(tower),
+        Err(e) => Err(refuse(what, &tower.info().file, format!("the warm-up failed: {e}"))),
+    }
 }
 
 /// `lines` laid out as one NCHW batch of `width`-wide BGR planes, `(p / 255 - 0.5) / 0.5`, each

@@ -5,9 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ort::{session::Session, value::TensorRef};
-
-use super::{Charset, OcrTower, lay_out_lines, refuse};
+use super::{Charset, Graph, OcrTower, lay_out_lines, refuse, warmed};
 use crate::{
     model::{ModelData, ModelError, Runtime, TextLines, Tower},
     preprocess::{LINE_HEIGHT, LineInput, MIN_RECOGNIZER_WIDTH},
@@ -26,12 +24,9 @@ pub struct Recognized {
 }
 
 pub struct TextRecognizer {
-    session: Session,
-    input: String,
-    output: String,
+    graph: Graph,
     charset: Charset,
     pub info: OcrTower,
-    _environment: ort::environment::Environment,
 }
 
 impl TextRecognizer {
@@ -45,16 +40,13 @@ impl TextRecognizer {
         characters: Option<(String, String)>,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let session = runtime.session(settings, data).map_err(|e| refuse("recognizer", &file, e))?;
-        let ([input], [output]) = (session.inputs(), session.outputs()) else {
-            return Err(refuse("recognizer", &file, "has not one input and one output, [N, 3, 48, W] -> [N, T, C]"));
-        };
-        let classes = match output.dtype().tensor_shape().map(|s| s.to_vec()).as_deref() {
+        let graph = Graph::open(runtime, settings, data, ("recognizer", &file), "[N, 3, 48, W] -> [N, T, C]")?;
+        let classes = match graph.output_shape.as_deref() {
             Some([_, _, classes]) if *classes > 0 => *classes as usize,
             shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, T, classes]"))),
         };
-        let (input, output) = (input.name().to_string(), output.name().to_string());
-        let metadata = session
+        let metadata = graph
+            .session
             .metadata()
             .ok()
             .and_then(|m| m.custom("character"))
@@ -68,13 +60,7 @@ impl TextRecognizer {
         };
         let charset =
             Charset::new(&list, classes).map_err(|e| refuse("recognizer", &file, format!("{source}: {e}")))?;
-        let info = OcrTower { file, batch_size };
-        let mut recognizer =
-            TextRecognizer { session, input, output, charset, info, _environment: runtime.environment() };
-        recognizer
-            .check()
-            .map_err(|e| refuse("recognizer", &recognizer.info.file, format!("the warm-up failed: {e}")))?;
-        Ok(recognizer)
+        warmed(TextRecognizer { graph, charset, info: OcrTower { file, batch_size } }, "recognizer")
     }
 
     /// The characters it reads (the space RapidOCR appends not counted).
@@ -85,10 +71,7 @@ impl TextRecognizer {
     fn read(&mut self, lines: &[&LineInput], width: u32) -> Result<Vec<Recognized>, ModelError> {
         let batch = lay_out_lines(lines.iter().map(|line| &line.image), LINE_HEIGHT, width);
         let shape = [lines.len() as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)];
-        let input = TensorRef::from_array_view((shape, &batch[..])).map_err(ModelError::inference)?;
-        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
-        let (shape, values) =
-            outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+        let (shape, values) = self.graph.run(shape, &batch)?;
         let classes = shape.last().copied().unwrap_or(0) as usize;
         if classes == 0 || values.len() % (classes * lines.len()) != 0 {
             return Err(ModelError::Inference(format!("the recognizer gave {shape:?} for {} lines", lines.len())));
