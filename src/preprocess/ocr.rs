@@ -109,31 +109,56 @@ fn fitted_width(line: &RgbImage, cap: u32) -> u32 {
     ((f64::from(LINE_HEIGHT) * aspect).ceil() as u32).clamp(1, cap)
 }
 
-/// OpenCV's `INTER_LINEAR` resize: each output pixel's centre mapped to the source, two taps
-/// each way, edges repeated; no antialiasing when shrinking.
+/// OpenCV's `INTER_LINEAR` resize of 8-bit pixels: each output pixel's centre mapped to the
+/// source, two taps each way, edges repeated, no antialiasing when shrinking; as OpenCV computes it,
+/// in fixed point (each tap's weight in 11 bits, each pass separable: the rows, then the columns).
 pub fn resize_linear(image: &RgbImage, width: u32, height: u32) -> RgbImage {
-    let taps = |out: u32, source: u32| -> Vec<(u32, u32, f32)> {
+    /// OpenCV's `INTER_RESIZE_COEF_BITS`.
+    const BITS: u32 = 11;
+    let one = 1i32 << BITS;
+    let taps = |out: u32, source: u32| -> Vec<(usize, usize, i32)> {
         let scale = f64::from(source) / f64::from(out);
         (0..out)
             .map(|i| {
                 let at = ((f64::from(i) + 0.5) * scale - 0.5).max(0.0);
                 let first = (at.floor() as u32).min(source - 1);
-                let weight = if first >= source - 1 { 0.0 } else { (at - at.floor()) as f32 };
-                (first, (first + 1).min(source - 1), weight)
+                let weight = if first >= source - 1 { 0 } else { ((at - at.floor()) * f64::from(one)).round() as i32 };
+                (first as usize, (first + 1).min(source - 1) as usize, weight)
             })
             .collect()
     };
     let (columns, rows) = (taps(width, image.width()), taps(height, image.height()));
-    RgbImage::from_fn(width, height, |x, y| {
-        let ((x0, x1, fx), (y0, y1, fy)) = (columns[x as usize], rows[y as usize]);
-        let (a, b, c, d) =
-            (image.get_pixel(x0, y0), image.get_pixel(x1, y0), image.get_pixel(x0, y1), image.get_pixel(x1, y1));
-        Rgb(std::array::from_fn(|k| {
-            let top = f32::from(a.0[k]) * (1.0 - fx) + f32::from(b.0[k]) * fx;
-            let bottom = f32::from(c.0[k]) * (1.0 - fx) + f32::from(d.0[k]) * fx;
-            (top * (1.0 - fy) + bottom * fy).round().clamp(0.0, 255.0) as u8
-        }))
-    })
+    let (source, stride) = (image.as_raw(), image.width() as usize * 3);
+    // One source row through the columns' taps: values in 11 bits of fraction.
+    let across = |y: usize| -> Vec<i32> {
+        let row = &source[y * stride..(y + 1) * stride];
+        let mut out = Vec::with_capacity(columns.len() * 3);
+        for &(x0, x1, weight) in &columns {
+            for k in 0..3 {
+                let (a, b) = (i32::from(row[x0 * 3 + k]), i32::from(row[x1 * 3 + k]));
+                out.push(a * (one - weight) + b * weight);
+            }
+        }
+        out
+    };
+    let mut resized = Vec::with_capacity(width as usize * height as usize * 3);
+    let mut cached: [(usize, Vec<i32>); 2] = [(usize::MAX, Vec::new()), (usize::MAX, Vec::new())];
+    for &(y0, y1, weight) in &rows {
+        for (slot, y) in [(0, y0), (1, y1)] {
+            if cached[slot].0 != y {
+                cached[slot] = match cached.iter().position(|(at, _)| *at == y) {
+                    Some(other) => cached[other].clone(),
+                    None => (y, across(y)),
+                };
+            }
+        }
+        let half = 1i32 << (2 * BITS - 1);
+        resized.extend(cached[0].1.iter().zip(&cached[1].1).map(|(&top, &bottom)| {
+            // Both passes' weights: 22 bits of fraction, rounded off.
+            ((top * (one - weight) + bottom * weight + half) >> (2 * BITS)).clamp(0, 255) as u8
+        }));
+    }
+    RgbImage::from_raw(width, height, resized).expect("three values a pixel")
 }
 
 /// `image` warped so that `quad` fills a `width` x `height` crop (its corners onto the crop's
