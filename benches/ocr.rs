@@ -72,7 +72,7 @@ fn phase(server: &Server, keys: &[&str], ocr: bool, seconds: f64) -> Cost {
 
 /// RapidOCR's own pipeline for `seconds` on `photos`.
 fn rapidocr(photos: &[PathBuf], threads: usize, seconds: f64) -> Cost {
-    let output = Command::new(setup_var("CLIPFN_OCR_REFERENCE_PYTHON"))
+    let output = Command::new(setup_var("CLIPFN_TEST_OCR_PYTHON"))
         .arg(repo().join("tools/ocr_bench.py"))
         .args(["--seconds", &seconds.to_string(), "--threads", &threads.to_string()])
         .args(photos)

@@ -113,7 +113,7 @@ fn ocr_reads_what_rapidocr_reads() {
         "{ready}"
     );
     let body = analyze(&server, &photos);
-    let output = std::process::Command::new(setup_var("CLIPFN_OCR_REFERENCE_PYTHON"))
+    let output = std::process::Command::new(setup_var("CLIPFN_TEST_OCR_PYTHON"))
         .arg(repo().join("tools/ocr_reference.py"))
         .args(&photos)
         .output()

@@ -176,7 +176,7 @@ CLIPFN_K6_BIN=$VENV/bin/k6
 CLIPFN_TEST_OCR=$CACHE/models/ocr-ppocrv4
 CLIPFN_TEST_OCR_CHARFILE=$CACHE/models/ocr-ppocrv4-charfile
 CLIPFN_TEST_OCR_PHOTOS=$CACHE/photos/ocr
-CLIPFN_OCR_REFERENCE_PYTHON=$CACHE/venv-rapidocr/bin/python
+CLIPFN_TEST_OCR_PYTHON=$CACHE/venv-rapidocr/bin/python
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
