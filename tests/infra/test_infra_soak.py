@@ -54,7 +54,7 @@ def test_process_soak_report_keeps_the_image_section(tmp_path):
     soak = _soak()
     path = tmp_path / "reliability.md"
     path.write_text(f"# old\n\n## 1. Soak\n\nold figures\n\n{soak.IMAGE_SECTION} under docker run\n\nimage figures\n")
-    args = argparse.Namespace(bin=str(REPO / "target/debug/clipfn"), vus=2, minutes=2, stall_s=6,
+    args = argparse.Namespace(bin=str(REPO / "target/debug/clipfn"), vus=2, minutes=2, stall_s=6, ocr=False,
                               fetch_timeout_ms=2000, request_timeout_ms=15000)
     s = dict(ok=True, requests=1, failed_requests=0, failed_checks=0, p50_s=1, p95_s=2, rss_warm_mib=1,
              rss_end_mib=1, rss_change=0, rss_max_mib=1)
