@@ -96,9 +96,8 @@ async fn load_image_model(
         let file = read_image_model(storage, &settings.model, runtime.device()).await.context("CLIPFN_MODEL")?;
         let read_took = started.elapsed() - runtime_took;
         let model_settings = settings.model.clone();
-        let span = tracing::Span::current();
-        let (runtime, model) = tokio::task::spawn_blocking(move || {
-            let model = span.in_scope(|| ImageModel::load(&mut runtime, &model_settings, file));
+        let (runtime, model) = blocking(move || {
+            let model = ImageModel::load(&mut runtime, &model_settings, file);
             model.map(|model| (runtime, model))
         })
         .await??;
@@ -158,10 +157,9 @@ async fn load_text_model(
     };
     let data = read_weights(storage, &location).await.context("the text model")?;
     let model_settings = settings.model.clone();
-    let span = tracing::Span::current();
     let image_info = image.info.clone();
-    let text = tokio::task::spawn_blocking(move || {
-        let text = span.in_scope(|| TextModel::load(&mut runtime, &image_info, &model_settings, data, id, &tokenizer));
+    let text = blocking(move || {
+        let text = TextModel::load(&mut runtime, &image_info, &model_settings, data, id, &tokenizer);
         text.map(|text| (text, tokenizer))
     })
     .await?;
@@ -192,12 +190,9 @@ async fn load_heads(
         files.push(HeadFile { name, location, data });
     }
     let (model_settings, dim, batch_size) = (settings.model.clone(), image.info.dim, image.info.batch_size);
-    let span = tracing::Span::current();
-    let heads = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| Heads::load(&mut runtime, &model_settings, files, dim, batch_size))
-    })
-    .await?
-    .context("CLIPFN_HEADS")?;
+    let heads = blocking(move || Heads::load(&mut runtime, &model_settings, files, dim, batch_size))
+        .await?
+        .context("CLIPFN_HEADS")?;
     tracing::info!(heads = ?heads.info.names, files = ?heads.info.files, "heads loaded and warmed up");
     Ok(Some(heads))
 }
@@ -219,12 +214,9 @@ async fn load_faces(
     let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
     let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
     let face_settings = settings.faces.clone();
-    let span = tracing::Span::current();
-    let faces = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| FaceModels::load(&mut runtime, &model_settings, files, &face_settings, batch_size))
-    })
-    .await?
-    .context("CLIPFN_FACE_MODEL")?;
+    let faces = blocking(move || FaceModels::load(&mut runtime, &model_settings, files, &face_settings, batch_size))
+        .await?
+        .context("CLIPFN_FACE_MODEL")?;
     let (detector, recognizer) = (&faces.detector.info, &faces.recognizer.info);
     tracing::info!(detector = ?detector, recognizer = ?recognizer, "face models loaded and warmed up");
     Ok(Some(faces))
@@ -267,14 +259,18 @@ async fn load_ocr(
     };
     let (model_settings, batch_size, ocr_settings) =
         (settings.model.clone(), image.info.batch_size, settings.ocr.clone());
-    let span = tracing::Span::current();
-    let ocr = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| OcrModels::load(&mut runtime, &model_settings, files, &ocr_settings, batch_size))
-    })
-    .await?
-    .context("CLIPFN_OCR_MODEL")?;
+    let ocr = blocking(move || OcrModels::load(&mut runtime, &model_settings, files, &ocr_settings, batch_size))
+        .await?
+        .context("CLIPFN_OCR_MODEL")?;
     tracing::info!(models = ?ocr.info(), "OCR models loaded and warmed up");
     Ok(Some(ocr))
+}
+
+/// `load` on a blocking thread, inside the current span: building and warming up a session holds a
+/// core for seconds, and the other runtime threads keep /healthz answering meanwhile.
+async fn blocking<T: Send + 'static>(load: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+    let span = tracing::Span::current();
+    Ok(tokio::task::spawn_blocking(move || span.in_scope(load)).await?)
 }
 
 /// Reads CLIPFN_LABELS and embeds every set.
