@@ -276,12 +276,12 @@ impl Pipeline {
         // other): the reservation moves into the job with the bytes, and both are let go as the
         // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
         let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
-        let ocr = self.worker.ocr_info().filter(|_| wants.ocr);
+        let reader = self.worker.ocr_info().filter(|_| wants.ocr);
         let views = Views {
             square: self.square.clone(),
             luma: wants.pixels,
             canvas: detector.map(|d| d.canvas()),
-            ocr: ocr.map(|ocr| ocr.resolution),
+            ocr: reader.map(|reader| reader.resolution),
         };
         let memory = match &self.decode_memory {
             Some(budget) => {
@@ -330,11 +330,11 @@ impl Pipeline {
             }
         };
         let text = async {
-            match (view, ocr) {
-                (Some(view), Some(ocr)) => {
-                    let box_min_score = wants.ocr_box_min_score.unwrap_or(ocr.box_min_score);
-                    let min_score = wants.ocr_min_score.unwrap_or(ocr.min_score);
-                    Some(self.read_text(view, (box_min_score, min_score), ocr.max_lines).await)
+            match (view, reader) {
+                (Some(view), Some(reader)) => {
+                    let box_min_score = wants.ocr_box_min_score.unwrap_or(reader.box_min_score);
+                    let min_score = wants.ocr_min_score.unwrap_or(reader.min_score);
+                    Some(self.read_text(view, (box_min_score, min_score), reader.max_lines).await)
                 }
                 _ => None,
             }
