@@ -499,7 +499,7 @@ fn known_people_name_drawn_faces_and_a_photo_never_shows_one_person_twice() {
 
     // Another recognizer's id is refused, with known people and without.
     for mut body in [request.clone(), json!({ "images": keys(&second) })] {
-        body["recognizer"] = json!("arcface:0123456789abcdef:chips-2");
+        body["recognizer"] = json!("arcface:0123456789abcdef:chips-3");
         let (status, answer) = server.post_json("/v1/analyze", &body);
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(status == 400 && message.contains("arcface:0123456789abcdef"), "{answer}");

@@ -30,11 +30,14 @@ tools/models/dlib_recognizer.py rebuilds it: [N,3,150,150] raw RGB 0-255 -> [N,1
      at IoU 0.5 (detect_face.py's iou_thres) with plain areas.
      NMS in all: candidates in descending score, ties in decode order (stride 8 first, then row
      order: a stable sort); a candidate is dropped when its IoU with a kept face is > the limit.
-  4. Alignment: the 5 landmarks in 640-canvas coordinates (before the division by scale) onto
-     the recognizer's template by a similarity transform (Umeyama, with scale, no reflection:
-     skimage's SimilarityTransform), cv2.warpAffine of the canvas (the RGB pixels the detector
-     saw) to the chip, INTER_LINEAR, BORDER_CONSTANT 0. ArcFace: its 112x112 template; dlib:
-     150x150, the template tools/dlib_template.py derives from dlib's mean face.
+  4. Alignment: the 5 landmarks onto the recognizer's template by a similarity transform (Umeyama,
+     with scale, no reflection: skimage's SimilarityTransform), cv2.warpAffine to the chip,
+     INTER_LINEAR, BORDER_CONSTANT 0. ArcFace: its 112x112 template; dlib: 150x150, the template
+     tools/dlib_template.py derives from dlib's mean face. Cut from the canvas (landmarks in canvas
+     pixels) where the transform's scale is at most 1; the faces it would enlarge are cut from the
+     photo decoded again (landmarks / scale x the decode's width / W): a JPEG at the coarsest DCT
+     scale d of 1/8, 1/4, 1/2 whose short side keeps 90% of ceil(short side x the largest such
+     scale x scale), else full size.
   5. Recognizer: ArcFace RGB (p - 127.5) / 127.5, dlib raw RGB, NCHW, all faces of a photo in one
      batch; L2-normalised.
 
@@ -64,24 +67,25 @@ SCRFD_NMS, YUNET_NMS, YOLO_NMS = 0.4, 0.3, 0.5
 DEFAULT_MIN_SCORE = {"scrfd": 0.7, "yunet": 0.7, "yolov5-face": 0.6}
 
 
-def dct_denom(width, height):
-    """The JPEG DCT scale clipfn decodes at for faces (src/decode/jpeg.rs): the coarsest of 1/8,
-    1/4, 1/2 whose short side keeps 90% of CLIP's 224 and whose long side 90% of the canvas."""
+def dct_denom(width, height, short_side=224, long_side=CANVAS):
+    """The JPEG DCT scale clipfn decodes at (src/decode/jpeg.rs): the coarsest of 1/8, 1/4, 1/2
+    whose short side keeps 90% of `short_side` (CLIP's 224) and whose long side 90% of
+    `long_side` (the canvas's; None: no long side asked)."""
     short, long_ = min(width, height), max(width, height)
-    covers = lambda d: -(-short // d) >= -(-224 * 9 // 10) and -(-long_ // d) >= -(-CANVAS * 9 // 10)
+    least = lambda target: -(-target * 9 // 10)
+    covers = lambda d: -(-short // d) >= least(short_side) and (long_side is None or -(-long_ // d) >= least(long_side))
     return next((d for d in (8, 4, 2) if covers(d)), 1)
 
 
-def load_photo(path, draft=False):
+def load_photo(path, draft=False, denom=None):
     """(the upright RGB photo, its upright full size). With `draft`, a JPEG is decoded at clipfn's
-    DCT scale (Pillow's draft mode, libjpeg's scaling), as clipfn decodes it."""
+    DCT scale for the canvas (Pillow's draft mode, libjpeg's scaling), as clipfn decodes it; with
+    `denom`, a JPEG at 1/denom."""
     with Image.open(path) as im:
-        if draft and im.format == "JPEG":
-            d = dct_denom(*im.size)
-            full = im.size
+        full = im.size
+        if im.format == "JPEG" and (draft or denom):
+            d = denom or dct_denom(*im.size)
             im.draft("RGB", (-(-im.width // d), -(-im.height // d)))
-        else:
-            full = im.size
         im.load()
         upright = ImageOps.exif_transpose(im).convert("RGB")
         turned = upright.size != im.size
@@ -206,16 +210,32 @@ def chip_of(side):
     raise ValueError(f"a recognizer taking {side}x{side} faces is neither ArcFace's nor dlib's")
 
 
-def align(canvas, landmarks, template, side):
-    """The side x side RGB crop: landmarks (canvas pixels) onto the template."""
-    import cv2
+def similarity(landmarks, template):
     from skimage.transform import SimilarityTransform
 
     t = SimilarityTransform.from_estimate(landmarks, template)
     if not t:
         raise ValueError(f"no similarity transform for landmarks {landmarks.tolist()}")
-    return cv2.warpAffine(canvas, t.params[:2], (side, side), flags=cv2.INTER_LINEAR,
-                          borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    return t
+
+
+def align(pixels, landmarks, template, side):
+    """The side x side RGB crop: landmarks (pixels of `pixels`) onto the template."""
+    import cv2
+
+    return cv2.warpAffine(pixels, similarity(landmarks, template).params[:2], (side, side),
+                          flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+
+
+def finer_photo(path, full_size, enlargement):
+    """The photo decoded again for faces the canvas would enlarge `enlargement` x (chip pixels
+    per full-size pixel): a JPEG at the coarsest DCT scale keeping 90% of that over its short
+    side, anything else at full size; as RGB uint8, with its pixels per full-size pixel."""
+    short = min(full_size)
+    target = int(np.ceil(short * enlargement))
+    denom = 1 if target >= short else dct_denom(*full_size, short_side=target, long_side=None)
+    photo, _ = load_photo(path, denom=denom)
+    return np.asarray(photo), photo.width / full_size[0]
 
 
 class Faces:
@@ -255,9 +275,9 @@ class Faces:
         (y,) = self.rec.run(None, {self.rec_input: np.ascontiguousarray(x)})
         return y / np.linalg.norm(y, axis=1, keepdims=True)
 
-    def detect(self, photo, full_size, min_score=None):
+    def detect(self, photo, full_size, min_score=None, path=None):
         """One photo's answer (see the module doc); boxes clipped to the photo. min_score: None, the
-        format's default."""
+        format's default. `path`: the photo's file, decoded again for small faces."""
         canvas, scale, offset = letterbox(photo, full_size, centred=self.format == "yolov5-face")
         w, h = full_size
         if min_score is None:
@@ -268,7 +288,12 @@ class Faces:
         kept = nms(scores, boxes, limit, plus_one)
         faces = []
         if kept:
-            emb = self.embed([align(canvas, kps[i], self.template, self.side) for i in kept])
+            grow = {i: similarity(kps[i], self.template).scale for i in kept}
+            small = [i for i in kept if grow[i] > 1]
+            if small:
+                finer, finer_scale = finer_photo(path, full_size, max(grow[i] for i in small) * scale)
+            emb = self.embed([align(finer, points[i] * finer_scale, self.template, self.side) if i in small
+                              else align(canvas, kps[i], self.template, self.side) for i in kept])
             for j, i in enumerate(kept):
                 box = np.clip(boxes[i], 0, [w, h, w, h])
                 faces.append({"box": [float(v) for v in box], "score": float(scores[i]),
@@ -328,7 +353,7 @@ def main():
     a = ap.parse_args()
     if a.cmd == "detect":
         faces = Faces(a.folder, a.arcface_template)
-        out = [faces.detect(*load_photo(path, a.draft), a.min_score) for path in a.photos]
+        out = [faces.detect(*load_photo(path, a.draft), a.min_score, path) for path in a.photos]
     else:
         faces = json.load(sys.stdin)
         out = {"labels": people(faces["embeddings"], faces["photos"], a.eps, a.min_samples)}

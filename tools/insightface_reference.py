@@ -7,10 +7,13 @@ full size (640 canvas, clipfn's default minimum score 0.7, InsightFace's NMS), c
 ArcFace chip from the full-size photo with `norm_crop`, and embeds the chips with an ArcFace-format
 recognizer as InsightFace's `ArcFaceONNX` feeds it (RGB, (p - 127.5) / 127.5).
 
-    insightface_reference.py SDIST_DIR DETECTOR.onnx RECOGNIZER.onnx PHOTO... > faces.json
+    insightface_reference.py [--at LANDMARKS.json] SDIST_DIR DETECTOR.onnx RECOGNIZER.onnx PHOTO... > faces.json
 
 Prints {photo file name: {"width", "height", "faces": [{"box", "score", "landmarks",
-"embedding"}]}}, the embedding of unit length.
+"embedding"}]}}, the embedding of unit length. With `--at`, a file of {photo file name: [five
+landmarks of each face, in full-size pixels]} (another pipeline's faces), each photo also gets
+"at": [the embedding of `norm_crop`'s chip at each of those faces' landmarks]: the full-size chips
+with the landmarks held equal, so that chips are compared apart from where the detectors put them.
 """
 
 import importlib.util
@@ -39,7 +42,12 @@ def upright_bgr(path: str) -> np.ndarray:
     return np.ascontiguousarray(rgb[:, :, ::-1])
 
 
-def main(sdist: str, detector: str, recognizer: str, *photos: str) -> None:
+def main(*args: str) -> None:
+    at = {}
+    if args[0] == "--at":
+        at = json.loads(Path(args[1]).read_text())
+        args = args[2:]
+    sdist, detector, recognizer, *photos = args
     # face_align's SimilarityTransform.estimate is deprecated in scikit-image 0.26, not changed.
     warnings.filterwarnings("ignore", category=FutureWarning)
     scrfd = load(Path(sdist), "model_zoo/scrfd.py").SCRFD(detector)
@@ -50,16 +58,19 @@ def main(sdist: str, detector: str, recognizer: str, *photos: str) -> None:
     for path in photos:
         image = upright_bgr(path)
         boxes, points = scrfd.detect(image)
-        faces = []
-        for box, kps in zip(boxes, points):
-            chip = norm_crop(image, kps, 112)
+        def embed(kps):
+            chip = norm_crop(image, np.asarray(kps, np.float32), 112)
             x = (chip[:, :, ::-1].astype(np.float32) - 127.5) / 127.5
             (y,) = rec.run(None, {rec.get_inputs()[0].name: np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
-            y = y[0] / np.linalg.norm(y[0])
-            faces.append({"box": [float(v) for v in box[:4]], "score": float(box[4]),
-                          "landmarks": kps.tolist(), "embedding": y.tolist()})
+            return (y[0] / np.linalg.norm(y[0])).tolist()
+
+        faces = [{"box": [float(v) for v in box[:4]], "score": float(box[4]), "landmarks": kps.tolist(),
+                  "embedding": embed(kps)} for box, kps in zip(boxes, points)]
         height, width = image.shape[:2]
-        answer[Path(path).name] = {"width": width, "height": height, "faces": faces}
+        name = Path(path).name
+        answer[name] = {"width": width, "height": height, "faces": faces}
+        if name in at:
+            answer[name]["at"] = [embed(kps) for kps in at[name]]
     json.dump(answer, sys.stdout)
 
 

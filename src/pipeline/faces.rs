@@ -1,11 +1,13 @@
 //! A photo's faces, after its decode: its canvas on the face detector, each face found aligned on a
-//! decode thread, every aligned face on the recognizer (faces of many photos batch together), and
-//! the boxes and landmarks mapped back to the upright full-size photo.
+//! decode thread (from the canvas, or from the photo decoded again finer where the canvas holds the
+//! face smaller than its chip), every aligned face on the recognizer (faces of many photos batch
+//! together), and the boxes and landmarks mapped back to the upright full-size photo.
 
 use super::{ItemError, Pipeline};
 use crate::{
+    decode,
     model::{Detection, Detections},
-    preprocess::{FaceCanvas, aligned_face},
+    preprocess::{FaceCanvas, chips, finer_decode},
 };
 
 /// A photo's faces, best first, and how many more `CLIPFN_MAX_FACES` left out.
@@ -28,8 +30,8 @@ pub struct Face {
     pub landmarks: [[f32; 2]; 5],
     /// Of unit length.
     pub embedding: Vec<f32>,
-    /// The face's short side in the pixels its chip was cut from: the detector's canvas's, or the
-    /// photo's where the canvas enlarged it (CLIPFN_FACE_MIN_SIZE holds people to it).
+    /// The face's short side in the pixels its chip was cut from (the canvas's or a finer decode's),
+    /// at most the photo's own (CLIPFN_FACE_MIN_SIZE holds people to it).
     pub chip_pixels: f32,
 }
 
@@ -38,11 +40,13 @@ impl Pipeline {
     /// best first, at most `max_faces` of them: only those are aligned and recognised.
     pub(super) async fn find_faces(
         &self,
-        canvas: FaceCanvas,
+        mut canvas: FaceCanvas,
         min_score: f32,
         max_faces: usize,
     ) -> Result<Faces, ItemError> {
-        // Its pixels shared: the faces are cut from them afterwards.
+        // The detector reads the pixels alone; the faces are cut from them, or from the photo's
+        // bytes decoded again, afterwards.
+        let photo = canvas.photo.take();
         let placed = canvas.clone();
         let Detections { faces: mut detections } = self.worker.detect(canvas).await?.output;
         detections.retain(|detection| detection.score >= min_score);
@@ -54,26 +58,37 @@ impl Pipeline {
         let landmarks: Vec<[[f32; 2]; 5]> = detections.iter().map(|d| d.landmarks).collect();
         let (_, recognizer) = self.faces().expect("the detector answered, so the face towers are loaded");
         let chip = recognizer.format.chip();
-        let pixels = std::sync::Arc::clone(&placed.image);
+        let finer = photo.zip(finer_decode(&placed, &landmarks, &chip, self.max_pixels));
+        // Memory first, then a decode thread, as for the photo's first decode.
+        let memory = match (&self.decode_memory, &finer) {
+            (Some(budget), Some((bytes, options))) => {
+                Some(budget.reserve(decode::working_memory(bytes.as_ref(), options)).await)
+            }
+            _ => None,
+        };
+        let canvas = placed.clone();
         let (_, crops) = self
             .decoders
             .run(move || {
-                Ok::<_, ItemError>(landmarks.iter().map(|points| aligned_face(&pixels, points, &chip)).collect())
+                let _memory = memory;
+                let finer = finer.map(|(bytes, options)| decode::decode(bytes.as_ref(), &options)).transpose()?;
+                Ok::<_, ItemError>(chips(&canvas, &landmarks, &chip, finer.as_ref()))
             })
             .await;
-        let crops: Vec<image::RgbImage> = crops?;
+        let crops: Vec<(image::RgbImage, f32)> = crops?;
+        let (crops, cut_scales): (Vec<_>, Vec<_>) = crops.into_iter().unzip();
         let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;
         let (width, height) = placed.full_size;
         let bounds = [width as f32, height as f32, width as f32, height as f32];
         let faces = detections
             .into_iter()
             .zip(embeddings)
-            .map(|(Detection { bbox, score, landmarks }, embedded)| {
-                let on_canvas = (bbox[2] - bbox[0]).min(bbox[3] - bbox[1]);
+            .zip(cut_scales)
+            .map(|((Detection { bbox, score, landmarks }, embedded), cut_scale)| {
                 let ([x1, y1], [x2, y2]) = (placed.to_photo([bbox[0], bbox[1]]), placed.to_photo([bbox[2], bbox[3]]));
                 let bbox = [x1, y1, x2, y2];
                 Ok(Face {
-                    chip_pixels: on_canvas.min((x2 - x1).min(y2 - y1)),
+                    chip_pixels: (x2 - x1).min(y2 - y1) * cut_scale.min(1.0),
                     cut: bbox[0] < 0.0 || bbox[1] < 0.0 || bbox[2] > bounds[2] || bbox[3] > bounds[3],
                     bbox: std::array::from_fn(|i| bbox[i].clamp(0.0, bounds[i])),
                     score,

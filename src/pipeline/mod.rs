@@ -33,7 +33,7 @@ use crate::{
     embedding::l2_normalized,
     model::{DetectorInfo, HeadsInfo, ImageModelInfo, OcrInfo, RecognizerInfo},
     observe::metrics::{Metrics, Stage},
-    preprocess::{Transform, Views, decode_options, decode_views},
+    preprocess::{KeptBytes, Transform, Views, decode_options, decode_views},
     settings::Limits,
     signals::PixelSignals,
     source::Source,
@@ -293,13 +293,22 @@ impl Pipeline {
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
         // keeps of a photo until its embedding comes is its square, a few numbers and, for faces,
-        // the detector's canvas, for OCR the text detector's view and the decoded pixels.
+        // the detector's canvas and the photo's bytes, for OCR the text detector's view and the
+        // decoded pixels.
         let (in_job, max_pixels) = (span.clone(), self.max_pixels);
         let (decode_start, viewed) = self
             .decoders
             .run(move || {
                 let (_memory, _entered) = (memory, in_job.enter());
-                let viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
+                // The bytes stay with the face canvas until the detector has answered (faces
+                // smaller on it than their chip are cut from a finer decode of them); otherwise
+                // they go once decoded.
+                let fetched = KeptBytes::new(fetched);
+                let kept = views.canvas.is_some().then(|| fetched.clone());
+                let mut viewed = decode_views(fetched, &views, max_pixels).map_err(ItemError::from)?;
+                if let Some(canvas) = viewed.canvas.as_mut() {
+                    canvas.photo = kept;
+                }
                 let pixels = viewed.luma.as_ref().map(PixelSignals::of);
                 Ok::<_, ItemError>((
                     viewed.square,

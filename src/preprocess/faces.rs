@@ -1,18 +1,20 @@
 //! The face views, made on the decode threads: the detector's canvas (the photo letterboxed into a
 //! square, keeping its aspect: into the top-left of a black one as InsightFace and OpenCV feed their
-//! detectors, or centred in a grey one as YOLOv5-face's `letterbox` does), and once the detector has found faces on it, each face aligned to the recognizer's
-//! chip (ArcFace's 112 x 112, dlib's 150 x 150), warped from the same canvas pixels the detector saw.
+//! detectors, or centred in a grey one as YOLOv5-face's `letterbox` does), and once the detector
+//! has found faces on it, each face aligned to the recognizer's chip (ArcFace's 112 x 112, dlib's
+//! 150 x 150).
 //!
-//! Warping from the canvas rather than the full photo keeps one photo's pixels at the canvas's
-//! size while its faces are found; a face under about 40 canvas pixels is then upscaled into its
-//! crop (docs/design.md, "Faces").
+//! A chip is cut from pixels at least as fine as the chip: from the canvas where it holds the face
+//! at the chip's size, else from the photo decoded again, from the bytes kept with the canvas
+//! until the detector has answered, at the DCT scale that does (docs/design.md, "Finer pixels").
 
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::RgbImage;
 
 use super::PreprocessError;
+use crate::decode::{DecodeOptions, Decoded};
 
 /// A recognizer's face chip: its side, and where the five landmarks (eyes, nose, mouth corners)
 /// go on it. The chip is part of a recognizer's format: a model fed faces placed otherwise
@@ -40,8 +42,9 @@ pub const DLIB_CHIP: Chip = Chip {
 
 /// The version of how chips are cut (their templates, the pixels they come from): part of a
 /// recognizer's id, since embeddings of chips cut otherwise do not compare. Raise it whenever a
-/// chip changes. 2: dlib's template from its mean face (issue 35).
-pub const CHIP_RULE: u32 = 2;
+/// chip changes. 2: dlib's template from its mean face (issue 35). 3: faces the canvas holds
+/// smaller than their chip cut from a finer decode of the photo.
+pub const CHIP_RULE: u32 = 3;
 
 /// Where a detector wants the photo on its canvas, and what around it: part of a detector's format,
 /// since a detector fed the photo placed otherwise answers boxes shifted, or misses faces at the
@@ -74,6 +77,31 @@ pub struct FaceCanvas {
     pub offset: [f32; 2],
     /// The upright full-size photo's width and height.
     pub full_size: (u32, u32),
+    /// The photo's bytes, kept until the detector has answered, for faces too small on the canvas.
+    pub photo: Option<KeptBytes>,
+}
+
+/// A photo's bytes (and whatever they hold, such as their share of the fetched-bytes budget),
+/// shared by whoever may decode them again.
+#[derive(Clone)]
+pub struct KeptBytes(Arc<dyn AsRef<[u8]> + Send + Sync>);
+
+impl KeptBytes {
+    pub fn new(bytes: impl AsRef<[u8]> + Send + Sync + 'static) -> Self {
+        KeptBytes(Arc::new(bytes))
+    }
+}
+
+impl AsRef<[u8]> for KeptBytes {
+    fn as_ref(&self) -> &[u8] {
+        (*self.0).as_ref()
+    }
+}
+
+impl fmt::Debug for KeptBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeptBytes({} bytes)", self.as_ref().len())
+    }
 }
 
 impl FaceCanvas {
@@ -106,7 +134,57 @@ pub fn canvas(image: &RgbImage, full_size: (u32, u32), layout: CanvasLayout) -> 
     let mut canvas = RgbImage::from_pixel(side, side, image::Rgb([fill; 3]));
     image::imageops::replace(&mut canvas, &resized, i64::from(x), i64::from(y));
     let (scale, offset) = (new_height as f32 / height as f32, [x as f32, y as f32]);
-    Ok(FaceCanvas { image: Arc::new(canvas), scale, offset, full_size })
+    Ok(FaceCanvas { image: Arc::new(canvas), scale, offset, full_size, photo: None })
+}
+
+/// How to decode the photo again for the faces with these `landmarks` (canvas pixels): at the
+/// coarsest DCT scale that holds each face the canvas would enlarge into its chip at least at the
+/// chip's size (the decode's 90% rule: enlarged by at most 1.11x; full size for every format but
+/// JPEG), or `None` where the canvas holds every face at its chip's size.
+pub fn finer_decode(
+    canvas: &FaceCanvas,
+    landmarks: &[[[f32; 2]; 5]],
+    chip: &Chip,
+    max_pixels: u64,
+) -> Option<DecodeOptions> {
+    let enlargement = landmarks.iter().map(|points| enlargement(points, chip)).fold(1.0, f32::max);
+    if enlargement <= 1.0 {
+        return None;
+    }
+    let short = canvas.full_size.0.min(canvas.full_size.1);
+    // Chip pixels per full-size pixel, over the photo's short side.
+    let target = (f64::from(short) * f64::from(enlargement * canvas.scale)).ceil() as u32;
+    Some(if target >= short {
+        DecodeOptions::full_size(max_pixels)
+    } else {
+        DecodeOptions::for_input(target, max_pixels)
+    })
+}
+
+/// Each face's chip, and how many pixels of what it was cut from stand for one of the full-size
+/// photo: cut from the canvas where it holds the face at least at the chip's size, else from
+/// `finer`, the photo decoded as [`finer_decode`] says.
+pub fn chips(
+    canvas: &FaceCanvas,
+    landmarks: &[[[f32; 2]; 5]],
+    chip: &Chip,
+    finer: Option<&Decoded>,
+) -> Vec<(RgbImage, f32)> {
+    let cut = |points: &[[f32; 2]; 5]| match finer {
+        Some(photo) if enlargement(points, chip) > 1.0 => {
+            let scale = photo.image.width() as f32 / photo.full_size.0 as f32;
+            let on_photo = points.map(|point| canvas.to_photo(point).map(|v| v * scale));
+            (aligned_face(&photo.image, &on_photo, chip), scale)
+        }
+        _ => (aligned_face(&canvas.image, points, chip), canvas.scale),
+    };
+    landmarks.iter().map(cut).collect()
+}
+
+/// Chip pixels per pixel of `landmarks`' image: over 1, the chip would enlarge the face.
+fn enlargement(landmarks: &[[f32; 2]; 5], chip: &Chip) -> f32 {
+    let [a, b, ..] = similarity(landmarks, &chip.template);
+    a.hypot(b) as f32
 }
 
 /// The face with these `landmarks` (canvas pixels) aligned to `chip`: the least-squares similarity
@@ -236,6 +314,37 @@ mod tests {
         let crop = aligned_face(&canvas, &shifted, &ARCFACE_CHIP);
         assert_eq!(crop.get_pixel(0, 5).0, [10, 5, 7]);
         assert_eq!(crop.get_pixel(111, 5).0, [0, 0, 0], "x 121 lies outside the 112-wide canvas");
+    }
+
+    #[test]
+    fn a_face_the_canvas_holds_smaller_than_its_chip_is_cut_from_a_finer_decode() {
+        // A 4000 x 3000 photo on the 640 canvas (scale 0.16): a face whose eyes lie 35.2 canvas px
+        // apart fits ArcFace's chip; one at 11.7 px would be enlarged 3x, so the photo is decoded
+        // again with its short side covering 3000 x 0.16 x 3 = 1440 px (a JPEG's 1/2 scale).
+        let mut canvas = canvas(&RgbImage::new(400, 300), (4000, 3000), TOP_LEFT).unwrap();
+        canvas.scale = 0.16;
+        let fits = ARCFACE_CHIP.template;
+        let small = ARCFACE_CHIP.template.map(|[x, y]| [x / 3.0 + 200.0, y / 3.0 + 100.0]);
+        assert_eq!(finer_decode(&canvas, &[fits], &ARCFACE_CHIP, 1 << 30), None);
+        let options = finer_decode(&canvas, &[fits, small], &ARCFACE_CHIP, 1 << 30).unwrap();
+        assert_eq!((options.target_short_side, options.max_pixels), (Some(1440), 1 << 30));
+        // Where that would pass the photo's own side, it is decoded at full size.
+        canvas.scale = 0.5;
+        let full = finer_decode(&canvas, &[small], &ARCFACE_CHIP, 1 << 30).unwrap();
+        assert_eq!(full.target_short_side, None);
+
+        // The small face comes from the finer pixels (white), the other from the canvas (black).
+        canvas.scale = 0.16;
+        let finer = Decoded {
+            image: RgbImage::from_pixel(2000, 1500, image::Rgb([255; 3])),
+            format: crate::decode::Format::Jpeg,
+            full_size: (4000, 3000),
+            scale_denom: 2,
+            metadata: Default::default(),
+        };
+        let cut = chips(&canvas, &[fits, small], &ARCFACE_CHIP, Some(&finer));
+        assert_eq!((cut[0].1, cut[1].1), (0.16, 0.5), "pixels per full-size pixel of each source");
+        assert_eq!((cut[0].0.get_pixel(56, 56).0, cut[1].0.get_pixel(56, 56).0), ([0; 3], [255; 3]));
     }
 
     #[test]

@@ -18,7 +18,9 @@ use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{GrayImage, RgbImage};
 
 pub use self::{
-    faces::{ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, Letterbox, aligned_face},
+    faces::{
+        ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, KeptBytes, Letterbox, chips, finer_decode,
+    },
     ocr::{
         CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, MAX_VIEW_SIDE, MIN_RECOGNIZER_WIDTH, OcrView, classifier_input,
         line_crop, ocr_view, recognizer_input,

@@ -452,13 +452,13 @@ mod tests {
             Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "no object".into())), bytes: None },
         ];
         let heads = vec!["aesthetic".to_string(), "sharp".to_string()];
-        let columns = Columns { heads, faces: Some("dlib:00:chips-2".into()), ocr: true };
+        let columns = Columns { heads, faces: Some("dlib:00:chips-3".into()), ocr: true };
         let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &columns).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
         assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
         assert!(kv.contains(&KeyValue::new(DIM_KEY.into(), "2".to_string())));
-        assert!(kv.contains(&KeyValue::new(FACE_RECOGNIZER_KEY.into(), "dlib:00:chips-2".to_string())));
+        assert!(kv.contains(&KeyValue::new(FACE_RECOGNIZER_KEY.into(), "dlib:00:chips-3".to_string())));
         let batch = builder.build().unwrap().next().unwrap().unwrap();
         assert_eq!(batch.num_rows(), 2);
         let column = |name: &str| batch.column_by_name(name).unwrap();

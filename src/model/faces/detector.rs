@@ -220,7 +220,7 @@ impl Tower for FaceDetector {
     fn check(&mut self) -> Result<(), ModelError> {
         let side = self.info.side;
         let image = image::RgbImage::new(side, side).into();
-        let canvas = FaceCanvas { image, scale: 1.0, offset: [0.0; 2], full_size: (side, side) };
+        let canvas = FaceCanvas { image, scale: 1.0, offset: [0.0; 2], full_size: (side, side), photo: None };
         self.detect(&canvas).map(drop)
     }
 }
