@@ -212,11 +212,11 @@ impl ServerRun {
     }
 }
 
-/// The worker's wall seconds in the face stages (detection, recognition) since `before`, their
-/// totals when it was taken (`[0.0; 2]`: so far).
-fn face_stages(server: &Server, before: [f64; 2]) -> [f64; 2] {
+/// The seconds in the face stages (the detector and the recognizer on the worker, the chips on the
+/// decode threads) since `before`, their totals when it was taken (`[0.0; 3]`: so far).
+fn face_stages(server: &Server, before: [f64; 3]) -> [f64; 3] {
     let metrics = common::scrape(server);
-    let mut stages = ["face_detection", "face_recognition"]
+    let mut stages = ["face_detection", "face_chips", "face_recognition"]
         .map(|stage| common::series(&metrics, "clipfn_stage_duration_seconds_sum", &[("stage", stage)]));
     stages.iter_mut().zip(before).for_each(|(stage, before)| *stage -= before);
     stages
@@ -228,7 +228,7 @@ fn face_row(
     row: &str,
     without: &ServerRun,
     with: &ServerRun,
-    [detector, recognizer]: [f64; 2],
+    [detector, chips, recognizer]: [f64; 3],
     server: &Server,
 ) -> String {
     let (plain, faces) = (without.work.per_cpu_second(), with.work.per_cpu_second());
@@ -239,11 +239,12 @@ fn face_row(
     // No face found: no time a face.
     let per_face = if with.faces > 0.0 { format!("{:.1}", ms(recognizer, with.faces)) } else { "-".into() };
     format!(
-        "| {row} | {plain:.0} | {faces:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {per_face} | {per_photo:.2} | {rss:.0} |\n",
+        "| {row} | {plain:.0} | {faces:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {per_face} | {per_photo:.2} | {rss:.0} |\n",
         1000.0 / plain,
         1000.0 / faces,
         plain / faces,
         ms(detector, with.work.photos),
+        ms(chips, with.work.photos),
         ms(recognizer, with.work.photos),
     )
 }
@@ -253,12 +254,12 @@ fn face_row(
 /// would last a minute whatever CLIPFN_BENCH_SECONDS says.
 const FACE_ARCH_PER_REQUEST: usize = 4;
 
-fn face_cost(server: &Server, keys: &[String], clients: usize, seconds: f64) -> (ServerRun, ServerRun, [f64; 2]) {
+fn face_cost(server: &Server, keys: &[String], clients: usize, seconds: f64) -> (ServerRun, ServerRun, [f64; 3]) {
     let per_request = FACE_ARCH_PER_REQUEST;
     let (plain, faces) = ((keys, Endpoint::Analyze), (keys, Endpoint::AnalyzeFaces));
     request(server, plain, 0, per_request);
     request(server, faces, 0, per_request);
-    let before = face_stages(server, [0.0; 2]);
+    let before = face_stages(server, [0.0; 3]);
     let phase = seconds / (2 * ROUNDS) as f64;
     let (mut without, mut with) = (ServerRun::default(), ServerRun::default());
     for _ in 0..ROUNDS {
@@ -279,7 +280,7 @@ struct Measured {
     /// And on `/v1/analyze` with faces (the SCRFD-format test models).
     faces: ServerRun,
     /// The face stages' seconds over the phases (only `faces`'s run them).
-    face_stages: [f64; 2],
+    face_stages: [f64; 3],
     alone_one: Work,
     alone_all: Work,
     inference: Work,
@@ -308,7 +309,7 @@ fn measure(
     let phase = seconds / (2 * ROUNDS) as f64;
     let (embed, analyze, faces) = ((keys, Endpoint::Embed), (keys, Endpoint::Analyze), (keys, Endpoint::AnalyzeFaces));
     let mut m = Measured::default();
-    let before = face_stages(server, [0.0; 2]);
+    let before = face_stages(server, [0.0; 3]);
     for _ in 0..ROUNDS {
         m.alone_one.add(decode_alone(photos, ALONE_SECONDS, 1));
         m.inference.add(inference_alone(model, batch, INFERENCE_SECONDS));
@@ -389,7 +390,8 @@ fn main() {
          | photos | store | embed photos/CPU-s | analyze photos/CPU-s | analyze CPU per photo / embed's |\n|---|---|---|---|---|\n",
     );
     // Faces: `/v1/analyze` with and without them, in turns on the same server; what the detector and
-    // the recognizer took on the worker (wall time, from the stage metrics), and the peak RSS.
+    // the recognizer took on the worker and the chips on the decode threads (wall time, from the
+    // stage metrics), and the peak RSS.
     let mut faces_md = format!(
         "\n## `/v1/analyze` with faces\n\nThe same closed loop with `\"faces\": true` and `false` in turns on one \
          server: with the SCRFD-format test models (tools/models/faces.py) in the phases above, and with \
@@ -399,10 +401,11 @@ fn main() {
          {FACE_ARCH_PER_REQUEST} photos per request, file store; the real models also on the real face photos \
          (Solvay 1927's 29 faces, portraits, photos without a face). CPU per photo (utime + stime), the worker's wall \
          time on the detector per photo and on the recognizer per photo and per face over the phases with faces, \
+         the chips' on the decode threads per photo (with the finer decode where a face needs one), \
          the faces found per photo, and the server's peak RSS after all its phases.\n\n\
          | photos | store | models | analyze photos/CPU-s | with faces | CPU ms per photo | with faces | with / without | \
-         detector ms/photo | recognizer ms/photo | ms/face | faces/photo | peak RSS MiB |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         detector ms/photo | chips ms/photo | recognizer ms/photo | ms/face | faces/photo | peak RSS MiB |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let only_faces = env_or("CLIPFN_BENCH_ONLY_FACES", 0) == 1;
     let local = |bucket: &Path, faces: &str| {

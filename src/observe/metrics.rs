@@ -33,6 +33,9 @@ pub enum Stage {
     Heads,
     /// A canvas on the face detector.
     FaceDetection,
+    /// A photo's faces aligned to their chips on a decode thread, with the finer decode where one
+    /// is needed.
+    FaceChips,
     /// A batch of aligned faces on the face recognizer.
     FaceRecognition,
     /// A view on the text detector.
@@ -53,6 +56,7 @@ impl Stage {
             Stage::TextInference => "text_inference",
             Stage::Heads => "heads",
             Stage::FaceDetection => "face_detection",
+            Stage::FaceChips => "face_chips",
             Stage::FaceRecognition => "face_recognition",
             Stage::TextDetection => "text_detection",
             Stage::LineClassification => "line_classification",

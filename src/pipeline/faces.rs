@@ -7,6 +7,7 @@ use super::{ItemError, Pipeline};
 use crate::{
     decode,
     model::{Detection, Detections},
+    observe::metrics::Stage,
     preprocess::{FaceCanvas, chips, finer_decode},
 };
 
@@ -67,7 +68,7 @@ impl Pipeline {
             _ => None,
         };
         let canvas = placed.clone();
-        let (_, crops) = self
+        let (started, crops) = self
             .decoders
             .run(move || {
                 let _memory = memory;
@@ -75,6 +76,7 @@ impl Pipeline {
                 Ok::<_, ItemError>(chips(&canvas, &landmarks, &chip, finer.as_ref()))
             })
             .await;
+        self.metrics.stage(Stage::FaceChips, started.elapsed());
         let crops: Vec<(image::RgbImage, f32)> = crops?;
         let (crops, cut_scales): (Vec<_>, Vec<_>) = crops.into_iter().unzip();
         let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;
