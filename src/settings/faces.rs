@@ -51,10 +51,9 @@ pub struct FaceSettings {
     /// person's core (the album app's 2).
     #[serde(default = "defaults::min_faces")]
     pub face_min_faces: usize,
-    /// Faces under this many pixels on their short side, in the pixels their chip is cut from (the
-    /// photo's, or the detector canvas's where it shrank the photo), are answered but join no
-    /// person: their chips stray from their own person (measured: docs/faces-real-weights.md,
-    /// "Small faces").
+    /// Faces under this many pixels on their short side, in the pixels their chip is cut from (at
+    /// most the photo's: `preprocess::chips`), are answered but join no person: their chips stray
+    /// from their own person (measured: docs/faces-real-weights.md, "Small faces").
     #[serde(default = "defaults::face_min_size")]
     pub face_min_size: u32,
     /// How near a new person's centre must be to a known person's exemplars to be answered as
