@@ -92,6 +92,10 @@ pub struct Pipeline {
     square: Transform,
     /// CLIPFN_MAX_DECODE_BYTES, when set.
     decode_memory: Option<Budget>,
+    /// Places for photos whose views are for a detector (a face canvas, an OCR view), from their
+    /// decode until the detectors have answered: twice the decode threads, so that decoding runs
+    /// that far ahead of the detectors and no further (docs/design.md, "Finer pixels").
+    detector_places: std::sync::Arc<tokio::sync::Semaphore>,
     max_pixels: u64,
     metrics: std::sync::Arc<Metrics>,
 }
@@ -110,6 +114,7 @@ impl Pipeline {
             admission: Admission::new(limits.max_queued_images, &metrics),
             decoders: DecodePool::new(limits.decode_threads(), limits.decode_timeout()),
             decode_memory: limits.max_decode_bytes.map(Budget::new),
+            detector_places: std::sync::Arc::new(tokio::sync::Semaphore::new(2 * limits.decode_threads())),
             max_pixels: limits.max_image_pixels,
             metrics,
         }
@@ -272,9 +277,11 @@ impl Pipeline {
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
         *size = Some(fetched.bytes.len() as u64);
 
-        // Memory first, then a decode thread (in that order always, so that neither waits on the
-        // other): the reservation moves into the job with the bytes, and both are let go as the
-        // job goes on (the bytes once decoded), even if the photo stopped waiting for it.
+        // A detector's place first (when a detector is asked for), then memory, then a decode
+        // thread (in that order always, so that none waits on another): the reservation moves
+        // into the job with the bytes, and both are let go as the job goes on (the bytes once
+        // decoded), even if the photo stopped waiting for it; the place once the detectors have
+        // answered.
         let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
         let reader = self.worker.ocr_info().filter(|_| wants.ocr);
         let views = Views {
@@ -282,6 +289,11 @@ impl Pipeline {
             luma: wants.pixels,
             canvas: detector.map(|d| d.canvas()),
             ocr: reader.map(|reader| reader.resolution),
+        };
+        let place = if views.canvas.is_some() || views.ocr.is_some() {
+            Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))
+        } else {
+            None
         };
         let memory = match &self.decode_memory {
             Some(budget) => {
@@ -348,7 +360,12 @@ impl Pipeline {
                 _ => None,
             }
         };
-        let (embedded, faces, ocr) = futures::join!(self.worker.embed(square, span), faces, text);
+        let detected = async {
+            let detected = futures::join!(faces, text);
+            drop(place);
+            detected
+        };
+        let (embedded, (faces, ocr)) = futures::join!(self.worker.embed(square, span), detected);
         let embedded = embedded?;
         timings.queue = Interval::new(queued, embedded.started);
         self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));

@@ -77,6 +77,17 @@ mod defaults {
 }
 
 impl ModelSettings {
+    /// These settings with ONNX Runtime's CPU arena, whatever CLIPFN_CPU_ARENA says: for the towers
+    /// that run one large view at a time (the face and text detectors, OCR's line towers). With the
+    /// arena off, each of their activations of 1 MiB or more is a fresh mapping (`sys::memory`),
+    /// faulted in and zeroed on every run: the text detector spent 2.0 s of CPU on a 1184 x 736
+    /// view, 0.41 s with the arena, for 20 MiB more RSS (108 MiB at the largest view, 4096 x 736);
+    /// SCRFD-2.5G at 640, 140 ms against 99 ms, for 7 MiB (ONNX Runtime 1.31.1 under clipfn's
+    /// malloc settings). Their arena holds one view's activations, not a batch's.
+    pub fn with_cpu_arena(&self) -> ModelSettings {
+        ModelSettings { cpu_arena: true, ..self.clone() }
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         require_positive(&[("CLIPFN_BATCH_SIZE", self.batch_size.unwrap_or(1) as u64)])?;
         if self.model.trim().is_empty() {

@@ -143,7 +143,7 @@ impl FaceDetector {
         file: String,
         faces: &FaceSettings,
     ) -> Result<Self, ModelError> {
-        let session = runtime.session(settings, data).map_err(|e| refuse("detector", &file, e))?;
+        let session = runtime.session(&settings.with_cpu_arena(), data).map_err(|e| refuse("detector", &file, e))?;
         let [input] = session.inputs() else {
             return Err(refuse("detector", &file, format!("has {} inputs, not one image", session.inputs().len())));
         };

@@ -146,13 +146,7 @@ impl Graph {
         (what, file): (&str, &str),
         shape: &str,
     ) -> Result<Self, ModelError> {
-        // With the arena off, every activation of 1 MiB or more is a fresh mapping
-        // (`sys::memory`), faulted in and zeroed on each run: on a 1184 x 736 view the detector
-        // then spent 2.0 s of CPU, 0.41 s with the arena, for 20 MiB more RSS (108 MiB more at the
-        // largest view, 4096 x 736; measured with ONNX Runtime 1.31.1 in Python under clipfn's
-        // malloc settings). OCR's towers keep their arena whatever CLIPFN_CPU_ARENA says.
-        let settings = ModelSettings { cpu_arena: true, ..settings.clone() };
-        let session = runtime.session(&settings, data).map_err(|e| refuse(what, file, e))?;
+        let session = runtime.session(&settings.with_cpu_arena(), data).map_err(|e| refuse(what, file, e))?;
         let ([input], [output]) = (session.inputs(), session.outputs()) else {
             return Err(refuse(what, file, format!("has not one input and one output, {shape}")));
         };
