@@ -402,6 +402,87 @@ fn the_librarys_events_and_bursts_by_docs_queries_are_the_albums() {
     assert_eq!(bursts, [(0..5).map(|i| format!("burst-{i}.jpg")).collect::<Vec<_>>()]);
 }
 
+/// The real face stack (SCRFD-2.5G with the rebuilt dlib recognizer, on the real face photos) and
+/// the YOLOv5-face format (the drawn-face model, on tools/draw_faces.py's photos) through backfill:
+/// each row's faces are /v1/analyze's (boxes and scores, embeddings at cosine 0.9999, dlib's 128
+/// values), and the files name the recognizer every face answer names.
+#[test]
+fn the_dlib_and_yolov5_face_formats_come_through_backfill() {
+    let photos = tempfile::tempdir().unwrap();
+    let real = photos.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let face_photos = PathBuf::from(setup_var("CLIPFN_TEST_FACE_PHOTOS"));
+    for name in ["solvay_conference_1927.jpg", "newton.png", "obama.jpg", "coffee.png"] {
+        std::fs::copy(face_photos.join(name), real.join(name)).unwrap();
+    }
+    let drawn = photos.path().join("drawn");
+    let status = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(common::repo().join("tools/draw_faces.py"))
+        .arg(&drawn)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "tools/draw_faces.py");
+    let store = format!("file://{}", photos.path().display());
+    for (folder, set, recognizer, dim) in [
+        ("CLIPFN_TEST_FACES_REAL", "real", "dlib:", 128),
+        ("CLIPFN_TEST_FACES_YOLOV5_FACE_DRAWN", "drawn", "arcface:", 512),
+    ] {
+        let faces = setup_var(folder);
+        let out = tempfile::tempdir().unwrap();
+        let args = ["--source", &format!("{store}/{set}/"), "--out", &format!("file://{}", out.path().display())];
+        let envs = [("CLIPFN_STORE", &*store), ("CLIPFN_FACE_MODEL", &faces)];
+        let done = summary(&backfill(0, &args, &envs).output().unwrap());
+        let read = read_back(out.path());
+        let mut names: Vec<String> = std::fs::read_dir(photos.path().join(set))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.ends_with(".json"))
+            .collect();
+        names.sort();
+        assert_eq!(done["embedded"].as_u64(), Some(names.len() as u64), "{set}: {done}");
+
+        let server = ServerConfig::local(&photos.path().join(set)).env("CLIPFN_FACE_MODEL", &faces).start();
+        let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names }));
+        assert_eq!(status, 200, "{body}");
+        let mut found = 0;
+        for (i, name) in names.iter().enumerate() {
+            let row = read["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["key"].as_str().unwrap().ends_with(&format!("/{name}")));
+            let (row, api) = (row.unwrap_or_else(|| panic!("{set}: no row for {name}")), &body["data"][i]);
+            let (row_faces, api_faces) = (row["faces"].as_array().unwrap(), api["faces"].as_array().unwrap());
+            assert_eq!(row_faces.len(), api_faces.len(), "{set}/{name}");
+            for (a, b) in row_faces.iter().zip(api_faces) {
+                let close = |x: &Value, y: &Value| (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-3;
+                assert!(close(&a["score"], &b["score"]), "{set}/{name}: {a} {b}");
+                assert!((0..4).all(|k| close(&a["box"][k], &b["box"][k])), "{set}/{name}: {a} {b}");
+                assert!(b["recognizer"].as_str().unwrap().starts_with(recognizer), "{b}");
+                let vector =
+                    |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect::<Vec<_>>();
+                let (ours, theirs) = (vector(&a["embedding"]), vector(&b["embedding"]));
+                assert_eq!(ours.len(), dim, "{set}/{name}");
+                assert!(cosine(&ours, &theirs) >= 0.9999, "{set}/{name}: cosine {}", cosine(&ours, &theirs));
+                found += 1;
+            }
+        }
+        assert!(found >= 4, "{set}: {found} faces");
+        let id = body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|item| item["faces"].as_array().into_iter().flatten())
+            .next()
+            .unwrap()["recognizer"]
+            .clone();
+        for file in read["files"].as_array().unwrap() {
+            assert_eq!(file["face_recognizer"], id, "{set}: {file}");
+        }
+    }
+}
+
 #[test]
 fn unreadable_manifest_or_unwritable_out_fails_the_task() {
     let photos = tempfile::tempdir().unwrap();

@@ -3,7 +3,8 @@
 
 Usage: read_backfill.py DIR [NAME=VALUE ...]
 
-{"files": [{"name", "model", "dim", "rows"}],            per file, from pyarrow's Parquet metadata
+{"files": [{"name", "model", "dim", "rows",            per file, from pyarrow's Parquet metadata
+            "face_recognizer"}],                         (null when the file holds no faces)
  "rows": [{"key", "embedding", "error_code", "bytes",    every row, from pyarrow; the hash as the
            "hash", "sharpness", "taken_at", "location",  API writes it (16 hex digits)
            "width", "height", "scores", "faces",
@@ -65,6 +66,7 @@ def main() -> None:
             "model": meta.get(b"clipfn.model", b"").decode(),
             "dim": int(meta.get(b"clipfn.dim", b"0")),
             "rows": table.num_rows,
+            "face_recognizer": meta[b"clipfn.face_recognizer"].decode() if b"clipfn.face_recognizer" in meta else None,
         })
         columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness", "taken_at", "location", "width",
                    "height"]
