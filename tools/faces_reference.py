@@ -275,9 +275,10 @@ class Faces:
         (y,) = self.rec.run(None, {self.rec_input: np.ascontiguousarray(x)})
         return y / np.linalg.norm(y, axis=1, keepdims=True)
 
-    def detect(self, photo, full_size, min_score=None, path=None):
-        """One photo's answer (see the module doc); boxes clipped to the photo. min_score: None, the
-        format's default. `path`: the photo's file, decoded again for small faces."""
+    def detect(self, path, min_score=None, draft=False):
+        """The answer for the photo at `path` (see the module doc); boxes clipped to the photo.
+        min_score: None, the format's default. draft: a JPEG decoded at clipfn's DCT scale."""
+        photo, full_size = load_photo(path, draft)
         canvas, scale, offset = letterbox(photo, full_size, centred=self.format == "yolov5-face")
         w, h = full_size
         if min_score is None:
@@ -353,7 +354,7 @@ def main():
     a = ap.parse_args()
     if a.cmd == "detect":
         faces = Faces(a.folder, a.arcface_template)
-        out = [faces.detect(*load_photo(path, a.draft), a.min_score, path) for path in a.photos]
+        out = [faces.detect(path, a.min_score, a.draft) for path in a.photos]
     else:
         faces = json.load(sys.stdin)
         out = {"labels": people(faces["embeddings"], faces["photos"], a.eps, a.min_samples)}

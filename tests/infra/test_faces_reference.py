@@ -114,7 +114,7 @@ def detections():
     out = {}
     for name in ("CLIPFN_TEST_FACES_SCRFD", "CLIPFN_TEST_FACES_YUNET"):
         f = fr.Faces(str(folder(name)))
-        out[name] = [(p, f.detect(*fr.load_photo(p))) for p in photos]
+        out[name] = [(p, f.detect(p)) for p in photos]
     return out
 
 
@@ -183,7 +183,7 @@ def test_a_resized_copys_faces_join_their_originals(tmp_path):
         copies.append(q)
     for name in ("CLIPFN_TEST_FACES_SCRFD", "CLIPFN_TEST_FACES_YUNET"):
         f = fr.Faces(str(folder(name)))
-        answers = [f.detect(*fr.load_photo(p)) for p in photos + copies]
+        answers = [f.detect(p) for p in photos + copies]
         embeddings, first, photo_of_face = [], [], []
         for i, a in enumerate(answers):
             first.append(len(embeddings) if a["faces"] else None)
