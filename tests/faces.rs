@@ -8,40 +8,14 @@
 
 mod common;
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-};
+use std::path::{Path, PathBuf};
 
-use common::{ServerConfig, camera_photos, file_name, resized_jpegs, setup_var, store_named};
+use common::{ServerConfig, camera_photos, file_name, python_json, resized_jpegs, setup_var, store_named};
 use serde_json::{Value, json};
 
 /// tools/faces_reference.py's answer.
 fn reference(args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
-    python("faces_reference.py", args, paths, stdin)
-}
-
-/// A Python tool's JSON answer.
-fn python(tool: &str, args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
-    let mut child = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(common::repo().join("tools").join(tool))
-        .args(args)
-        .args(paths)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(value) = stdin {
-        serde_json::to_writer(&mut input, value).unwrap();
-    }
-    input.flush().unwrap();
-    drop(input);
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
+    python_json("faces_reference.py", args, paths, stdin)
 }
 
 /// `/v1/analyze` over `photos` (one store, one request) on a server with the face models in
@@ -178,7 +152,7 @@ fn faces_follow_the_reference_for_both_detector_formats() {
 #[test]
 fn drawn_faces_are_found_where_they_were_drawn_and_people_are_the_persons() {
     let dir = tempfile::tempdir().unwrap();
-    let drawn = python("draw_faces.py", &[dir.path().to_str().unwrap()], &[], None);
+    let drawn = python_json("draw_faces.py", &[dir.path().to_str().unwrap()], &[], None);
     let drawn = drawn.as_array().unwrap();
     let photos: Vec<PathBuf> = drawn.iter().map(|d| dir.path().join(d["file"].as_str().unwrap())).collect();
     let size = |photo: &Value| [photo["width"].as_f64().unwrap() as f32, photo["height"].as_f64().unwrap() as f32];
@@ -396,8 +370,8 @@ fn a_dlib_recognizer_gets_dlibs_chips() {
 fn known_people_name_drawn_faces_and_a_photo_never_shows_one_person_twice() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let mut drawn: Vec<Value> = python("draw_faces.py", &[out], &[], None).as_array().unwrap().clone();
-    drawn.extend(python("draw_faces.py", &[out, "twins"], &[], None).as_array().unwrap().iter().cloned());
+    let mut drawn: Vec<Value> = python_json("draw_faces.py", &[out], &[], None).as_array().unwrap().clone();
+    drawn.extend(python_json("draw_faces.py", &[out, "twins"], &[], None).as_array().unwrap().iter().cloned());
     let photo = |name: &str| drawn.iter().find(|p| p["file"] == name).unwrap().clone();
     let first = [photo("drawn-row.png"), photo("drawn-large.jpg")];
     let second = [photo("drawn-turned-1.jpg"), photo("drawn-turned-6.jpg"), photo("drawn-twins.png")];
@@ -475,8 +449,8 @@ fn known_people_name_drawn_faces_and_a_photo_never_shows_one_person_twice() {
     assert!(of_3.is_some(), "without known people person 3 is another: {}", alone["album"]);
 
     // Bad known people, each refused naming it: an empty person, a 10 kB id, 10^5 exemplars (one
-    // person over CLIPFN_MAX_EXEMPLARS; 1,001 people over CLIPFN_MAX_KNOWN_PEOPLE); an id given
-    // twice is one person, with the embeddings of both.
+    // person over CLIPFN_MAX_EXEMPLARS; 1,001 people over CLIPFN_MAX_KNOWN_PEOPLE), bad vectors
+    // (below); an id given twice is one person, with the embeddings of both.
     let exemplar = known[0]["embeddings"][0].clone();
     let with_known = |people: Value| json!({ "images": keys(&second), "known_people": people });
     let refusals = [
@@ -485,11 +459,38 @@ fn known_people_name_drawn_faces_and_a_photo_never_shows_one_person_twice() {
         (json!([{ "id": "p-0", "embeddings": vec![[0.5]; 100_000] }]), "got 100000"),
         (json!(vec![json!({ "id": "p", "embeddings": [[0.5]] }); 1001]), "over the limit of 1000"),
     ];
+    // Bad vectors, each named by its person and place: one short of the recognizer's dim, one
+    // holding 1e39 (a finite JSON number past f32::MAX, which serde reads as an infinite float32),
+    // one all zeros; the good exemplar before each, so that the index named is the bad one's.
+    let dim = exemplar.as_array().unwrap().len();
+    let mut short = exemplar.clone();
+    short.as_array_mut().unwrap().pop();
+    let mut huge = exemplar.clone();
+    huge[7] = json!(1e39);
+    let one =
+        |bad: Value| json!([{ "id": "p-0", "embeddings": [exemplar] }, { "id": "p-1", "embeddings": [exemplar, bad] }]);
+    let bad_vectors = [
+        (one(short), format!("known_people[1].embeddings[1] has {} values, and this recognizer's", dim - 1)),
+        (one(huge), "known_people[1].embeddings[1] holds a value that is not a finite float32".to_string()),
+        (one(json!(vec![0.0; dim])), "known_people[1].embeddings[1] is all zeros".to_string()),
+    ];
+    let refusals = refusals.into_iter().map(|(people, names)| (people, names.to_string())).chain(bad_vectors);
     for (people, names) in refusals {
         let (status, answer) = server.post_json("/v1/analyze", &with_known(people));
         let message = answer["error"]["message"].as_str().unwrap_or_default();
-        assert!(status == 400 && message.contains(names), "{names}: {status} {answer}");
+        assert!(status == 400 && message.contains(&names), "{names}: {status} {answer}");
     }
+    // 1e309 is past f64's range too: serde_json refuses the number while it parses the body, before
+    // any field is known, so the 400 names its place in the text (a line and a column), not the
+    // field. (JSON has no NaN or Infinity to send.)
+    let mut marked = exemplar.clone();
+    marked[7] = json!(0.123456789);
+    let text = with_known(one(marked)).to_string();
+    assert_eq!(text.matches("0.123456789").count(), 1);
+    let text = text.replace("0.123456789", "1e309");
+    let (status, answer) = server.post_raw("/v1/analyze", text.into_bytes());
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(status == 400 && message.contains("number out of range"), "1e309: {status} {answer}");
     let id = &known[0]["id"];
     let twice = json!([{ "id": id, "embeddings": [exemplar] }, { "id": id, "embeddings": known[0]["embeddings"] }]);
     let (status, answer) = server.post_json("/v1/analyze", &with_known(twice));
@@ -503,5 +504,186 @@ fn known_people_name_drawn_faces_and_a_photo_never_shows_one_person_twice() {
         let (status, answer) = server.post_json("/v1/analyze", &body);
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(status == 400 && message.contains("arcface:0123456789abcdef"), "{answer}");
+    }
+}
+
+/// `list` in the order of its faces.
+fn sorted_by_face<T>(mut list: Vec<(Value, T)>) -> Vec<(Value, T)> {
+    list.sort_by_key(|(face, _)| face.to_string());
+    list
+}
+
+/// Each known person's distance (cosine) from `vector`: to that person's nearest exemplar, as
+/// README defines it.
+fn known_distances(vector: &[f32], known: &[(String, Vec<Vec<f32>>)]) -> Vec<f32> {
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    known
+        .iter()
+        .map(|(_, exemplars)| exemplars.iter().map(|e| 1.0 - dot(vector, e)).fold(f32::INFINITY, f32::min))
+        .collect()
+}
+
+/// `album.unsure` and `maybe` over HTTP on drawn faces, each held to README's rule recomputed here
+/// from the answer's own face embeddings and the exemplars sent: a person of the first album sent
+/// twice, under two ids, leaves each of its faces in the next album about equally near both, so
+/// those faces are `unsure` between the two and name no one; another known person still names its
+/// own; every new person whose centre is within CLIPFN_FACE_SUGGEST_DISTANCE of a known person is
+/// `maybe` the nearest, with that distance, and one beyond it is not.
+#[test]
+fn unsure_faces_and_suggestions_follow_their_rules_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    python_json("draw_faces.py", &[out], &[], None);
+    python_json("draw_faces.py", &[out, "twins"], &[], None);
+    let first = ["drawn-row.png", "drawn-large.jpg"];
+    let second = ["drawn-turned-1.jpg", "drawn-turned-6.jpg", "drawn-twins.png"];
+    let store = store_named(&first.iter().chain(&second).map(|name| dir.path().join(name)).collect::<Vec<_>>());
+    let folder = setup_var("CLIPFN_TEST_FACES_SCRFD_DRAWN");
+    let start = |suggest: &str| {
+        ServerConfig::local(store.path())
+            .env("CLIPFN_FACE_MODEL", &folder)
+            .env("CLIPFN_FACE_SUGGEST_DISTANCE", suggest)
+            .start()
+    };
+    // Every new person is within 2, the farthest a cosine distance goes: each gets its `maybe`.
+    let server = start("2");
+    let max_distance = server.get("/readyz").1["faces"]["max_distance"].as_f64().unwrap() as f32;
+    let (status, album) = server.post_json("/v1/analyze", &json!({ "images": first }));
+    assert_eq!(status, 200, "{album}");
+    let face_embedding = |answer: &Value, f: &Value| {
+        floats(&answer["data"][f[0].as_u64().unwrap() as usize]["faces"][f[1].as_u64().unwrap() as usize]["embedding"])
+    };
+    let persons: Vec<Vec<Vec<f32>>> = album["album"]["people"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["exemplars"].as_array().unwrap().iter().map(|f| face_embedding(&album, f)).collect())
+        .collect();
+    assert_eq!(persons.len(), 4, "{}", album["album"]);
+
+    // The next album's faces, and which first-album persons reach them.
+    let (status, plain) = server.post_json("/v1/analyze", &json!({ "images": second }));
+    assert_eq!(status, 200, "{plain}");
+    let mut plain_faces: Vec<Vec<f32>> = Vec::new();
+    for (i, item) in plain["data"].as_array().unwrap().iter().enumerate() {
+        let count = item["faces"].as_array().unwrap().len();
+        plain_faces.extend((0..count).map(|j| face_embedding(&plain, &json!([i, j]))));
+    }
+    let everyone: Vec<(String, Vec<Vec<f32>>)> =
+        persons.iter().enumerate().map(|(k, e)| (format!("{k}"), e.clone())).collect();
+    let reached = |k: usize| plain_faces.iter().filter(|e| known_distances(e, &everyone)[k] <= max_distance).count();
+    let mut in_next: Vec<usize> = (0..persons.len()).filter(|&k| reached(k) > 0).collect();
+    in_next.sort_by_key(|&k| std::cmp::Reverse(reached(k)));
+    assert!(in_next.len() >= 2, "persons 0, 2 and 3 are drawn in both albums: {in_next:?}");
+    // `a` twice, under two ids, and `b`.
+    let (a, b) = (&persons[in_next[0]], &persons[in_next[1]]);
+    let known = vec![("a".to_string(), a.clone()), ("a-again".to_string(), a.clone()), ("b".to_string(), b.clone())];
+    let known_json: Vec<Value> = known.iter().map(|(id, e)| json!({ "id": id, "embeddings": e })).collect();
+    let recognizer = album["data"][0]["faces"][0]["recognizer"].clone();
+    let request = json!({ "images": second, "known_people": known_json, "recognizer": recognizer });
+    let (status, next) = server.post_json("/v1/analyze", &request);
+    assert_eq!(status, 200, "{next}");
+    // The rules below are recomputed on this answer's own faces.
+    let mut faces: Vec<(Value, Vec<f32>)> = Vec::new();
+    for (i, item) in next["data"].as_array().unwrap().iter().enumerate() {
+        let count = item["faces"].as_array().unwrap().len();
+        assert_eq!(count, plain["data"][i]["faces"].as_array().unwrap().len(), "known people change no face");
+        faces.extend((0..count).map(|j| (json!([i, j]), face_embedding(&next, &json!([i, j])))));
+    }
+
+    // README's rule for each face: its nearest known person within the joining distance names it,
+    // unless the second nearest is within a tenth of that distance of it (unsure); of one photo's
+    // faces a known person would take, the nearest.
+    let margin = max_distance / 10.0;
+    // (face, the two ids) and (face, known person, distance)
+    let mut unsure: Vec<(Value, Vec<&str>)> = Vec::new();
+    let mut claimed: Vec<(Value, usize, f32)> = Vec::new();
+    for (face, embedding) in &faces {
+        let distances = known_distances(embedding, &known);
+        let mut order: Vec<usize> = (0..known.len()).collect();
+        order.sort_by(|&x, &y| distances[x].total_cmp(&distances[y]));
+        let (first, second) = (order[0], order[1]);
+        if distances[first] <= max_distance && distances[second] - distances[first] < margin {
+            let mut between = vec![known[first].0.as_str(), known[second].0.as_str()];
+            between.sort_unstable();
+            unsure.push((face.clone(), between));
+        } else if distances[first] <= max_distance {
+            claimed.push((face.clone(), first, distances[first]));
+        }
+    }
+    let mut named_b: Vec<Value> = claimed
+        .iter()
+        .filter(|(face, person, d)| {
+            *person == 2 && !claimed.iter().any(|(f, p, e)| f[0] == face[0] && f != face && *p == 2 && e < d)
+        })
+        .map(|(face, _, _)| face.clone())
+        .collect();
+    named_b.sort_by_key(|f| f.to_string());
+    assert!(claimed.iter().all(|(_, person, _)| *person == 2), "a face nearer `a` than `a-again` by the margin");
+    assert!(!unsure.is_empty() && !named_b.is_empty(), "unsure {unsure:?}, named b {named_b:?}");
+
+    let answered_unsure: Vec<(Value, Vec<&str>)> = next["album"]["unsure"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            let mut between: Vec<&str> =
+                u["between"].as_array().unwrap().iter().map(|id| id.as_str().unwrap()).collect();
+            between.sort_unstable();
+            (u["face"].clone(), between)
+        })
+        .collect();
+    assert_eq!(sorted_by_face(answered_unsure), sorted_by_face(unsure.clone()), "{}", next["album"]);
+    let people = next["album"]["people"].as_array().unwrap();
+    let ids: Vec<&Value> = people.iter().filter_map(|p| p.get("id")).collect();
+    assert_eq!(ids, [&json!("b")], "an unsure face names no one: {}", next["album"]);
+    let mut b_faces = people[0]["faces"].as_array().unwrap().clone();
+    b_faces.sort_by_key(|f| f.to_string());
+    assert_eq!(b_faces, named_b, "{}", next["album"]);
+
+    // Unsure faces go on as unknown: they are clustered with the rest, into new people. Each new
+    // person's `maybe` is the known person nearest its centre (the normalised sum of its faces),
+    // at that distance; `a` and `a-again` are the same person, so either may be named.
+    let mut suggestions = Vec::new();
+    for person in people.iter().filter(|p| p.get("id").is_none()) {
+        let mut centre = vec![0f32; a[0].len()];
+        for face in person["faces"].as_array().unwrap() {
+            centre.iter_mut().zip(face_embedding(&next, face)).for_each(|(c, x)| *c += x);
+        }
+        let norm = centre.iter().map(|x| x * x).sum::<f32>().sqrt();
+        centre.iter_mut().for_each(|x| *x /= norm);
+        let distances = known_distances(&centre, &known);
+        let nearest = distances.iter().copied().fold(f32::INFINITY, f32::min);
+        let maybe = person.get("maybe").unwrap_or_else(|| panic!("within 2 of everyone, and no maybe: {person}"));
+        let k = known.iter().position(|(id, _)| maybe["id"] == id.as_str()).unwrap();
+        assert!(distances[k] - nearest <= 1e-5, "{person}: nearest at {nearest}, {distances:?}");
+        assert!((maybe["distance"].as_f64().unwrap() as f32 - nearest).abs() <= 1e-4, "{person}: {distances:?}");
+        suggestions.push((person["faces"].clone(), nearest));
+    }
+    let holds_unsure = |faces: &Value| unsure.iter().any(|(u, _)| faces.as_array().unwrap().contains(u));
+    let a_again = suggestions.iter().any(|(faces, _)| holds_unsure(faces));
+    assert!(a_again, "the unsure faces joined no new person: {}", next["album"]);
+
+    // Within a reach that only some new people's centres are in (halfway between the nearest two
+    // distinct distances; or under all of them), only those are `maybe` anyone.
+    let mut distances: Vec<f32> = suggestions.iter().map(|(_, d)| *d).collect();
+    distances.sort_by(f32::total_cmp);
+    distances.dedup_by(|x, y| (*x - *y).abs() < 1e-3);
+    let reach = match distances[..] {
+        [nearest, next_one, ..] => (nearest + next_one) / 2.0,
+        [nearest] => nearest / 2.0,
+        [] => unreachable!("the unsure faces make a new person"),
+    };
+    eprintln!("unsure {unsure:?}; b names {named_b:?}; new people's centres at {suggestions:?}; reach {reach}");
+    let narrower = start(&reach.to_string());
+    let (status, answer) = narrower.post_json("/v1/analyze", &request);
+    assert_eq!(status, 200, "{answer}");
+    let new: Vec<&Value> =
+        answer["album"]["people"].as_array().unwrap().iter().filter(|p| p.get("id").is_none()).collect();
+    assert_eq!(new.len(), suggestions.len(), "{}", answer["album"]);
+    for (faces, distance) in &suggestions {
+        let person =
+            new.iter().find(|p| &p["faces"] == faces).unwrap_or_else(|| panic!("{faces}: {}", answer["album"]));
+        assert_eq!(person.get("maybe").is_some(), *distance <= reach, "reach {reach}, centre at {distance}: {person}");
     }
 }

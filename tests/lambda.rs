@@ -11,7 +11,7 @@ use std::{
 
 use clipfn::hosts::replay::Expectation;
 use common::{Object, Proc, RuntimeApi, camera_photos, with_settings};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The local store the sample events refer to: sample/photo-{1,2,3}.jpg.
 fn sample_store() -> tempfile::TempDir {
@@ -148,4 +148,217 @@ fn ocr_comes_through_replay() {
     let body = analyze_by_replay(("CLIPFN_OCR_MODEL", "CLIPFN_TEST_OCR"));
     assert!(body["data"][0]["ocr"].is_array() && body["data"][2]["ocr"].is_array(), "{body}");
     assert!(body["data"][1].get("ocr").is_none() && body["data"][1]["error"].is_object(), "{body}");
+}
+
+// ---- /v1/analyze's album through the Lambda path, against plain HTTP -------------------------
+
+/// `body` as an HTTP API (v2) event for POST /v1/analyze: the sample analyze event with its body
+/// replaced.
+fn analyze_event(body: &Value) -> Value {
+    let text = std::fs::read_to_string(common::repo().join("events/apigw-v2-analyze-one-bad.json")).unwrap();
+    let mut event: Value = serde_json::from_str(&text).unwrap();
+    event["body"] = Value::String(body.to_string());
+    event
+}
+
+/// The JSON body of a gateway response, which must be a 200.
+fn gateway_body(response: &Value) -> Value {
+    assert_eq!(response["statusCode"], 200, "{response}");
+    assert_ne!(response["isBase64Encoded"], true, "{response}");
+    serde_json::from_str(response["body"].as_str().unwrap()).unwrap()
+}
+
+/// `bodies` posted to /v1/analyze over HTTP, by `clipfn replay` and as invocations of `clipfn
+/// serve` as a Lambda function, each way one process serving `store` with `envs`: the answers'
+/// bodies, `[http, replay, lambda]` for each body.
+fn analyze_three_ways(store: &Path, envs: &[(&str, String)], bodies: &[Value]) -> Vec<[Value; 3]> {
+    // The same batches every way: with_settings' 4 over ServerConfig::local's 8.
+    let server = envs
+        .iter()
+        .fold(common::ServerConfig::local(store).env("CLIPFN_BATCH_SIZE", "4"), |config, (k, v)| config.env(k, v))
+        .start();
+    let over_http = bodies.iter().map(|body| {
+        let (status, answer) = server.post_json("/v1/analyze", body);
+        assert_eq!(status, 200, "{answer}");
+        answer
+    });
+    let over_http: Vec<Value> = over_http.collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = bodies
+        .iter()
+        .enumerate()
+        .map(|(n, body)| {
+            let file = dir.path().join(format!("analyze-{n}.json"));
+            std::fs::write(&file, analyze_event(body).to_string()).unwrap();
+            file
+        })
+        .collect();
+    let output = clipfn(store).envs(envs.iter().map(|(k, v)| (k, v))).arg("replay").args(&files).output().unwrap();
+    assert!(output.status.success(), "replay failed: {}", String::from_utf8_lossy(&output.stderr));
+    let replayed: Vec<Value> = lines(output.stdout).iter().map(|line| gateway_body(&line["response"])).collect();
+    assert_eq!(replayed.len(), bodies.len());
+
+    let runtime_api =
+        RuntimeApi::start(bodies.iter().enumerate().map(|(n, body)| (format!("analyze-{n}"), analyze_event(body))));
+    let mut command = clipfn(store);
+    command.envs(envs.iter().map(|(k, v)| (k, v))).arg("serve").stdout(Stdio::null());
+    let _function = Proc(runtime_api.function_env(&mut command).spawn().unwrap());
+    let invoked = (0..bodies.len()).map(|n| {
+        let answer = runtime_api.response(Duration::from_secs(120));
+        assert_eq!(answer.id, format!("analyze-{n}"));
+        gateway_body(&answer.body)
+    });
+    let invoked: Vec<Value> = invoked.collect();
+
+    over_http.into_iter().zip(replayed).zip(invoked).map(|((http, replay), lambda)| [http, replay, lambda]).collect()
+}
+
+/// Holds each photo's metadata and the album's groupings of `other` (the answer of `path`) to
+/// `http`'s: equal, field by field.
+fn same_album(http: &Value, other: &Value, path: &str) {
+    let (ours, theirs) = (http["data"].as_array().unwrap(), other["data"].as_array().unwrap());
+    assert_eq!(ours.len(), theirs.len(), "{path}: {other}");
+    for (a, b) in ours.iter().zip(theirs) {
+        for field in ["index", "image", "error", "taken_at", "location", "width", "height", "hash", "quality"] {
+            assert_eq!(a.get(field), b.get(field), "{path}, photo {}: {field}", a["index"]);
+        }
+    }
+    for part in ["duplicates", "bursts", "events", "cover"] {
+        assert_eq!(http["album"].get(part), other["album"].get(part), "{path}: album.{part}");
+    }
+}
+
+/// `/v1/analyze` through the Lambda path (`clipfn replay` and a Lambda function) answers what plain
+/// HTTP does on photos with EXIF times and places (tools/exif_reference.py's album: two days in two
+/// cities, and its burst): each photo's `taken_at`, `location`, `width` and `height`, and the
+/// album's events, bursts, duplicates and cover; and those are what the photos were written with.
+#[test]
+fn the_album_through_lambda_and_replay_is_the_album_over_http() {
+    let folder = tempfile::tempdir().unwrap();
+    common::exif_photos("album", folder.path());
+    common::exif_photos("burst", folder.path());
+    let album = ["day2-3.jpg", "day1-0.jpg", "untimed.jpg", "day1-4.jpg", "day2-0.jpg", "day1-2.jpg", "day2-4.jpg"];
+    let album: Vec<&str> = album.into_iter().chain(["day1-1.jpg", "day2-1.jpg", "day2-2.jpg", "day1-3.jpg"]).collect();
+    let burst = ["other.jpg", "burst-3.jpg", "later.jpg", "burst-0.jpg", "burst-4.jpg", "burst-1.jpg", "burst-2.jpg"];
+    let names = album.iter().chain(&burst);
+    let store = common::store(names.map(|name| (format!("album/{name}"), Object::Copy(folder.path().join(name)))));
+    let keys = |names: &[&str]| names.iter().map(|name| format!("album/{name}")).collect::<Vec<_>>();
+    let bodies = [json!({ "images": keys(&album) }), json!({ "images": keys(&burst) })];
+    // The test model's frames of one scene agree at a cosine of about 0.6 to 0.8 (tests/analyze.rs).
+    let envs = [("CLIPFN_BURST_SIMILARITY", "0.5".to_string())];
+    let answers = analyze_three_ways(store.path(), &envs, &bodies);
+
+    for ([http, replay, lambda], names) in answers.iter().zip([&album[..], &burst[..]]) {
+        same_album(http, replay, "replay");
+        same_album(http, lambda, "lambda");
+        let index = |name: &str| names.iter().position(|n| *n == name).unwrap();
+        // What the photos were written with (tools/exif_reference.py): so that three answers
+        // that agree on nothing read count for nothing.
+        for answer in [http, replay, lambda] {
+            let item = |name: &str| &answer["data"][index(name)];
+            if names.contains(&"day1-0.jpg") {
+                let dms = |d: f64, m: f64, s: f64| d + m / 60.0 + s / 3600.0;
+                let cities =
+                    [(4, dms(48.0, 51.0, 24.0), dms(2.0, 21.0, 8.0)), (5, dms(45.0, 45.0, 51.0), dms(4.0, 50.0, 2.0))];
+                for (day, lat, lon) in cities {
+                    for hour in 0..5 {
+                        let photo = item(&format!("day{}-{hour}.jpg", day - 3));
+                        assert_eq!(
+                            photo["taken_at"],
+                            format!("2024-05-0{day}T{:02}:00:00+02:00", 10 + hour),
+                            "{photo}"
+                        );
+                        let location = &photo["location"];
+                        assert!((location["lat"].as_f64().unwrap() - lat).abs() < 1e-9, "{photo}");
+                        assert!((location["lon"].as_f64().unwrap() - lon).abs() < 1e-9, "{photo}");
+                        assert_eq!((&photo["width"], &photo["height"]), (&json!(320 + hour), &json!(240)), "{photo}");
+                    }
+                }
+                let untimed = item("untimed.jpg").as_object().unwrap();
+                assert!(!untimed.contains_key("taken_at") && !untimed.contains_key("location"), "{untimed:?}");
+                assert_eq!((&untimed["width"], &untimed["height"]), (&json!(64), &json!(48)));
+                let events = answer["album"]["events"].as_array().unwrap();
+                assert_eq!(events.len(), 2, "{}", answer["album"]);
+                for (event, day) in events.iter().zip(["day1", "day2"]) {
+                    let expected: Vec<usize> = (0..5).map(|hour| index(&format!("{day}-{hour}.jpg"))).collect();
+                    assert_eq!(event["photos"], json!(expected), "{event}");
+                }
+            } else {
+                for i in 0..5 {
+                    let ms = 100 + 350 * i;
+                    let when = format!("2024-05-04T12:00:{:02}.{:03}+02:00", ms / 1000, ms % 1000);
+                    assert_eq!(item(&format!("burst-{i}.jpg"))["taken_at"], when);
+                }
+                let bursts = answer["album"]["bursts"].as_array().unwrap();
+                let frames: Vec<usize> = (0..5).map(|i| index(&format!("burst-{i}.jpg"))).collect();
+                assert_eq!(bursts.len(), 1, "{}", answer["album"]);
+                assert_eq!(bursts[0]["photos"], json!(frames), "{}", answer["album"]);
+                let best = bursts[0]["best"].as_u64().unwrap() as usize;
+                assert!(frames.contains(&best), "{}", answer["album"]);
+                let cover = answer["album"]["cover"].as_u64().unwrap() as usize;
+                assert!([best, index("other.jpg"), index("later.jpg")].contains(&cover), "{}", answer["album"]);
+            }
+        }
+    }
+}
+
+/// `known_people` through the Lambda path: the people of an album of drawn faces (tools/
+/// draw_faces.py), sent back with their exemplars and the recognizer's id, name the next album's
+/// faces as plain HTTP names them, by replay and as a Lambda function alike.
+#[test]
+fn known_people_through_lambda_and_replay_are_the_people_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    common::python_json("draw_faces.py", &[out], &[], None);
+    common::python_json("draw_faces.py", &[out, "twins"], &[], None);
+    // Persons 0 to 3 in the first album; 2, 3 and 0 in the next (the twins photo: 0 and 3 twice).
+    let first = ["drawn-row.png", "drawn-large.jpg"];
+    let next = ["drawn-turned-1.jpg", "drawn-turned-6.jpg", "drawn-twins.png"];
+    let store = common::store(first.iter().chain(&next).map(|name| (*name, Object::Copy(dir.path().join(name)))));
+    let envs = [("CLIPFN_FACE_MODEL", common::setup_var("CLIPFN_TEST_FACES_SCRFD_DRAWN"))];
+    let server = envs.iter().fold(common::ServerConfig::local(store.path()), |c, (k, v)| c.env(k, v)).start();
+    let (status, album) = server.post_json("/v1/analyze", &json!({ "images": first }));
+    assert_eq!(status, 200, "{album}");
+    let embedding = |f: &Value| {
+        album["data"][f[0].as_u64().unwrap() as usize]["faces"][f[1].as_u64().unwrap() as usize]["embedding"].clone()
+    };
+    let known: Vec<Value> = album["album"]["people"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(k, person)| {
+            let exemplars: Vec<Value> = person["exemplars"].as_array().unwrap().iter().map(embedding).collect();
+            json!({ "id": format!("p-{k}"), "embeddings": exemplars })
+        })
+        .collect();
+    assert_eq!(known.len(), 4, "{}", album["album"]);
+    let recognizer = album["data"][0]["faces"][0]["recognizer"].clone();
+    let body = json!({ "images": next, "known_people": known, "recognizer": recognizer });
+
+    let [http, replay, lambda] = analyze_three_ways(store.path(), &envs, &[body]).remove(0);
+    let people = |answer: &Value| -> Vec<Value> {
+        let people = answer["album"]["people"].as_array().unwrap_or_else(|| panic!("{answer}"));
+        people
+            .iter()
+            .map(|p| {
+                let maybe = p.get("maybe").map(|m| m["id"].clone());
+                json!([p.get("id"), p["faces"], p["representative"], p["exemplars"], maybe])
+            })
+            .collect()
+    };
+    for (path, other) in [("replay", &replay), ("lambda", &lambda)] {
+        assert_eq!(people(&http), people(other), "{path}'s people: {}", other["album"]);
+        assert_eq!(http["album"]["unsure"], other["album"]["unsure"], "{path}");
+        for (a, b) in http["data"].as_array().unwrap().iter().zip(other["data"].as_array().unwrap()) {
+            assert_eq!(a["faces"].as_array().map(Vec::len), b["faces"].as_array().map(Vec::len), "{path}: {b}");
+        }
+    }
+    // The three persons drawn in the next album are known: three ids, each on one person.
+    let mut ids: Vec<&str> =
+        http["album"]["people"].as_array().unwrap().iter().filter_map(|p| p.get("id")?.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "{}", http["album"]);
 }

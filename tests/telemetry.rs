@@ -535,3 +535,118 @@ fn wait_for_log(path: &Path, needle: &str) -> String {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// ---- the place a photo was taken stays out of logs, spans and metrics --------------------
+
+/// Every number in a JSON value, nested ones too.
+fn numbers(value: &Value, out: &mut Vec<f64>) {
+    match value {
+        Value::Number(n) => out.extend(n.as_f64()),
+        Value::Array(items) => items.iter().for_each(|v| numbers(v, out)),
+        Value::Object(fields) => fields.values().for_each(|v| numbers(v, out)),
+        _ => {}
+    }
+}
+
+/// Photos located in four hemispheres (tools/exif_reference.py's corpus) through `/v1/analyze`,
+/// logged at debug in JSON and traced over OTLP: the answer carries each place, and none of its
+/// latitudes or longitudes is in a log line, a span (name, attribute, event) or a metric, neither
+/// as its digits (to 4 decimals, in any format a log or span would write) nor as a number.
+#[test]
+fn locations_never_reach_logs_spans_or_metrics() {
+    let receiver = Receiver::start();
+    let corpus = tempfile::tempdir().unwrap();
+    common::exif_photos("write", corpus.path());
+    let located =
+        ["offset_subsec_paris.jpg", "gps_clock_tokyo.jpg", "south_west_below_sea.jpg", "south_east.jpg", "paris.png"];
+    let store = common::store(located.iter().map(|name| (*name, Object::Copy(corpus.path().join(name)))));
+    let log = store.path().join("server.log");
+    let server = ServerConfig::local(store.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .env("CLIPFN_LOG_FORMAT", "json")
+        .env("RUST_LOG", "debug")
+        .stderr_to(&log)
+        .start();
+    let trace = "5ce0e9a56015fec5aadfa328ae398115";
+    let response = blocking_client()
+        .post(format!("{}/v1/analyze", server.base))
+        .header("content-type", "application/json")
+        .header("traceparent", format!("00-{trace}-{REMOTE_PARENT}-01"))
+        .body(serde_json::to_vec(&serde_json::json!({ "images": located })).unwrap())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().unwrap();
+
+    // The places the answer gives (so that a corpus that lost its GPS fails here), as numbers and
+    // as the digits a log would write: the shortest form, and 4 decimals, truncated and rounded,
+    // of the value and of its magnitude. Values of 3 decimals or fewer (22.9) are too short to
+    // search text for; the numbers check holds them.
+    let mut places = Vec::new();
+    for (i, name) in located.iter().enumerate() {
+        let location = &body["data"][i]["location"];
+        assert!(location["lat"].is_f64() && location["lon"].is_f64(), "{name}: {}", body["data"][i]);
+        places.extend([location["lat"].as_f64().unwrap(), location["lon"].as_f64().unwrap()]);
+    }
+    let mut needles: Vec<String> = Vec::new();
+    for &v in &places {
+        for v in [v, v.abs()] {
+            needles.extend([v.to_string(), (v as f32).to_string(), format!("{v:.4}")]);
+            needles.push(format!("{:.4}", (v * 1e4).trunc() / 1e4));
+        }
+    }
+    needles.retain(|n| n.split_once('.').is_some_and(|(_, decimals)| decimals.len() >= 4));
+    needles.sort();
+    needles.dedup();
+    assert!(needles.len() >= 20, "{needles:?}");
+    let leaked = |text: &str| needles.iter().find(|n| text.contains(n.as_str())).cloned();
+    // The search finds a place written as a log line or a span attribute would write it.
+    for written in [format!("lat={}", places[0]), format!("lon={:.5}", places[3] as f32), format!("{:.4}", -places[1])]
+    {
+        assert!(leaked(&written).is_some(), "{written}: {needles:?}");
+    }
+    let is_a_place = |x: f64| places.iter().any(|p| (x.abs() - p.abs()).abs() <= 1e-6 * p.abs());
+
+    // --- spans: the request's, every stage's, with their attributes and events ---
+    receiver.wait_for("the analyze request's spans", |r| {
+        let ours: Vec<&Span> = r.spans.iter().filter(|(_, s)| hex(&s.trace_id) == trace).map(|(_, s)| s).collect();
+        let count = |name: &str| ours.iter().filter(|s| s.name == name).count();
+        (count("POST /v1/analyze") == 1 && count("decode") == located.len()).then_some(())
+    });
+    // Every span that arrived, the request's and any other.
+    let spans: Vec<Span> = receiver.received.lock().unwrap().spans.iter().map(|(_, s)| s.clone()).collect();
+    for span in &spans {
+        let dump = format!("{span:?}");
+        assert_eq!(leaked(&dump), None, "a place reached a span: {dump}");
+        let attributes = span.attributes.iter().chain(span.events.iter().flat_map(|e| &e.attributes));
+        for kv in attributes {
+            if let Some(any_value::Value::DoubleValue(x)) = kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                assert!(!is_a_place(*x), "a place reached span {}'s {}: {x}", span.name, kv.key);
+            }
+        }
+    }
+
+    // --- metrics: Prometheus text and OTLP ---
+    let text = scrape(&server);
+    assert_eq!(leaked(&text), None, "a place reached /metrics:\n{text}");
+    receiver.wait_for("the analyze request's metrics", |r| {
+        r.metrics.iter().any(|m| m.name == "clipfn_requests_total").then_some(())
+    });
+    let metrics = format!("{:?}", receiver.received.lock().unwrap().metrics);
+    assert_eq!(leaked(&metrics), None, "a place reached an OTLP metric");
+
+    // --- the JSON log, at debug ---
+    let text = wait_for_log(&log, "analyze request");
+    let text = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    assert_eq!(leaked(text), None, "a place reached the log:\n{text}");
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let line: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        let mut found = Vec::new();
+        numbers(&line, &mut found);
+        assert!(!found.into_iter().any(is_a_place), "a place reached the log: {line}");
+    }
+    assert!(text.lines().any(|l| l.contains("\"debug\"") || l.contains("\"DEBUG\"")), "no debug line:\n{text}");
+}

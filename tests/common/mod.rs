@@ -13,6 +13,7 @@ pub mod stores;
 
 use std::{
     collections::HashMap,
+    io::Write,
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -333,6 +334,28 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
     dot / (norm(a) * norm(b))
+}
+
+/// The JSON that the Python tool `tools/TOOL` prints for `args` and `paths`, given `stdin`.
+pub fn python_json(tool: &str, args: &[&str], paths: &[PathBuf], stdin: Option<&Value>) -> Value {
+    let mut child = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools").join(tool))
+        .args(args)
+        .args(paths)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(value) = stdin {
+        serde_json::to_writer(&mut input, value).unwrap();
+    }
+    input.flush().unwrap();
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// Writes tools/exif_reference.py's `what` (`write`: the EXIF corpus, `album`: two days in two
