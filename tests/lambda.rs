@@ -303,6 +303,58 @@ fn the_album_through_lambda_and_replay_is_the_album_over_http() {
     }
 }
 
+/// The real face stack (SCRFD-2.5G with the rebuilt dlib recognizer, on the real face photos) and
+/// the YOLOv5-face format (the drawn-face model, on tools/draw_faces.py's photos) through the
+/// Lambda path: `clipfn replay` and a Lambda function answer the faces, their recognizer and the
+/// people plain HTTP answers.
+#[test]
+fn the_dlib_and_yolov5_face_formats_through_lambda_and_replay_are_the_faces_over_http() {
+    let drawn = tempfile::tempdir().unwrap();
+    common::python_json("draw_faces.py", &[drawn.path().to_str().unwrap()], &[], None);
+    let real = PathBuf::from(common::setup_var("CLIPFN_TEST_FACE_PHOTOS"));
+    let sets = [
+        ("CLIPFN_TEST_FACES_REAL", real.as_path(), ["newton.png", "obama.jpg", "obama2.jpg", "coffee.png"], "dlib:"),
+        (
+            "CLIPFN_TEST_FACES_YOLOV5_FACE_DRAWN",
+            drawn.path(),
+            ["drawn-row.png", "drawn-large.jpg", "drawn-turned-6.jpg", "drawn-empty.png"],
+            "arcface:",
+        ),
+    ];
+    for (folder, photos, names, recognizer) in sets {
+        let store = common::store(names.iter().map(|name| (*name, Object::Copy(photos.join(name)))));
+        let envs = [("CLIPFN_FACE_MODEL", common::setup_var(folder))];
+        let [[http, replay, lambda]] =
+            analyze_three_ways(store.path(), &envs, &[json!({ "images": names })]).try_into().unwrap();
+        let faces = |answer: &Value| -> Vec<Value> {
+            answer["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|item| item["faces"].as_array().unwrap().clone())
+                .collect()
+        };
+        assert!(faces(&http).len() >= 3, "{folder}: {http}");
+        assert!(faces(&http).iter().all(|face| face["recognizer"].as_str().unwrap().starts_with(recognizer)));
+        // The recognizer batches faces as they come, so a face's embedding may differ in its last bits.
+        let numbers = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>();
+        let members = |answer: &Value| -> Vec<Value> {
+            answer["album"]["people"].as_array().unwrap().iter().map(|person| person["faces"].clone()).collect()
+        };
+        for (other, path) in [(&replay, "replay"), (&lambda, "lambda")] {
+            let (ours, theirs) = (faces(&http), faces(other));
+            assert_eq!(ours.len(), theirs.len(), "{folder}: {path}");
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert_eq!((&a["recognizer"], &a["box"], &a["score"]), (&b["recognizer"], &b["box"], &b["score"]));
+                let cosine: f64 =
+                    numbers(&a["embedding"]).iter().zip(numbers(&b["embedding"])).map(|(x, y)| x * y).sum();
+                assert!(cosine >= 0.9999, "{folder}: {path}: cosine {cosine}");
+            }
+            assert_eq!(members(&http), members(other), "{folder}: {path}'s people");
+        }
+    }
+}
+
 /// `known_people` through the Lambda path: the people of an album of drawn faces (tools/
 /// draw_faces.py), sent back with their exemplars and the recognizer's id, name the next album's
 /// faces as plain HTTP names them, by replay and as a Lambda function alike.
