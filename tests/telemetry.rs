@@ -222,17 +222,23 @@ fn embed_traced(server: &Server, images: &[&str], trace_id: &str, parent_id: &st
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const REMOTE_PARENT: &str = "00f067aa0ba902b7";
 
-#[test]
-fn spans_metrics_and_json_logs_arrive_with_their_links() {
-    let receiver = Receiver::start();
-    let store = store();
-    let log = store.path().join("server.log");
-    let server = ServerConfig::local(store.path())
+/// `config` exporting spans and metrics to `receiver` over OTLP/HTTP at once (a 100 ms span batch,
+/// metrics every 300 ms), its log as JSON.
+fn exporting_to(receiver: &Receiver, config: ServerConfig) -> ServerConfig {
+    config
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
         .env("CLIPFN_LOG_FORMAT", "json")
+}
+
+#[test]
+fn spans_metrics_and_json_logs_arrive_with_their_links() {
+    let receiver = Receiver::start();
+    let store = store();
+    let log = store.path().join("server.log");
+    let server = exporting_to(&receiver, ServerConfig::local(store.path()))
         .env("GOOGLE_CLOUD_PROJECT", "clipfn-test")
         // Two photos fill a batch; a lone photo waits long enough for a partner.
         .env("CLIPFN_BATCH_SIZE", "2")
@@ -561,15 +567,8 @@ fn locations_never_reach_logs_spans_or_metrics() {
         ["offset_subsec_paris.jpg", "gps_clock_tokyo.jpg", "south_west_below_sea.jpg", "south_east.jpg", "paris.png"];
     let store = common::store(located.iter().map(|name| (*name, Object::Copy(corpus.path().join(name)))));
     let log = store.path().join("server.log");
-    let server = ServerConfig::local(store.path())
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
-        .env("CLIPFN_LOG_FORMAT", "json")
-        .env("RUST_LOG", "debug")
-        .stderr_to(&log)
-        .start();
+    let server =
+        exporting_to(&receiver, ServerConfig::local(store.path())).env("RUST_LOG", "debug").stderr_to(&log).start();
     let trace = "5ce0e9a56015fec5aadfa328ae398115";
     let response = blocking_client()
         .post(format!("{}/v1/analyze", server.base))

@@ -4,10 +4,7 @@
 
 mod common;
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::{path::Path, process::Command};
 
 use clipfn::tokenize::{JsonTokenizer, Tokenizer};
 use common::{ServerConfig, camera_photos, cosine, file_name, repo, scrape, series, setup_var, store_keyed};
@@ -15,19 +12,8 @@ use serde_json::{Value, json};
 
 /// Runs tools/text_reference.py COMMAND with `input` as JSON on stdin.
 fn reference(command: &str, args: &[&str], input: &Value) -> Value {
-    let mut child = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(repo().join("tools/text_reference.py"))
-        .arg(command)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running tools/text_reference.py");
-    serde_json::to_writer(child.stdin.take().unwrap(), input).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "text_reference.py {command}: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).expect("text_reference.py prints JSON")
+    let args: Vec<&str> = [command].into_iter().chain(args.iter().copied()).collect();
+    common::python_json("text_reference.py", &args, &[], Some(input))
 }
 
 /// Strings of every kind the tokenizer must agree on, the same every run: English, Korean,
