@@ -434,6 +434,15 @@ fn capture_time_place_and_size_follow_pillows_reading_of_the_exif() {
     for name in ["paris.png", "paris.webp"].into_iter().chain(cfg!(feature = "heif").then_some("paris.heic")) {
         assert_eq!(by_name(name)["location"]["alt"], 35.5, "{name}: {}", by_name(name));
     }
+    let wrong_type = by_name("wrong_type.jpg");
+    assert!(wrong_type.get("taken_at").is_none() && wrong_type.get("location").is_some(), "{wrong_type}");
+    for name in ["exiftool_sydney.jpg", "exiftool_sydney.png"] {
+        let sydney = by_name(name);
+        assert_eq!(sydney["taken_at"], "2024-05-04T13:02:01.5+10:00", "{name}: {sydney}");
+        let (lat, lon) = (sydney["location"]["lat"].as_f64().unwrap(), sydney["location"]["lon"].as_f64().unwrap());
+        assert!((lat + 33.8568).abs() < 1e-5 && (lon - 151.2153).abs() < 1e-5, "{name}: {sydney}");
+        assert_eq!(sydney["location"]["alt"], 58.0, "{name}: {sydney}");
+    }
 
     // `"location": false` drops the place and keeps the time.
     let store = store_named(&photos);

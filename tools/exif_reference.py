@@ -1,6 +1,7 @@
 """The reference for /v1/analyze's `taken_at`, `location`, `width` and `height` (tests/analyze.rs).
 
-    exif_reference.py write DIR     writes the EXIF corpus (JPEG, PNG, WebP, HEIC) into DIR
+    exif_reference.py write DIR     writes the EXIF corpus (JPEG, PNG, WebP, HEIC) into DIR: by
+                                    Pillow, and two files (exiftool_*) by exiftool itself
     exif_reference.py album DIR     writes an album for events: two days in two cities, one photo
                                     without a time (day1-*.jpg, day2-*.jpg, untimed.jpg)
     exif_reference.py burst DIR     writes a burst: a cat crossing a table in five frames 350 ms
@@ -22,6 +23,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 
 from PIL import Image
@@ -203,6 +205,8 @@ def write(folder):
             "2024:02:30 10:00:00", gps={LAT: (48.0, 51.0, 24.0), LON: (2.0, 21.0, 0.0)}
         ),
         "bad_offset.jpg": exif_of("2024:05:04 13:02:01", "+5:30"),
+        # DateTimeOriginal as a LONG, not ASCII: the time is left out, the place kept.
+        "wrong_type.jpg": exif_of(20240504, gps=paris()),
         "rotated.jpg": exif_of("2024:05:04 13:02:01", orientation=6),
         "no_exif.jpg": None,
         "paris.png": exif_of("2024:05:04 13:02:01", "+02:00", "5", paris()),
@@ -213,6 +217,16 @@ def write(folder):
     for name, exif in corpus.items():
         kwargs = {} if exif is None else {"exif": exif.tobytes()}
         photo().save(os.path.join(folder, name), quality=90, **kwargs)
+    # Written by a second writer, exiftool (Debian's libimage-exiftool-perl): Sydney, its offset and
+    # sub-seconds, into a JPEG's APP1 and a PNG's eXIf chunk.
+    for name in ("exiftool_sydney.jpg", "exiftool_sydney.png"):
+        path = os.path.join(folder, name)
+        photo().save(path, quality=90)
+        tags = {"DateTimeOriginal": "2024:05:04 13:02:01", "OffsetTimeOriginal": "+10:00", "SubSecTimeOriginal": "5",
+                "GPSLatitude": "33.8568", "GPSLatitudeRef": "S", "GPSLongitude": "151.2153", "GPSLongitudeRef": "E",
+                "GPSAltitude": "58", "GPSAltitudeRef": "0"}
+        command = ["exiftool", "-q", "-overwrite_original", *(f"-EXIF:{tag}={value}" for tag, value in tags.items()), path]
+        subprocess.run(command, check=True)
 
 
 def scene(n, second_half):
