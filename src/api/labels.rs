@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use super::{
     error::ApiError,
     request::string_list,
-    types::{LabelScore, LabelsRequest},
+    types::{LabelScore, LabelsRequest, MAX_TOP_K},
 };
 use crate::{
     embedding::Scoring,
@@ -42,8 +42,8 @@ pub(super) fn asked(request: LabelsRequest, settings: &Settings) -> Result<Optio
     let LabelsRequest { labels, label_set, top_k } = request;
     let top_k = match top_k {
         None => DEFAULT_TOP_K,
-        Some(k) if k >= 1 => k as usize,
-        Some(k) => return Err(ApiError::BadRequest(format!("top_k must be at least 1, got {k}"))),
+        Some(k) if (1..=MAX_TOP_K).contains(&k) => k as usize,
+        Some(k) => return Err(ApiError::BadRequest(format!("top_k must be from 1 to {MAX_TOP_K}, got {k}"))),
     };
     let labels = match (labels, label_set) {
         (Some(_), Some(_)) => return Err(ApiError::BadRequest("give either labels or label_set, not both".into())),

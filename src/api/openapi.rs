@@ -279,5 +279,7 @@ mod tests {
         assert_eq!(field(&document, "EmbedRequest", "texts")["maxItems"], 9);
         assert_eq!(field(&document, "LabelsRequest", "labels")["items"]["maxLength"], 11);
         assert_eq!(field(&document, "EmbeddingsRequest", "input")["oneOf"][1]["maxItems"], 9);
+        // The attribute needs a literal: held to the constant the server checks.
+        assert_eq!(field(&document, "LabelsRequest", "top_k")["maximum"], crate::api::types::MAX_TOP_K);
     }
 }

@@ -180,9 +180,14 @@ pub struct LabelsRequest {
     pub label_set: Option<String>,
     /// How many of the best labels to keep per photo (default 5).
     #[serde(default, deserialize_with = "whole")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 2147483647)] // MAX_TOP_K
     pub top_k: Option<i64>,
 }
+
+/// The most `top_k` may be: any count of labels a request can hold, stated so that a number past
+/// 64 bits (which `whole` reads as the nearest in range) is outside the document as it is outside
+/// what the server takes.
+pub const MAX_TOP_K: i64 = i32::MAX as i64;
 
 #[derive(Serialize, ToSchema)]
 pub struct ClassifyResponse<'a> {
