@@ -367,7 +367,11 @@ fn bad_text_requests_get_400_naming_the_problem() {
         ),
         ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat", ""]}), "labels[1] is empty"),
         ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat", "dog", "cat"]}), "labels[2] repeats 'cat'"),
-        ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat"], "top_k": 0}), "top_k must be at least 1"),
+        (
+            "/v1/classify",
+            json!({"images": ["a.jpg"], "labels": ["cat"], "top_k": 0}),
+            "top_k must be from 1 to 2147483647",
+        ),
         ("/v1/classify", json!({"images": ["a.jpg"], "labels": ["cat"], "label_set": "food"}), "not both"),
         ("/v1/classify", json!({"images": ["a.jpg"]}), "labels"),
         ("/v1/classify", json!({"images": [], "labels": ["cat"]}), "images must hold"),
