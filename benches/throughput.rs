@@ -25,7 +25,7 @@
 //!
 //! It writes `report.md` and `throughput.svg` to CLIPFN_BENCH_OUT (default target/bench-report).
 //! Knobs: CLIPFN_BENCH_RUNS (3), CLIPFN_BENCH_VUS (2), CLIPFN_BENCH_SECONDS (60),
-//! CLIPFN_BENCH_PROVIDER (`cpu`; `cuda` on a GPU machine, see tools/gpu-bench.sh),
+//! CLIPFN_BENCH_PROVIDER (`cpu`; `cuda` on a GPU machine),
 //! CLIPFN_BENCH_PRECISIONS (`fp32,int8`),
 //! CLIPFN_BENCH_BACKFILL_COPIES (20: the backfill embeds that many copies of each photo).
 

@@ -15,7 +15,7 @@ use crate::{
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
-    settings::Settings,
+    settings::{Placement, Settings},
     source::Source,
     storage::{Client, Storage},
     text::{Text, TextEncoder, parse_sets},
@@ -202,7 +202,7 @@ async fn load_heads(
 async fn load_faces(
     storage: &Storage,
     settings: &Settings,
-    mut runtime: Runtime,
+    runtime: Runtime,
     image: &ImageModel,
 ) -> anyhow::Result<Option<FaceModels>> {
     let Some(folder) = &settings.faces.face_model else { return Ok(None) };
@@ -214,6 +214,7 @@ async fn load_faces(
     let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
     let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
     let face_settings = settings.faces.clone();
+    let mut runtime = placed(runtime, face_settings.face_provider);
     let faces = blocking(move || FaceModels::load(&mut runtime, &model_settings, files, &face_settings, batch_size))
         .await?
         .context("CLIPFN_FACE_MODEL")?;
@@ -227,7 +228,7 @@ async fn load_faces(
 async fn load_ocr(
     storage: &Storage,
     settings: &Settings,
-    mut runtime: Runtime,
+    runtime: Runtime,
     image: &ImageModel,
 ) -> anyhow::Result<Option<OcrModels>> {
     let Some(folder) = &settings.ocr.ocr_model else { return Ok(None) };
@@ -259,11 +260,20 @@ async fn load_ocr(
     };
     let (model_settings, batch_size, ocr_settings) =
         (settings.model.clone(), image.info.batch_size, settings.ocr.clone());
+    let mut runtime = placed(runtime, ocr_settings.ocr_provider);
     let ocr = blocking(move || OcrModels::load(&mut runtime, &model_settings, files, &ocr_settings, batch_size))
         .await?
         .context("CLIPFN_OCR_MODEL")?;
     tracing::info!(models = ?ocr.info(), "OCR models loaded and warmed up");
     Ok(Some(ocr))
+}
+
+/// `runtime`, or its CPU twin where a detector's towers are placed there.
+fn placed(runtime: Runtime, placement: Placement) -> Runtime {
+    match placement {
+        Placement::Auto => runtime,
+        Placement::Cpu => runtime.on_cpu(),
+    }
 }
 
 /// `load` on a blocking thread, inside the current span: building and warming up a session holds a

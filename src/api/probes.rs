@@ -69,8 +69,15 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                     })
                 }),
                 "ocr": service.pipeline.ocr(),
+                "shapes": service.pipeline.shapes().iter()
+                    .map(|(kind, counts)| (kind.as_str().to_string(), json!(counts))).collect::<serde_json::Map<_, _>>(),
             });
             if model.provider.is_cuda() {
+                let settings = &state.settings.model;
+                body["cuda"] = json!({
+                    "conv_search": settings.cuda_conv_search, "conv_max_workspace": settings.cuda_conv_max_workspace,
+                    "arena_extend": settings.cuda_arena_extend, "tf32": settings.cuda_tf32,
+                });
                 // CUDA device 0 is the one the session uses (ort's default device id).
                 body["gpu"] = match gpu::status(0) {
                     Ok(status) => json!(status),

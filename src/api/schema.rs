@@ -239,6 +239,13 @@ pub struct Ready {
     /// (`resolution`, `min_score`, `box_min_score`, `max_lines`, `upside_down`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     ocr: Value,
+    /// Per tower (`image`, `text`, `heads`, `face_detector`, ...): its input shapes `allowed` (the
+    /// declared set), `run` so far, and run `outside` the set (none, unless something is wrong).
+    #[schema(value_type = Object)]
+    shapes: Value,
+    /// On CUDA only: the provider's settings (`conv_search`, `conv_max_workspace`, `arena_extend`, `tf32`).
+    #[schema(value_type = Object, required = false)]
+    cuda: Value,
     /// On CUDA only: the GPU's name and memory, or the `error` reading them.
     #[schema(value_type = Object, required = false)]
     gpu: Value,

@@ -9,7 +9,7 @@
 
 use ort::{session::Session, value::TensorRef};
 
-use super::{Embeddings, ModelData, ModelError, Runtime, Tower, TowerInfo};
+use super::{Buckets, Embeddings, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo};
 use crate::settings::ModelSettings;
 
 /// What the rest of the service is told about the heads.
@@ -45,13 +45,15 @@ struct Head {
 
 pub struct Heads {
     heads: Vec<Head>,
+    buckets: Buckets,
+    shapes: Shapes,
     pub info: HeadsInfo,
     _environment: ort::environment::Environment,
 }
 
 impl Heads {
     /// Builds each head's session on the image tower's runtime, refuses one of the wrong shape,
-    /// and runs them all at batch 1 and `batch_size`.
+    /// and warms them all up (model/shapes.rs).
     pub fn load(
         runtime: &mut Runtime,
         settings: &ModelSettings,
@@ -92,11 +94,12 @@ impl Heads {
             locations.push(location);
         }
         let info = HeadsInfo { names, files: locations, dim, batch_size };
-        let mut loaded = Heads { heads, info, _environment: runtime.environment() };
-        for n in [1, batch_size] {
-            let zeros = vec![0.0; dim];
-            loaded.run(&vec![&zeros; n]).map_err(|e| ModelError::Load(format!("heads: the warm-up failed: {e}")))?;
-        }
+        let device = runtime.device();
+        let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
+        let shapes = Shapes::batches(&buckets, &[dim as i64]);
+        let mut loaded = Heads { heads, buckets, shapes, info, _environment: runtime.environment() };
+        Tower::warm_up(&mut loaded, device.is_cuda())
+            .map_err(|e| ModelError::Load(format!("heads: the warm-up failed: {e}")))?;
         Ok(loaded)
     }
 }
@@ -113,6 +116,7 @@ impl Tower for Heads {
         let (n, dim) = (embeddings.len(), self.info.dim);
         let mut batch = Vec::with_capacity(n * dim);
         embeddings.iter().for_each(|e| batch.extend_from_slice(e));
+        self.shapes.ran(&[n as i64, dim as i64]);
         let mut scores = vec![Vec::with_capacity(self.heads.len()); n];
         for (head, name) in self.heads.iter_mut().zip(&self.info.names) {
             let input =
@@ -135,5 +139,13 @@ impl Tower for Heads {
     fn check(&mut self) -> Result<(), ModelError> {
         let zeros = vec![0.0; self.info.dim];
         self.run(&[&zeros]).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
+    }
+
+    fn batching(&self) -> Option<(&Buckets, Vec<f32>)> {
+        Some((&self.buckets, vec![0.0; self.info.dim]))
     }
 }

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use image::RgbImage;
 use ort::{environment::Environment, session::Session, value::TensorRef};
 
-use super::{ModelError, ModelFile, Photos, Runtime, Tower, TowerInfo, normalizer::Normalizer, outputs::unit_rows};
+use super::{
+    Buckets, ModelError, ModelFile, Photos, Runtime, Shapes, Tower, TowerInfo, normalizer::Normalizer,
+    outputs::unit_rows,
+};
 use crate::{
     preprocess::Transform,
     settings::{Device, ModelSettings, Normalize, Weights},
@@ -41,8 +44,9 @@ pub struct ImageModelInfo {
     /// Length of one embedding.
     pub dim: usize,
     pub batch_size: usize,
-    /// The batch sizes run at start-up (1 and `batch_size`), so that no request pays for a first
-    /// run at a new shape (on CUDA, kernel selection and memory planning take seconds).
+    /// The batch sizes run at start-up, so that no request pays for a first run at a new shape: on
+    /// CUDA every batch bucket (kernel selection and memory planning take seconds there), on CPU 1
+    /// and `batch_size` (model/shapes.rs).
     pub warm_up_batches: Vec<usize>,
 }
 
@@ -73,6 +77,8 @@ pub struct ImageModel {
     /// Present when the model normalises (`input_layout` is raw).
     normalizer: Option<Normalizer>,
     batch: PixelBatch,
+    buckets: Buckets,
+    shapes: Shapes,
     pub info: ImageModelInfo,
     pub timings: LoadTimings,
     // The session borrows the process-wide environment; keep it alive as long as the session.
@@ -140,30 +146,35 @@ impl ImageModel {
         let started = Instant::now();
         let batch = PixelBatch::new(&info);
         let _environment = runtime.environment();
-        let mut model = ImageModel { session, normalizer, batch, info, timings, _environment };
-        let mut sizes = vec![1, model.info.batch_size];
-        sizes.dedup();
-        for n in sizes {
-            let embeddings = model.warm_up(n)?;
-            model.info.dim = embeddings.first().map_or(0, Vec::len);
+        let buckets = Buckets::powers_of_two(info.batch_size, settings.pads(device));
+        let side = i64::from(info.image_size);
+        let shapes = Shapes::batches(&buckets, &[3, side, side]);
+        let mut model = ImageModel { session, normalizer, batch, buckets, shapes, info, timings, _environment };
+        model.info.warm_up_batches = model.buckets.warm_up_sizes(device.is_cuda());
+        for n in model.info.warm_up_batches.clone() {
+            // The first run reveals the embedding's size.
+            model.info.dim = model.warm_up_batch(n)?.first().map_or(0, Vec::len);
             if model.info.dim == 0 {
                 return Err(ModelError::Load("the model returned empty embeddings".into()));
             }
-            model.info.warm_up_batches.push(n);
         }
         model.timings.warm_up = started.elapsed();
         Ok(model)
     }
 
     /// Runs `n` black photos: the known-good input.
-    fn warm_up(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
-        let black = RgbImage::new(self.info.image_size, self.info.image_size);
-        self.run(&vec![&black; n])
+    fn warm_up_batch(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.run(&vec![&self.black(); n])
+    }
+
+    fn black(&self) -> RgbImage {
+        RgbImage::new(self.info.image_size, self.info.image_size)
     }
 
     /// Runs the batch laid out in `self.batch`, of `n` photos.
     fn infer(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
         let side = i64::from(self.info.image_size);
+        self.shapes.ran(&[n as i64, 3, side, side]);
         let name = self.info.input_name.as_str();
         let outputs = match (&self.batch.pixels, self.normalizer.as_mut()) {
             (Pixels::NormalizedNchw(floats), None) => {
@@ -196,7 +207,15 @@ impl Tower for ImageModel {
     }
 
     fn check(&mut self) -> Result<(), ModelError> {
-        self.warm_up(1).map(drop)
+        self.warm_up_batch(1).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
+    }
+
+    fn batching(&self) -> Option<(&Buckets, RgbImage)> {
+        Some((&self.buckets, self.black()))
     }
 }
 

@@ -22,6 +22,7 @@ mod ocr;
 mod outputs;
 mod preprocessor;
 mod runtime;
+mod shapes;
 mod text;
 mod tower;
 
@@ -39,10 +40,11 @@ pub use self::{
         Recognized, TextBox, TextRecognizer, UPSIDE_DOWN, reading_order, text_boxes,
     },
     runtime::{ModelData, Runtime},
+    shapes::{Buckets, ShapeCounts, Shapes},
     text::{IdType, TextModel, TextModelInfo},
     tower::{
         Canvases, Embeddings, FaceCrops, Info, Input, LineOrientations, OcrViews, Output, Photos, TextLines, Texts,
-        Tower, TowerInfo, TowerIo, TowerKind,
+        Tower, TowerInfo, TowerIo, TowerKind, run_in_buckets,
     },
 };
 

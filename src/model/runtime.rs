@@ -21,7 +21,7 @@ use ort::{
 };
 
 use super::ModelError;
-use crate::settings::{Device, ModelSettings, Provider};
+use crate::settings::{ArenaExtend, ConvSearch, Device, ModelSettings, Provider};
 
 /// Where a session's weights come from. ONNX Runtime reads a local file by itself, so clipfn
 /// never holds a second copy of the weights; a model fetched from a store arrives as bytes, which
@@ -84,6 +84,13 @@ impl Runtime {
 
     pub fn device(&self) -> Device {
         self.provision.device
+    }
+
+    /// This runtime with its later sessions on the CPU, whatever the first one settled (a
+    /// detector's towers may run there: CLIPFN_FACE_PROVIDER, CLIPFN_OCR_PROVIDER).
+    pub fn on_cpu(&self) -> Self {
+        let provision = Provision { device: Device::Cpu, settled: true, ..self.provision.clone() };
+        Runtime { environment: self.environment.clone(), provision }
     }
 
     /// Why `auto` fell back to CPU, when it did.
@@ -161,9 +168,8 @@ fn builder(environment: &Environment, settings: &ModelSettings, device: Device) 
         .map_err(ModelError::load)?;
     builder = builder.with_intra_threads(settings.intra_threads()).map_err(ModelError::load)?;
     if device.is_cuda() {
-        builder = builder
-            .with_execution_providers([ep::CUDA::default().build().error_on_failure()])
-            .map_err(ModelError::load)?;
+        builder =
+            builder.with_execution_providers([cuda(settings).build().error_on_failure()]).map_err(ModelError::load)?;
     } else {
         // On CPU the decoders share the cores with inference: idle ONNX Runtime threads must
         // sleep, not spin, or they burn the time decoding needs. Batches come in every size up
@@ -178,6 +184,25 @@ fn builder(environment: &Environment, settings: &ModelSettings, device: Device) 
             .map_err(ModelError::load)?;
     }
     Ok(builder)
+}
+
+/// The CUDA provider as the settings ask (CLIPFN_CUDA_*).
+fn cuda(settings: &ModelSettings) -> ep::CUDA {
+    use ep::{ArenaExtendStrategy, cuda::ConvAlgorithmSearch};
+    let search = match settings.cuda_conv_search {
+        ConvSearch::Exhaustive => ConvAlgorithmSearch::Exhaustive,
+        ConvSearch::Heuristic => ConvAlgorithmSearch::Heuristic,
+        ConvSearch::Default => ConvAlgorithmSearch::Default,
+    };
+    let extend = match settings.cuda_arena_extend {
+        ArenaExtend::NextPowerOfTwo => ArenaExtendStrategy::NextPowerOfTwo,
+        ArenaExtend::SameAsRequested => ArenaExtendStrategy::SameAsRequested,
+    };
+    ep::CUDA::default()
+        .with_conv_algorithm_search(search)
+        .with_conv_max_workspace(settings.cuda_conv_max_workspace)
+        .with_arena_extend_strategy(extend)
+        .with_tf32(settings.cuda_tf32)
 }
 
 #[cfg(test)]

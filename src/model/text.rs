@@ -4,8 +4,9 @@
 //! Input names and id type come from the graph: `input_ids` (int64 or int32), and `attention_mask`
 //! when the export has one (1 for each text's tokens, 0 for padding). A batch is padded to the
 //! graph's fixed length, else to the tokenizer's fixed length (CLIP's 77, SigLIP's 64), else to the
-//! batch's longest text, which only a graph with a mask may take: one without (SigLIP pools the
-//! last position) would give a text another vector beside a longer one.
+//! length bucket ([`LENGTHS`]) that holds the batch's longest text, which only a graph with a mask
+//! may take: one without (SigLIP pools the last position) would give a text another vector beside a
+//! longer one.
 //! The graph gives the final [N, dim] embedding (`text_embeds`, or SigLIP's `pooler_output`).
 
 use std::borrow::Cow;
@@ -16,11 +17,17 @@ use ort::{
     value::{DynTensor, Tensor, TensorElementType},
 };
 
-use super::{ImageModelInfo, ModelData, ModelError, Runtime, Texts, Tower, TowerInfo, outputs::unit_rows};
+use super::{
+    Buckets, ImageModelInfo, ModelData, ModelError, Runtime, Shapes, Texts, Tower, TowerInfo, outputs::unit_rows,
+};
 use crate::{
     settings::{Device, ModelSettings},
     tokenize::{Padding, Tokenizer, Tokens},
 };
+
+/// The lengths a masked batch is padded to (model/shapes.rs): four, so that with seven batch sizes
+/// the tower declares 28 shapes. A text longer than the last runs at its own length, outside them.
+const LENGTHS: [usize; 4] = [16, 64, 256, 1024];
 
 /// The element type the graph declares for its token ids (any real vocabulary fits either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -64,6 +71,8 @@ pub struct TextModel {
     pad_id: i64,
     /// The empty text: the known-good warm-up input.
     empty: Tokens,
+    buckets: Buckets,
+    shapes: Shapes,
     pub info: TextModelInfo,
     // As the image tower's: the environment lives as long as the session.
     _environment: Environment,
@@ -134,9 +143,14 @@ impl TextModel {
         let mut full = vec![&empty; image.batch_size - 1];
         full.push(&largest);
         let (pad_id, _environment) = (info.padding.pad_id, runtime.environment());
-        let mut model = TextModel { session, pad_id, empty: empty.clone(), info, _environment };
-        // At 1 (a search query) and the full batch, as the image tower, so that no request pays
-        // for a first run at a new shape.
+        let buckets = Buckets::powers_of_two(image.batch_size, settings.pads(provider));
+        let lengths = info.context.map_or(LENGTHS.to_vec(), |fixed| vec![fixed]);
+        let shapes = Shapes::new(
+            buckets.sizes().iter().flat_map(|&n| lengths.iter().map(move |&length| vec![n as i64, length as i64])),
+        );
+        let mut model = TextModel { session, pad_id, empty: empty.clone(), buckets, shapes, info, _environment };
+        // At 1 (a search query) and the full batch, and on CUDA every shape, as the image tower, so
+        // that no request pays for a first run at a new shape.
         model.check()?;
         let embeddings = model.run(&full).map_err(|e| {
             ModelError::Load(format!(
@@ -155,6 +169,9 @@ impl TextModel {
                  embed into the same space",
                 model.info.dim, image.dim
             )));
+        }
+        if provider.is_cuda() {
+            Tower::warm_up(&mut model, true)?;
         }
         Ok(model)
     }
@@ -181,7 +198,10 @@ impl Tower for TextModel {
     /// Pads the texts' ids into one batch (see the module) and runs it.
     fn run(&mut self, texts: &[&Tokens]) -> Result<Vec<Vec<f32>>, ModelError> {
         let longest = texts.iter().map(|t| t.ids.len()).max().unwrap_or(0).max(1);
-        let width = self.info.context.unwrap_or(longest);
+        let width = self
+            .info
+            .context
+            .unwrap_or_else(|| LENGTHS.into_iter().find(|&length| length >= longest).unwrap_or(longest));
         let (mut ids, mut mask) = (Vec::with_capacity(texts.len() * width), Vec::with_capacity(texts.len() * width));
         for text in texts {
             // Tokenizers already cut to the model's length; a longer row is cut, never wrapped.
@@ -191,6 +211,7 @@ impl Tower for TextModel {
             mask.extend((0..width).map(|i| i64::from(i < row.len())));
         }
         let shape = [texts.len() as i64, width as i64];
+        self.shapes.ran(&shape);
         let mut feeds: Vec<(Cow<str>, SessionInputValue)> =
             vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids)?.into())];
         if let Some(name) = &self.info.mask_name {
@@ -205,5 +226,13 @@ impl Tower for TextModel {
     fn check(&mut self) -> Result<(), ModelError> {
         let empty = self.empty.clone();
         self.run(&[&empty]).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
+    }
+
+    fn batching(&self) -> Option<(&Buckets, Tokens)> {
+        Some((&self.buckets, self.empty.clone()))
     }
 }

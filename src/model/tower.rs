@@ -11,8 +11,8 @@
 use image::RgbImage;
 
 use super::{
-    Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, OcrTower, ProbabilityMap, Recognized,
-    RecognizerInfo, TextModelInfo,
+    Buckets, Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, OcrTower, ProbabilityMap, Recognized,
+    RecognizerInfo, Shapes, TextModelInfo,
 };
 use crate::{
     observe::metrics::Stage,
@@ -190,9 +190,40 @@ pub trait Tower: Sized + Send + 'static {
     const KIND: TowerKind = <Self::Io as TowerIo>::KIND;
 
     fn info(&self) -> &Info<Self>;
-    /// Runs one batch; returns one output per input, in order.
+    /// Runs one batch of a declared size (see [`run_in_buckets`]); returns one output per input,
+    /// in order.
     fn run(&mut self, inputs: &[&Input<Self>]) -> Result<Vec<Output<Self>>, ModelError>;
     /// Runs the tower's known-good warm-up input again: after a failed batch, this tells a broken
     /// tower or device (this fails too) from inputs that trip the model (only they fail).
     fn check(&mut self) -> Result<(), ModelError>;
+    /// Its input shapes: declared at load, counted as they run (model/shapes.rs).
+    fn shapes(&self) -> &Shapes;
+    /// The batch sizes its runs take, and the input that pads a run up to one (its warm-up input).
+    /// `None` for a tower whose inputs differ in shape: it sizes its own runs.
+    fn batching(&self) -> Option<(&Buckets, Input<Self>)> {
+        None
+    }
+    /// Runs its declared shapes once each where a first run of a shape costs a search (`every`:
+    /// on CUDA), else its smallest and largest batch, so that no request pays for either.
+    fn warm_up(&mut self, every: bool) -> Result<(), ModelError> {
+        let Some((buckets, filler)) = self.batching() else { return self.check() };
+        buckets.warm_up_sizes(every).into_iter().try_for_each(|n| self.run(&vec![&filler; n]).map(drop))
+    }
+}
+
+/// Runs `inputs` on `tower` in runs of its declared batch sizes (padded up on CUDA, split on CPU:
+/// model/shapes.rs); one output per input, in order.
+pub fn run_in_buckets<T: Tower>(tower: &mut T, inputs: &[&Input<T>]) -> Result<Vec<Output<T>>, ModelError> {
+    let Some((buckets, filler)) = tower.batching() else { return tower.run(inputs) };
+    let plan = buckets.plan(inputs.len());
+    let mut outputs = Vec::with_capacity(inputs.len());
+    let mut rest = inputs;
+    for (len, size) in plan {
+        let (run, after) = rest.split_at(len);
+        rest = after;
+        let mut padded = run.to_vec();
+        padded.resize(size, &filler);
+        outputs.extend(tower.run(&padded)?.into_iter().take(len));
+    }
+    Ok(outputs)
 }

@@ -31,7 +31,7 @@ pub use self::{
 use crate::{
     decode,
     embedding::l2_normalized,
-    model::{DetectorInfo, HeadsInfo, ImageModelInfo, OcrInfo, RecognizerInfo},
+    model::{DetectorInfo, HeadsInfo, ImageModelInfo, OcrInfo, RecognizerInfo, ShapeCounts, TowerKind},
     observe::metrics::{Metrics, Stage},
     preprocess::{KeptBytes, Transform, Views, decode_options, decode_views},
     settings::Limits,
@@ -137,6 +137,11 @@ impl Pipeline {
     /// The OCR models, when there are.
     pub fn ocr(&self) -> Option<&OcrInfo> {
         self.worker.ocr_info()
+    }
+
+    /// Each tower's input shapes: declared, run, and run outside the declared set.
+    pub fn shapes(&self) -> &[(TowerKind, std::sync::Arc<ShapeCounts>)] {
+        self.worker.shapes()
     }
 
     /// Photos currently admitted (queued, decoding or fetching).

@@ -22,8 +22,8 @@ pub use self::{
         ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, KeptBytes, Letterbox, chips, finer_decode,
     },
     ocr::{
-        CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, MAX_VIEW_SIDE, MIN_RECOGNIZER_WIDTH, OcrView, classifier_input,
-        line_crop, ocr_view, recognizer_input,
+        CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, MAX_VIEW_SIDE, MIN_RECOGNIZER_WIDTH, OcrView, RECOGNIZER_WIDTHS,
+        classifier_input, line_crop, ocr_view, recognizer_input, view_size,
     },
 };
 use crate::{

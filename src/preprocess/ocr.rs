@@ -25,16 +25,16 @@ pub const MAX_VIEW_SIDE: u32 = 4096;
 pub const LINE_HEIGHT: u32 = 48;
 /// The classifier's input width (PP-OCR's `cls_image_shape` [3, 48, 192]).
 pub const CLASSIFIER_WIDTH: u32 = 192;
-/// The recognizer's input widths run from this (PP-OCR's `rec_image_shape` [3, 48, 320]) to
-/// [`MAX_RECOGNIZER_WIDTH`] in steps of [`RECOGNIZER_WIDTH_STEP`]: a line is padded to the
-/// narrowest that holds it, so that its text never depends on what it is batched with. Wider
-/// lines are squeezed into the last.
-pub const MIN_RECOGNIZER_WIDTH: u32 = 320;
-const MAX_RECOGNIZER_WIDTH: u32 = 2560;
-/// Padding moves what a line reads as: 8 px steps (the recognizer's stride) read the test photos
-/// as RapidOCR reads each line alone; 320 / 640 / 1,280 buckets moved a score by 0.04 and dropped
-/// spaces (docs/ocr.md, "Widths").
-const RECOGNIZER_WIDTH_STEP: u32 = 8;
+/// The narrowest of [`RECOGNIZER_WIDTHS`] (PP-OCR's `rec_image_shape` [3, 48, 320]).
+pub const MIN_RECOGNIZER_WIDTH: u32 = RECOGNIZER_WIDTHS[0];
+/// The recognizer's input widths: a line is padded (zeros, PP-OCR's own padding) to the narrowest
+/// that holds it, so that its text never depends on what it is batched with, and the recognizer
+/// runs a few shapes (model/shapes.rs); wider lines are squeezed into the last. Each is about 5/4 of
+/// the last, a multiple of 8 (the recognizer's stride). Any padding moves what PP-OCRv4 reads (its
+/// global mixing sees the whole width): of the test photos' 235 lines, these widths change the text
+/// of 3 and move a kept line's score by 0.016 at most, against 0.046 and 4 lines for 320 / 480 /
+/// 720 / ... (tools/ocr_buckets.py; docs/ocr.md, "Widths").
+pub const RECOGNIZER_WIDTHS: [u32; 10] = [320, 400, 496, 624, 784, 976, 1224, 1528, 1912, 2560];
 
 /// A photo's view for the text detector, and the pixels its lines are cut from.
 #[derive(Debug, Clone)]
@@ -95,11 +95,12 @@ pub fn classifier_input(line: &RgbImage) -> RgbImage {
     resize_linear(line, fitted_width(line, CLASSIFIER_WIDTH), LINE_HEIGHT)
 }
 
-/// A line for the recognizer: at height 48, padded to the narrowest of the recognizer's widths
-/// ([`MIN_RECOGNIZER_WIDTH`]) that holds it.
+/// A line for the recognizer: at height 48, padded to the narrowest of [`RECOGNIZER_WIDTHS`] that
+/// holds it.
 pub fn recognizer_input(line: &RgbImage) -> LineInput {
-    let wanted = fitted_width(line, MAX_RECOGNIZER_WIDTH);
-    let width = wanted.next_multiple_of(RECOGNIZER_WIDTH_STEP).max(MIN_RECOGNIZER_WIDTH);
+    let widest = RECOGNIZER_WIDTHS[RECOGNIZER_WIDTHS.len() - 1];
+    let wanted = fitted_width(line, widest);
+    let width = RECOGNIZER_WIDTHS.into_iter().find(|&width| width >= wanted).unwrap_or(widest);
     LineInput { image: resize_linear(line, wanted, LINE_HEIGHT), width }
 }
 
@@ -257,8 +258,9 @@ mod tests {
     fn lines_go_to_height_48_and_the_narrowest_width_that_holds_them() {
         let line = RgbImage::new(200, 20);
         let input = recognizer_input(&line);
-        assert_eq!((input.image.dimensions(), input.width), ((480, 48), 480));
-        assert_eq!(recognizer_input(&RgbImage::new(203, 20)).width, 488, "ceil(48 * 203 / 20) = 488, a multiple of 8");
+        assert_eq!((input.image.dimensions(), input.width), ((480, 48), 496));
+        assert_eq!(recognizer_input(&RgbImage::new(83, 10)).width, 400, "ceil(48 * 83 / 10) = 399");
+        assert_eq!(recognizer_input(&RgbImage::new(84, 10)).width, 496, "ceil(48 * 84 / 10) = 404");
         assert_eq!(recognizer_input(&RgbImage::new(10, 20)).width, 320);
         assert_eq!(classifier_input(&line).dimensions(), (192, 48), "capped at 192");
         assert_eq!(recognizer_input(&RgbImage::new(5000, 20)).image.width(), 2560, "squeezed into the last");

@@ -76,6 +76,50 @@ pub enum Normalize {
     Model,
 }
 
+/// Where a detector's towers run (`CLIPFN_FACE_PROVIDER`, `CLIPFN_OCR_PROVIDER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Where the image tower runs.
+    Auto,
+    /// On the CPU, whatever the image tower runs on.
+    Cpu,
+}
+
+/// How a run smaller than its batch bucket runs (`CLIPFN_BATCH_PADDING`; model/shapes.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchPadding {
+    /// Padded on CUDA, split on CPU.
+    Auto,
+    /// Padded up to its bucket, the padding's outputs dropped.
+    Pad,
+    /// Split into runs of bucket sizes.
+    Split,
+}
+
+/// How cuDNN picks a convolution's algorithm for a shape it has not seen (`CLIPFN_CUDA_CONV_SEARCH`):
+/// ONNX Runtime's `cudnn_conv_algo_search`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConvSearch {
+    /// Runs every algorithm and keeps the fastest (ONNX Runtime's default): the best kernels, and
+    /// the costliest first run of each shape.
+    Exhaustive,
+    /// cuDNN's own ranking, without running them.
+    Heuristic,
+    /// Always the implicit-GEMM algorithm: no search at all.
+    Default,
+}
+
+/// How the CUDA memory arena grows (`CLIPFN_CUDA_ARENA_EXTEND`): ONNX Runtime's `arena_extend_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArenaExtend {
+    /// Each extension doubles (ONNX Runtime's default).
+    NextPowerOfTwo,
+    /// By what the run asks: less memory held, more extensions.
+    SameAsRequested,
+}
+
 /// One of a fixed set of words, any case; an error names the variable and the choices.
 fn one_of<'de, D: Deserializer<'de>, T: Copy>(d: D, variable: &str, choices: &[(&str, T)]) -> Result<T, D::Error> {
     let raw = String::deserialize(d)?;
@@ -101,6 +145,34 @@ pub(super) fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D:
 
 pub(super) fn normalize<'de, D: Deserializer<'de>>(d: D) -> Result<Normalize, D::Error> {
     one_of(d, "CLIPFN_NORMALIZE", &[("auto", Normalize::Auto), ("cpu", Normalize::Cpu), ("model", Normalize::Model)])
+}
+
+pub(super) fn face_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Placement, D::Error> {
+    one_of(d, "CLIPFN_FACE_PROVIDER", &[("auto", Placement::Auto), ("cpu", Placement::Cpu)])
+}
+
+pub(super) fn ocr_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Placement, D::Error> {
+    one_of(d, "CLIPFN_OCR_PROVIDER", &[("auto", Placement::Auto), ("cpu", Placement::Cpu)])
+}
+
+pub(super) fn batch_padding<'de, D: Deserializer<'de>>(d: D) -> Result<BatchPadding, D::Error> {
+    let choices = [("auto", BatchPadding::Auto), ("pad", BatchPadding::Pad), ("split", BatchPadding::Split)];
+    one_of(d, "CLIPFN_BATCH_PADDING", &choices)
+}
+
+pub(super) fn conv_search<'de, D: Deserializer<'de>>(d: D) -> Result<ConvSearch, D::Error> {
+    let choices = [
+        ("exhaustive", ConvSearch::Exhaustive),
+        ("heuristic", ConvSearch::Heuristic),
+        ("default", ConvSearch::Default),
+    ];
+    one_of(d, "CLIPFN_CUDA_CONV_SEARCH", &choices)
+}
+
+pub(super) fn arena_extend<'de, D: Deserializer<'de>>(d: D) -> Result<ArenaExtend, D::Error> {
+    let choices =
+        [("next_power_of_two", ArenaExtend::NextPowerOfTwo), ("same_as_requested", ArenaExtend::SameAsRequested)];
+    one_of(d, "CLIPFN_CUDA_ARENA_EXTEND", &choices)
 }
 
 pub(super) fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LogFormat>, D::Error> {

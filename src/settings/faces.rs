@@ -3,7 +3,10 @@
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{
+    ConfigError,
+    choices::{self, Placement},
+};
 
 /// The variables of [`FaceSettings`], one per field and in the fields' order (see `variables`).
 pub(super) const VARIABLES: &[&str] = &[
@@ -19,6 +22,7 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_PERSON_EXEMPLARS",
     "CLIPFN_MAX_KNOWN_PEOPLE",
     "CLIPFN_MAX_EXEMPLARS",
+    "CLIPFN_FACE_PROVIDER",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -69,9 +73,16 @@ pub struct FaceSettings {
     /// The most exemplar embeddings a known person may carry.
     #[serde(default = "defaults::max_exemplars")]
     pub max_exemplars: usize,
+    /// Where the face towers run: `auto`, where the image tower runs; `cpu`.
+    #[serde(default = "defaults::face_provider", deserialize_with = "choices::face_provider")]
+    pub face_provider: Placement,
 }
 
 mod defaults {
+    use super::Placement;
+    pub fn face_provider() -> Placement {
+        Placement::Auto
+    }
     pub fn max_faces() -> usize {
         50
     }

@@ -23,7 +23,9 @@ mod variables;
 use serde::de::DeserializeOwned;
 
 pub use self::{
-    choices::{Device, LogFormat, Normalize, Precision, Provider, Weights},
+    choices::{
+        ArenaExtend, BatchPadding, ConvSearch, Device, LogFormat, Normalize, Placement, Precision, Provider, Weights,
+    },
     faces::FaceSettings,
     limits::Limits,
     location::is_folder,

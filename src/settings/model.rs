@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use super::{
     ConfigError,
-    choices::{self, Device, Normalize, Precision, Provider},
+    choices::{self, ArenaExtend, BatchPadding, ConvSearch, Device, Normalize, Precision, Provider},
     require_positive,
 };
 
@@ -19,6 +19,11 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_BATCH_WAIT_MS",
     "CLIPFN_INTRA_THREADS",
     "CLIPFN_CPU_ARENA",
+    "CLIPFN_BATCH_PADDING",
+    "CLIPFN_CUDA_CONV_SEARCH",
+    "CLIPFN_CUDA_CONV_MAX_WORKSPACE",
+    "CLIPFN_CUDA_ARENA_EXTEND",
+    "CLIPFN_CUDA_TF32",
     "CLIPFN_INPUT_NAME",
     "CLIPFN_OUTPUT_NAME",
     "CLIPFN_IMAGE_SIZE",
@@ -48,6 +53,22 @@ pub struct ModelSettings {
     /// batch's memory for good, so it is off unless asked for (docs/design.md, "Memory").
     #[serde(default)]
     pub cpu_arena: bool,
+    /// Whether a run smaller than its batch bucket is padded up or split into buckets (model/shapes.rs).
+    #[serde(default = "defaults::batch_padding", deserialize_with = "choices::batch_padding")]
+    pub batch_padding: BatchPadding,
+    /// How cuDNN picks each convolution's algorithm on CUDA, per input shape it has not seen
+    /// (docs/design.md, "Shapes").
+    #[serde(default = "defaults::cuda_conv_search", deserialize_with = "choices::conv_search")]
+    pub cuda_conv_search: ConvSearch,
+    /// Whether that search may use as much GPU memory as it likes (ONNX Runtime's default), or 32 MB.
+    #[serde(default = "defaults::yes")]
+    pub cuda_conv_max_workspace: bool,
+    /// How the CUDA memory arena grows when a run needs more.
+    #[serde(default = "defaults::cuda_arena_extend", deserialize_with = "choices::arena_extend")]
+    pub cuda_arena_extend: ArenaExtend,
+    /// Whether float32 convolutions and matrix products may run in TF32 (10-bit mantissas) on CUDA.
+    #[serde(default)]
+    pub cuda_tf32: bool,
     /// Overrides for models whose names or input size cannot be read from the graph.
     #[serde(default)]
     pub input_name: Option<String>,
@@ -73,6 +94,18 @@ mod defaults {
     }
     pub fn batch_wait_ms() -> u64 {
         5
+    }
+    pub fn batch_padding() -> BatchPadding {
+        BatchPadding::Auto
+    }
+    pub fn cuda_conv_search() -> ConvSearch {
+        ConvSearch::Heuristic
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn cuda_arena_extend() -> ArenaExtend {
+        ArenaExtend::NextPowerOfTwo
     }
 }
 
@@ -125,6 +158,16 @@ impl ModelSettings {
     /// (docs/design.md, "Batch size per provider").
     pub fn batch_size(&self, device: Device) -> usize {
         self.batch_size.unwrap_or(if device.is_cuda() { 64 } else { 8 })
+    }
+
+    /// Whether runs are padded up to their bucket: on CUDA unless asked otherwise, where a padded
+    /// row costs little and a run less; on CPU, where it would be work, only when asked (tests).
+    pub fn pads(&self, device: Device) -> bool {
+        match self.batch_padding {
+            BatchPadding::Auto => device.is_cuda(),
+            BatchPadding::Pad => true,
+            BatchPadding::Split => false,
+        }
     }
 
     /// ONNX Runtime intra-op threads: as set, else one per CPU this process may use. That count

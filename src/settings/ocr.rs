@@ -3,11 +3,14 @@
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{
+    ConfigError,
+    choices::{self, Placement},
+};
 
 /// The variables of [`OcrSettings`], one per field and in the fields' order (see `variables`).
 pub(super) const VARIABLES: &[&str] =
-    &["CLIPFN_OCR_MODEL", "CLIPFN_OCR_RESOLUTION", "CLIPFN_OCR_MIN_SCORE", "CLIPFN_OCR_MAX_LINES"];
+    &["CLIPFN_OCR_MODEL", "CLIPFN_OCR_RESOLUTION", "CLIPFN_OCR_MIN_SCORE", "CLIPFN_OCR_MAX_LINES", "CLIPFN_OCR_PROVIDER"];
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct OcrSettings {
@@ -28,9 +31,17 @@ pub struct OcrSettings {
     /// hundreds.
     #[serde(default = "defaults::ocr_max_lines")]
     pub ocr_max_lines: usize,
+    /// Where the OCR towers run: on the CPU by default, where they ran faster than on an H200's
+    /// CUDA (docs/bench/gpu.md), as Immich keeps its OCR; `auto`: where the image tower runs.
+    #[serde(default = "defaults::ocr_provider", deserialize_with = "choices::ocr_provider")]
+    pub ocr_provider: Placement,
 }
 
 mod defaults {
+    use super::Placement;
+    pub fn ocr_provider() -> Placement {
+        Placement::Cpu
+    }
     pub fn ocr_resolution() -> u32 {
         736
     }

@@ -15,7 +15,9 @@ use std::sync::{
 use image::RgbImage;
 
 use crate::{
-    model::{IdType, ImageModelInfo, Layout, ModelError, Photos, PixelBatch, Pixels, TextModelInfo, Texts, Tower},
+    model::{
+        IdType, ImageModelInfo, Layout, ModelError, Photos, PixelBatch, Pixels, Shapes, TextModelInfo, Texts, Tower,
+    },
     preprocess::Transform,
     settings::{Device, Weights},
     tokenize::{Padding, Tokens},
@@ -48,10 +50,12 @@ fn check_on(device: &AtomicU8) -> Result<(), ModelError> {
     }
 }
 
+/// The fakes run their batches whole: they declare no shapes.
 pub struct FakeModel {
     info: ImageModelInfo,
     batch: PixelBatch,
     device: Arc<AtomicU8>,
+    shapes: Shapes,
 }
 
 impl FakeModel {
@@ -74,7 +78,7 @@ impl FakeModel {
         };
         let batch = PixelBatch::new(&info);
         let device = Arc::new(AtomicU8::new(DEVICE_OK));
-        (FakeModel { info, batch, device: Arc::clone(&device) }, device)
+        (FakeModel { info, batch, device: Arc::clone(&device), shapes: Shapes::new([]) }, device)
     }
 }
 
@@ -105,11 +109,16 @@ impl Tower for FakeModel {
     fn check(&mut self) -> Result<(), ModelError> {
         check_on(&self.device)
     }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
+    }
 }
 
 pub struct FakeText {
     info: TextModelInfo,
     device: Arc<AtomicU8>,
+    shapes: Shapes,
 }
 
 impl FakeText {
@@ -129,7 +138,7 @@ impl FakeText {
             batch_size,
         };
         let device = Arc::new(AtomicU8::new(DEVICE_OK));
-        (FakeText { info, device: Arc::clone(&device) }, device)
+        (FakeText { info, device: Arc::clone(&device), shapes: Shapes::new([]) }, device)
     }
 }
 
@@ -147,5 +156,9 @@ impl Tower for FakeText {
 
     fn check(&mut self) -> Result<(), ModelError> {
         check_on(&self.device)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
     }
 }

@@ -10,7 +10,9 @@ use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::{BatchError, Served, run::BatchRunner};
-use crate::model::{Tower, TowerInfo, TowerIo};
+use std::sync::Arc;
+
+use crate::model::{ShapeCounts, Tower, TowerInfo, TowerIo, TowerKind};
 
 /// One input waiting for a tower of `Io`, and where its output goes.
 pub(super) struct Job<Io: TowerIo> {
@@ -31,6 +33,8 @@ pub(super) trait Lane: Send {
     fn watch<'a>(&'a self, select: &mut Select<'a>);
     /// Runs the batch taken and answers its jobs.
     fn serve(&mut self, runner: &mut BatchRunner<'_>);
+    /// Its tower's kind and shape counts.
+    fn shapes(&self) -> (TowerKind, Arc<ShapeCounts>);
 }
 
 /// What [`Lane::take`] found.
@@ -81,6 +85,10 @@ impl<T: Tower> Lane for TowerLane<T> {
 
     fn serve(&mut self, runner: &mut BatchRunner<'_>) {
         runner.serve(&mut self.tower, std::mem::take(&mut self.batch));
+    }
+
+    fn shapes(&self) -> (TowerKind, Arc<ShapeCounts>) {
+        (T::KIND, self.tower.shapes().counts())
     }
 }
 

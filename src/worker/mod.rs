@@ -48,7 +48,7 @@ use crate::{
     model::{
         Canvases, Detections, DetectorInfo, Embeddings, FaceCrops, FaceModels, Heads, HeadsInfo, ImageModelInfo,
         LineOrientations, ModelError, OcrInfo, OcrModels, OcrViews, Photos, ProbabilityMap, Recognized, RecognizerInfo,
-        TextLines, TextModelInfo, Texts, Tower, TowerIo,
+        ShapeCounts, TextLines, TextModelInfo, Texts, Tower, TowerIo, TowerKind,
     },
     observe::metrics::Metrics,
     preprocess::{FaceCanvas, LineInput, OcrView},
@@ -109,6 +109,8 @@ pub struct Worker {
     /// Present when there are OCR models.
     ocr: Option<OcrLanes>,
     ocr_info: Option<OcrInfo>,
+    /// Each tower's shape counts, in serving order.
+    shapes: Vec<(TowerKind, Arc<ShapeCounts>)>,
     health: Health,
     metrics: Arc<Metrics>,
 }
@@ -162,6 +164,7 @@ impl Worker {
             .chain(ocr_lanes.into_iter().flatten())
             .chain([image_lane])
             .collect();
+        let shapes = lanes.iter().map(|lane| lane.shapes()).collect();
         let health = Health::default();
         let watched = health.clone();
         metrics.watch_healthy(move || watched.check().is_ok());
@@ -184,6 +187,7 @@ impl Worker {
             faces_info,
             ocr,
             ocr_info,
+            shapes,
             health,
             metrics,
         }
@@ -211,6 +215,11 @@ impl Worker {
     /// The OCR models, when there are.
     pub fn ocr_info(&self) -> Option<&OcrInfo> {
         self.ocr_info.as_ref()
+    }
+
+    /// Each tower's shape counts (model/shapes.rs).
+    pub fn shapes(&self) -> &[(TowerKind, Arc<ShapeCounts>)] {
+        &self.shapes
     }
 
     pub fn health(&self) -> &Health {

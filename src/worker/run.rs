@@ -14,7 +14,7 @@ use super::{
     span::batch_span,
 };
 use crate::{
-    model::{Input, ModelError, Output, Tower},
+    model::{Input, ModelError, Output, Tower, run_in_buckets},
     observe::metrics::{BatchFailure, Metrics},
     sys::{
         memory::{IDLE_BEFORE_TRIM, Trimmer},
@@ -137,7 +137,7 @@ struct RunFailure {
 
 fn attempt<T: Tower>(tower: &mut T, jobs: &[Job<T::Io>]) -> Result<Vec<Output<T>>, RunFailure> {
     let inputs: Vec<&Input<T>> = jobs.iter().map(|job| &job.input).collect();
-    match catch_unwind(AssertUnwindSafe(|| tower.run(&inputs))) {
+    match catch_unwind(AssertUnwindSafe(|| run_in_buckets(tower, &inputs))) {
         Ok(Ok(outputs)) => Ok(outputs),
         Ok(Err(error)) => Err(RunFailure { error, cause: BatchFailure::Error }),
         Err(panic) => {

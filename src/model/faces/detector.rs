@@ -10,9 +10,9 @@ use ort::{session::Session, value::TensorRef};
 
 use super::{Detection, nms::suppress, refuse, scrfd, square_side, yolov5_face, yunet};
 use crate::{
-    model::{Canvases, ModelData, ModelError, Runtime, Tower, TowerInfo},
+    model::{Canvases, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo},
     preprocess::{CanvasLayout, FaceCanvas, Letterbox},
-    settings::{FaceSettings, ModelSettings},
+    settings::{Device, FaceSettings, ModelSettings},
 };
 
 /// The canvas side of detectors whose input size is dynamic where CLIPFN_FACE_DET_SIZE is unset
@@ -87,6 +87,8 @@ impl DetectorFormat {
 /// What the rest of the service is told about the detector.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DetectorInfo {
+    /// Where the face towers run (CLIPFN_FACE_PROVIDER).
+    pub provider: Device,
     pub file: String,
     #[serde(flatten)]
     pub format: DetectorFormat,
@@ -132,6 +134,8 @@ pub struct FaceDetector {
     pub info: DetectorInfo,
     /// The input tensor, kept from canvas to canvas.
     pixels: Vec<f32>,
+    /// One: a canvas at a time, of one side.
+    shapes: Shapes,
     _environment: ort::environment::Environment,
 }
 
@@ -157,6 +161,7 @@ impl FaceDetector {
             scores(&format, faces).map_err(|why| refuse("detector", &file, why))?;
         let input = input.name().to_string();
         let info = DetectorInfo {
+            provider: runtime.device(),
             file,
             format,
             side,
@@ -167,7 +172,9 @@ impl FaceDetector {
             max_faces: faces.max_faces,
         };
         let pixels = vec![0.0; 3 * (side * side) as usize];
-        let mut detector = FaceDetector { session, input, outputs, info, pixels, _environment: runtime.environment() };
+        let shapes = Shapes::new([vec![1, 3, i64::from(side), i64::from(side)]]);
+        let _environment = runtime.environment();
+        let mut detector = FaceDetector { session, input, outputs, info, pixels, shapes, _environment };
         detector.check().map_err(|e| refuse("detector", &detector.info.file, format!("the warm-up failed: {e}")))?;
         Ok(detector)
     }
@@ -186,6 +193,7 @@ impl FaceDetector {
     fn detect(&mut self, canvas: &FaceCanvas) -> Result<Detections, ModelError> {
         self.lay_out(canvas);
         let side = i64::from(self.info.side);
+        self.shapes.ran(&[1, 3, side, side]);
         let input =
             TensorRef::from_array_view(([1, 3, side, side], &self.pixels[..])).map_err(ModelError::inference)?;
         let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
@@ -222,6 +230,10 @@ impl Tower for FaceDetector {
         let image = image::RgbImage::new(side, side).into();
         let canvas = FaceCanvas { image, scale: 1.0, offset: [0.0; 2], full_size: (side, side), photo: None };
         self.detect(&canvas).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
     }
 }
 

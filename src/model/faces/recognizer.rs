@@ -9,7 +9,7 @@ use ort::{session::Session, value::TensorRef};
 
 use super::{refuse, square_side};
 use crate::{
-    model::{FaceCrops, ModelData, ModelError, Runtime, Tower, TowerInfo, outputs::unit_rows},
+    model::{Buckets, FaceCrops, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, outputs::unit_rows},
     preprocess::{ARCFACE_CHIP, CHIP_RULE, Chip, DLIB_CHIP},
     settings::{FaceSettings, ModelSettings},
 };
@@ -100,6 +100,8 @@ pub struct FaceRecognizer {
     session: Session,
     input: String,
     output: String,
+    buckets: Buckets,
+    shapes: Shapes,
     pub info: RecognizerInfo,
     _environment: ort::environment::Environment,
 }
@@ -140,13 +142,14 @@ impl FaceRecognizer {
         let hash = data.hash().map_err(|e| refuse("recognizer", &file, format!("cannot be read: {e}")))?;
         let id = format!("{}:{hash:016x}:chips-{CHIP_RULE}", format.name());
         let info = RecognizerInfo { id, file, format, dim, batch_size };
-        let mut recognizer = FaceRecognizer { session, input, output, info, _environment: runtime.environment() };
-        for n in [1, batch_size] {
-            let black = recognizer.black_chip();
-            recognizer
-                .run(&vec![&black; n])
-                .map_err(|e| refuse("recognizer", &recognizer.info.file, format!("the warm-up failed: {e}")))?;
-        }
+        let device = runtime.device();
+        let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
+        let side = i64::from(format.chip().side);
+        let shapes = Shapes::batches(&buckets, &[3, side, side]);
+        let _environment = runtime.environment();
+        let mut recognizer = FaceRecognizer { session, input, output, buckets, shapes, info, _environment };
+        Tower::warm_up(&mut recognizer, device.is_cuda())
+            .map_err(|e| refuse("recognizer", &recognizer.info.file, format!("the warm-up failed: {e}")))?;
         Ok(recognizer)
     }
 
@@ -179,6 +182,7 @@ impl Tower for FaceRecognizer {
             }
         }
         let (n, side) = (crops.len() as i64, i64::from(side));
+        self.shapes.ran(&[n, 3, side, side]);
         let input = TensorRef::from_array_view(([n, 3, side, side], &batch[..])).map_err(ModelError::inference)?;
         let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
         unit_rows(&outputs, &self.output, crops.len())
@@ -186,6 +190,14 @@ impl Tower for FaceRecognizer {
 
     fn check(&mut self) -> Result<(), ModelError> {
         self.run(&[&self.black_chip()]).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
+    }
+
+    fn batching(&self) -> Option<(&Buckets, RgbImage)> {
+        Some((&self.buckets, self.black_chip()))
     }
 }
 

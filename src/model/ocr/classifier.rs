@@ -5,7 +5,7 @@ use image::RgbImage;
 
 use super::{Graph, OcrTower, lay_out_lines, warmed};
 use crate::{
-    model::{LineOrientations, ModelData, ModelError, Runtime, Tower},
+    model::{Buckets, LineOrientations, ModelData, ModelError, Runtime, Shapes, Tower},
     preprocess::{CLASSIFIER_WIDTH, LINE_HEIGHT},
     settings::ModelSettings,
 };
@@ -15,6 +15,7 @@ pub const UPSIDE_DOWN: f32 = 0.9;
 
 pub struct LineClassifier {
     graph: Graph,
+    buckets: Buckets,
     pub info: OcrTower,
 }
 
@@ -26,8 +27,11 @@ impl LineClassifier {
         file: String,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let graph = Graph::open(runtime, settings, data, ("classifier", &file), "[N, 3, 48, 192] -> [N, 2]")?;
-        warmed(LineClassifier { graph, info: OcrTower { file, batch_size } }, "classifier")
+        let buckets = Buckets::powers_of_two(batch_size, settings.pads(runtime.device()));
+        let shapes = Shapes::batches(&buckets, &[3, i64::from(LINE_HEIGHT), i64::from(CLASSIFIER_WIDTH)]);
+        let graph = Graph::open(runtime, settings, data, ("classifier", &file), "[N, 3, 48, 192] -> [N, 2]", shapes)?;
+        let every = graph.warms_every_shape;
+        warmed(LineClassifier { graph, buckets, info: OcrTower { file, batch_size } }, "classifier", every)
     }
 }
 
@@ -55,5 +59,13 @@ impl Tower for LineClassifier {
 
     fn check(&mut self) -> Result<(), ModelError> {
         self.run(&[&RgbImage::new(CLASSIFIER_WIDTH, LINE_HEIGHT)]).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.graph.shapes
+    }
+
+    fn batching(&self) -> Option<(&Buckets, RgbImage)> {
+        Some((&self.buckets, RgbImage::new(CLASSIFIER_WIDTH, LINE_HEIGHT)))
     }
 }

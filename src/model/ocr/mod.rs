@@ -31,8 +31,8 @@ pub use self::{
 };
 use ort::{session::Session, value::TensorRef};
 
-use super::{ModelData, ModelError, Runtime, Tower, TowerInfo, TowerIo};
-use crate::settings::{ModelSettings, OcrSettings};
+use super::{ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, TowerIo};
+use crate::settings::{Device, ModelSettings, OcrSettings};
 
 /// One OCR tower, as the worker sees it: its file and its batch size.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -51,6 +51,8 @@ impl TowerInfo for OcrTower {
 /// (/readyz).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OcrInfo {
+    /// Where the OCR towers run (CLIPFN_OCR_PROVIDER).
+    pub provider: Device,
     pub detector: String,
     pub classifier: Option<String>,
     pub recognizer: String,
@@ -74,6 +76,7 @@ pub struct OcrModels {
     pub classifier: Option<LineClassifier>,
     pub recognizer: TextRecognizer,
     settings: OcrSettings,
+    provider: Device,
 }
 
 /// The files of an OCR model folder, read for loading: each with where it came from.
@@ -96,18 +99,19 @@ impl OcrModels {
         batch_size: usize,
     ) -> Result<Self, ModelError> {
         let (location, data) = files.detector;
-        let detector = OcrDetector::load(runtime, settings, &data, location)?;
+        let detector = OcrDetector::load(runtime, settings, &data, location, ocr.ocr_resolution)?;
         let classifier = files
             .classifier
             .map(|(location, data)| LineClassifier::load(runtime, settings, &data, location, batch_size))
             .transpose()?;
         let (location, data) = files.recognizer;
         let recognizer = TextRecognizer::load(runtime, settings, &data, location, files.characters, batch_size)?;
-        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone() })
+        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone(), provider: runtime.device() })
     }
 
     pub fn info(&self) -> OcrInfo {
         OcrInfo {
+            provider: self.provider,
             detector: self.detector.info.file.clone(),
             classifier: self.classifier.as_ref().map(|c| c.info.file.clone()),
             recognizer: self.recognizer.info.file.clone(),
@@ -133,18 +137,23 @@ struct Graph {
     output: String,
     /// The output's shape as the graph declares it (-1 where dynamic).
     output_shape: Option<Vec<i64>>,
+    /// The input shapes it runs (model/shapes.rs).
+    shapes: Shapes,
+    /// Whether every declared shape is run at start-up (CUDA).
+    warms_every_shape: bool,
     _environment: ort::environment::Environment,
 }
 
 impl Graph {
     /// The OCR `what` in `file`, refused unless it has one input and one output (`shape` says
-    /// what they should be).
+    /// what they should be); it runs the `shapes` declared.
     fn open(
         runtime: &mut Runtime,
         settings: &ModelSettings,
         data: &ModelData,
         (what, file): (&str, &str),
         shape: &str,
+        shapes: Shapes,
     ) -> Result<Self, ModelError> {
         let session = runtime.session(&settings.with_cpu_arena(), data).map_err(|e| refuse(what, file, e))?;
         let ([input], [output]) = (session.inputs(), session.outputs()) else {
@@ -152,11 +161,13 @@ impl Graph {
         };
         let output_shape = output.dtype().tensor_shape().map(|s| s.to_vec());
         let (input, output) = (input.name().to_string(), output.name().to_string());
-        Ok(Graph { session, input, output, output_shape, _environment: runtime.environment() })
+        let (warms_every_shape, _environment) = (runtime.device().is_cuda(), runtime.environment());
+        Ok(Graph { session, input, output, output_shape, shapes, warms_every_shape, _environment })
     }
 
     /// Runs `pixels`, laid out as `shape`: the output's shape and values.
     fn run(&mut self, shape: [i64; 4], pixels: &[f32]) -> Result<(Vec<i64>, Vec<f32>), ModelError> {
+        self.shapes.ran(&shape);
         let input = TensorRef::from_array_view((shape, pixels)).map_err(ModelError::inference)?;
         let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
         let (shape, values) =
@@ -165,9 +176,10 @@ impl Graph {
     }
 }
 
-/// `tower` once its warm-up input has run, or the refusal naming its file.
-fn warmed<T: Tower<Io: TowerIo<Info = OcrTower>>>(mut tower: T, what: &str) -> Result<T, ModelError> {
-    match tower.check() {
+/// `tower` once warmed up (every declared shape on CUDA, its warm-up input on CPU), or the refusal
+/// naming its file.
+fn warmed<T: Tower<Io: TowerIo<Info = OcrTower>>>(mut tower: T, what: &str, every: bool) -> Result<T, ModelError> {
+    match tower.warm_up(every) {
         Ok(()) => Ok(tower),
         Err(e) => Err(refuse(what, &tower.info().file, format!("the warm-up failed: {e}"))),
     }

@@ -1,19 +1,27 @@
 //! The text recognizer tower (PP-OCR's SVTR/CRNN recognizers): lines at height 48, BGR
-//! `(p / 255 - 0.5) / 0.5`, each padded to its fixed width (`preprocess::recognizer_input`); a
-//! batch runs once per width it holds, so that a line's text and score never depend on its
-//! batch-mates. The output, [N, T, classes], is decoded by `ctc`.
+//! `(p / 255 - 0.5) / 0.5`, each padded to one of the recognizer's widths
+//! (`preprocess::recognizer_input`); a batch runs once per width it holds, so that a line's text
+//! and score never depend on its batch-mates, in runs of a few line counts per width
+//! (model/shapes.rs). The output, [N, T, classes], is decoded by `ctc`.
 
 use std::collections::BTreeMap;
 
 use super::{Charset, Graph, OcrTower, lay_out_lines, refuse, warmed};
 use crate::{
-    model::{ModelData, ModelError, Runtime, TextLines, Tower},
-    preprocess::{LINE_HEIGHT, LineInput, MIN_RECOGNIZER_WIDTH},
+    model::{Buckets, ModelData, ModelError, Runtime, Shapes, TextLines, Tower},
+    preprocess::{LINE_HEIGHT, LineInput, MIN_RECOGNIZER_WIDTH, RECOGNIZER_WIDTHS},
     settings::ModelSettings,
 };
 
 /// The most lines of the narrowest width one run takes; a run of wider lines takes fewer.
 const LINES_PER_RUN: u32 = 32;
+
+/// The line counts a run of `width`-wide lines takes: powers of four up to what its output's memory
+/// allows (its [lines, width / 8, classes] floats are 34 MB for 32 lines of 320 with PP-OCRv4's 6,625
+/// classes), so that the ten widths declare 32 shapes.
+fn line_counts(width: u32, pads: bool) -> Buckets {
+    Buckets::powers((LINES_PER_RUN * MIN_RECOGNIZER_WIDTH / width).max(1) as usize, 4, pads)
+}
 
 /// One line's reading.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +34,8 @@ pub struct Recognized {
 pub struct TextRecognizer {
     graph: Graph,
     charset: Charset,
+    /// Each width's line counts.
+    counts: BTreeMap<u32, Buckets>,
     pub info: OcrTower,
 }
 
@@ -40,7 +50,13 @@ impl TextRecognizer {
         characters: Option<(String, String)>,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let graph = Graph::open(runtime, settings, data, ("recognizer", &file), "[N, 3, 48, W] -> [N, T, C]")?;
+        let pads = settings.pads(runtime.device());
+        let counts: BTreeMap<u32, Buckets> =
+            RECOGNIZER_WIDTHS.into_iter().map(|width| (width, line_counts(width, pads))).collect();
+        let shapes = Shapes::new(counts.iter().flat_map(|(&width, lines)| {
+            lines.sizes().iter().map(move |&n| vec![n as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)])
+        }));
+        let graph = Graph::open(runtime, settings, data, ("recognizer", &file), "[N, 3, 48, W] -> [N, T, C]", shapes)?;
         let classes = match graph.output_shape.as_deref() {
             Some([_, _, classes]) if *classes > 0 => *classes as usize,
             shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, T, classes]"))),
@@ -60,7 +76,8 @@ impl TextRecognizer {
         };
         let charset =
             Charset::new(&list, classes).map_err(|e| refuse("recognizer", &file, format!("{source}: {e}")))?;
-        warmed(TextRecognizer { graph, charset, info: OcrTower { file, batch_size } }, "recognizer")
+        let every = graph.warms_every_shape;
+        warmed(TextRecognizer { graph, charset, counts, info: OcrTower { file, batch_size } }, "recognizer", every)
     }
 
     /// The characters it reads (the space RapidOCR appends not counted).
@@ -68,17 +85,20 @@ impl TextRecognizer {
         self.charset.count()
     }
 
-    fn read(&mut self, lines: &[&LineInput], width: u32) -> Result<Vec<Recognized>, ModelError> {
-        let batch = lay_out_lines(lines.iter().map(|line| &line.image), LINE_HEIGHT, width);
-        let shape = [lines.len() as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)];
+    /// Reads `lines`, `width` wide, in a run of `rows` (the rows past the lines are padding).
+    fn read(&mut self, lines: &[&LineInput], width: u32, rows: usize) -> Result<Vec<Recognized>, ModelError> {
+        let mut batch = lay_out_lines(lines.iter().map(|line| &line.image), LINE_HEIGHT, width);
+        batch.resize(rows * 3 * (LINE_HEIGHT * width) as usize, 0.0);
+        let shape = [rows as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)];
         let (shape, values) = self.graph.run(shape, &batch)?;
         let classes = shape.last().copied().unwrap_or(0) as usize;
-        if classes == 0 || values.len() % (classes * lines.len()) != 0 {
-            return Err(ModelError::Inference(format!("the recognizer gave {shape:?} for {} lines", lines.len())));
+        if classes == 0 || values.len() % (classes * rows) != 0 {
+            return Err(ModelError::Inference(format!("the recognizer gave {shape:?} for {rows} lines")));
         }
-        let per_line = values.len() / lines.len();
+        let per_line = values.len() / rows;
         Ok(values
             .chunks_exact(per_line)
+            .take(lines.len())
             .map(|line| {
                 let (text, score) = self.charset.decode(line, classes);
                 Recognized { text, score }
@@ -102,12 +122,16 @@ impl Tower for TextRecognizer {
         }
         let mut read: Vec<Option<Recognized>> = vec![None; lines.len()];
         for (width, indices) in widths {
-            // The output is [lines, width / 8, classes] floats (34 MB for 32 lines of 320 with
-            // PP-OCRv4's 6,625 classes): a run takes fewer lines the wider they are.
-            let per_run = (LINES_PER_RUN * MIN_RECOGNIZER_WIDTH / width).max(1) as usize;
-            for indices in indices.chunks(per_run) {
-                let group: Vec<&LineInput> = indices.iter().map(|&i| lines[i]).collect();
-                for (&i, recognized) in indices.iter().zip(self.read(&group, width)?) {
+            let plan = self
+                .counts
+                .get(&width)
+                .map_or_else(|| vec![(indices.len(), indices.len())], |counts| counts.plan(indices.len()));
+            let mut rest = &indices[..];
+            for (len, rows) in plan {
+                let (run, after) = rest.split_at(len);
+                rest = after;
+                let group: Vec<&LineInput> = run.iter().map(|&i| lines[i]).collect();
+                for (&i, recognized) in run.iter().zip(self.read(&group, width, rows)?) {
                     read[i] = Some(recognized);
                 }
             }
@@ -118,5 +142,21 @@ impl Tower for TextRecognizer {
     fn check(&mut self) -> Result<(), ModelError> {
         let line = LineInput { image: image::RgbImage::new(8, LINE_HEIGHT), width: MIN_RECOGNIZER_WIDTH };
         self.run(&[&line]).map(drop)
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.graph.shapes
+    }
+
+    fn warm_up(&mut self, every: bool) -> Result<(), ModelError> {
+        if !every {
+            return self.check();
+        }
+        let runs: Vec<(u32, usize)> =
+            self.counts.iter().flat_map(|(&width, counts)| counts.sizes().iter().map(move |&n| (width, n))).collect();
+        for (width, rows) in runs {
+            self.read(&[], width, rows)?;
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,191 @@
+//! The input shapes a tower runs: a small set, declared when it loads (docs/design.md, "Shapes").
+//!
+//! On CUDA, ONNX Runtime pays once per session for every input shape it has not seen: cuDNN's
+//! algorithm search for each convolution, and the arena's growth. A tower that runs any batch size
+//! from 1 to 64, or any view a multiple of 32 px, sees hundreds of shapes and never gets fast, and
+//! every new container pays again. So each tower declares its shapes at load: batch sizes in
+//! [`Buckets`], and for OCR, its view and line-width buckets. A run is padded up to its bucket on
+//! CUDA (the padding's outputs are dropped), and split into buckets on CPU, where padding would be
+//! work and a new shape costs little; both run only declared shapes. [`Shapes`] counts what ran,
+//! for /readyz, and what ran outside the set (a bug: the test workload asserts none).
+
+use std::{
+    collections::{BTreeSet, HashSet},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+/// The batch sizes a tower runs: powers of `base` below its batch size, and the batch size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buckets {
+    sizes: Vec<usize>,
+    /// Pad a run up to its bucket (CUDA), or split it into buckets (CPU).
+    pad: bool,
+}
+
+impl Buckets {
+    /// Powers of two up to `max` (1, 2, 4, ... and `max` itself); `pad`: see [`Buckets::plan`].
+    pub fn powers_of_two(max: usize, pad: bool) -> Self {
+        Self::powers(max, 2, pad)
+    }
+
+    /// Powers of `base` up to `max`, and `max`.
+    pub fn powers(max: usize, base: usize, pad: bool) -> Self {
+        let max = max.max(1);
+        let mut sizes: Vec<usize> =
+            std::iter::successors(Some(1usize), |n| Some(n * base)).take_while(|&n| n < max).collect();
+        sizes.push(max);
+        Buckets { sizes, pad }
+    }
+
+    pub fn sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+
+    pub fn max(&self) -> usize {
+        *self.sizes.last().expect("buckets hold at least 1")
+    }
+
+    /// The batch sizes to warm up: every bucket where a first run of a shape costs a search
+    /// (`every`: on CUDA), else the smallest and the largest.
+    pub fn warm_up_sizes(&self, every: bool) -> Vec<usize> {
+        let mut sizes = if every { self.sizes.clone() } else { vec![1, self.max()] };
+        sizes.dedup();
+        sizes
+    }
+
+    /// How `n` inputs run: `(inputs, bucket)` for each run, in order. Padded, the fewest runs, each
+    /// full but the last, which is padded up to the smallest bucket that holds it; split, each run
+    /// exactly a bucket, largest first, and no padding.
+    pub fn plan(&self, n: usize) -> Vec<(usize, usize)> {
+        let (max, mut left, mut runs) = (self.max(), n, Vec::new());
+        while left >= max {
+            runs.push((max, max));
+            left -= max;
+        }
+        if left == 0 {
+            return runs;
+        }
+        if self.pad {
+            let bucket = *self.sizes.iter().find(|&&size| size >= left).expect("the last bucket holds any remainder");
+            runs.push((left, bucket));
+            return runs;
+        }
+        for &size in self.sizes.iter().rev() {
+            while left >= size {
+                runs.push((size, size));
+                left -= size;
+            }
+        }
+        runs
+    }
+}
+
+/// What /readyz says of a tower's shapes.
+#[derive(Debug, Default)]
+pub struct ShapeCounts {
+    allowed: AtomicUsize,
+    run: AtomicUsize,
+    outside: AtomicUsize,
+}
+
+impl serde::Serialize for ShapeCounts {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut counts = serializer.serialize_struct("ShapeCounts", 3)?;
+        counts.serialize_field("allowed", &self.allowed.load(Ordering::Relaxed))?;
+        counts.serialize_field("run", &self.run.load(Ordering::Relaxed))?;
+        counts.serialize_field("outside", &self.outside.load(Ordering::Relaxed))?;
+        counts.end()
+    }
+}
+
+/// A tower's declared input shapes and the ones it has run. The tower notes each run's shape;
+/// only the worker thread does, and /readyz reads the counts.
+#[derive(Debug)]
+pub struct Shapes {
+    declared: BTreeSet<Vec<i64>>,
+    seen: HashSet<Vec<i64>>,
+    counts: Arc<ShapeCounts>,
+}
+
+impl Shapes {
+    pub fn new(declared: impl IntoIterator<Item = Vec<i64>>) -> Self {
+        let declared: BTreeSet<Vec<i64>> = declared.into_iter().collect();
+        let counts = ShapeCounts { allowed: declared.len().into(), ..ShapeCounts::default() };
+        Shapes { declared, seen: HashSet::new(), counts: Arc::new(counts) }
+    }
+
+    /// Every batch bucket of `buckets` with the rest of the shape `tail`.
+    pub fn batches(buckets: &Buckets, tail: &[i64]) -> Self {
+        Self::new(buckets.sizes().iter().map(|&n| [&[n as i64][..], tail].concat()))
+    }
+
+    /// Notes a run of `shape`.
+    pub fn ran(&mut self, shape: &[i64]) {
+        if self.seen.contains(shape) {
+            return;
+        }
+        self.seen.insert(shape.to_vec());
+        self.counts.run.fetch_add(1, Ordering::Relaxed);
+        if !self.declared.contains(shape) {
+            tracing::warn!(?shape, "a tower ran a shape outside its declared set");
+            self.counts.outside.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The declared shapes, for warming them up.
+    pub fn declared(&self) -> impl Iterator<Item = &[i64]> {
+        self.declared.iter().map(Vec::as_slice)
+    }
+
+    pub fn counts(&self) -> Arc<ShapeCounts> {
+        Arc::clone(&self.counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_and_the_batch_size() {
+        assert_eq!(Buckets::powers_of_two(64, true).sizes(), [1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(Buckets::powers_of_two(48, false).sizes(), [1, 2, 4, 8, 16, 32, 48]);
+        assert_eq!(Buckets::powers(32, 4, false).sizes(), [1, 4, 16, 32]);
+        assert_eq!(Buckets::powers_of_two(1, true).sizes(), [1]);
+    }
+
+    #[test]
+    fn cuda_pads_the_last_run_and_cpu_splits_it() {
+        let cuda = Buckets::powers_of_two(64, true);
+        assert_eq!(cuda.plan(5), [(5, 8)]);
+        assert_eq!(cuda.plan(64), [(64, 64)]);
+        assert_eq!(cuda.plan(130), [(64, 64), (64, 64), (2, 2)]);
+        assert_eq!(cuda.plan(0), []);
+        let cpu = Buckets::powers_of_two(8, false);
+        assert_eq!(cpu.plan(7), [(4, 4), (2, 2), (1, 1)]);
+        assert_eq!(cpu.plan(19), [(8, 8), (8, 8), (2, 2), (1, 1)]);
+        // Every plan covers its inputs once, in runs of declared sizes.
+        for buckets in [cuda, cpu, Buckets::powers(32, 4, false), Buckets::powers(20, 4, true)] {
+            for n in 0..200 {
+                let plan = buckets.plan(n);
+                assert_eq!(plan.iter().map(|(inputs, _)| inputs).sum::<usize>(), n);
+                assert!(plan.iter().all(|(inputs, size)| inputs <= size && buckets.sizes().contains(size)));
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_count_what_ran_and_what_ran_outside() {
+        let mut shapes = Shapes::batches(&Buckets::powers_of_two(4, true), &[3, 8, 8]);
+        shapes.ran(&[2, 3, 8, 8]);
+        shapes.ran(&[2, 3, 8, 8]);
+        shapes.ran(&[3, 3, 8, 8]);
+        let counts = serde_json::to_value(&*shapes.counts()).unwrap();
+        assert_eq!(counts, serde_json::json!({"allowed": 3, "run": 2, "outside": 1}));
+        assert_eq!(shapes.declared().count(), 3);
+    }
+}
