@@ -10,7 +10,7 @@ use std::{
     process::Command,
 };
 
-use common::{ServerConfig, camera_photos, cosine, file_name, item, setup_var, store, store_named};
+use common::{ServerConfig, camera_photos, cosine, file_name, item, scrape, series, setup_var, store, store_named};
 use serde_json::{Value, json};
 
 /// tools/signals_reference.py's answer for `args`.
@@ -642,6 +642,56 @@ fn a_moving_subject_shot_in_a_burst_is_one_burst_and_no_duplicate() {
     let candidates = [expected, index("other.jpg"), index("later.jpg")];
     let cover = *candidates.iter().min_by_key(|&&i| (rank_key(&items[i]), i)).unwrap();
     assert_eq!(album["cover"], cover, "{album}");
+}
+
+/// `"embedding": false` with no labels and no heads: the album's bursts are all that still reads
+/// an embedding, and a photo without a capture time is in no burst, so the image tower embeds the
+/// photos with a time and no other (`clipfn_batch_size_photos` counts them), while the faces are
+/// found on every photo; the album is the one every embedding gives.
+#[test]
+fn without_embeddings_the_image_tower_runs_only_for_photos_with_a_capture_time() {
+    let folder = tempfile::tempdir().unwrap();
+    common::exif_photos("burst", folder.path());
+    let timed = ["other.jpg", "burst-3.jpg", "later.jpg", "burst-0.jpg", "burst-4.jpg", "burst-1.jpg", "burst-2.jpg"];
+    let untimed = ["astronaut.png", "coffee.png", "rocket.jpg"];
+    let faces = PathBuf::from(setup_var("CLIPFN_TEST_FACE_PHOTOS"));
+    let photos: Vec<PathBuf> =
+        timed.iter().map(|name| folder.path().join(name)).chain(untimed.iter().map(|name| faces.join(name))).collect();
+    let store = store_named(&photos);
+    // The test model's threshold, as in the burst test above.
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_BURST_SIMILARITY", "0.5")
+        .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .start();
+    // The answer, the photos the image tower embedded and the canvases the face detector ran.
+    let analyze = |names: &[&str], embedding: bool| {
+        let before = scrape(&server);
+        let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": embedding }));
+        assert_eq!(status, 200, "{body}");
+        let after = scrape(&server);
+        let moved = |name: &str, labels: &[(&str, &str)]| series(&after, name, labels) - series(&before, name, labels);
+        let detected = moved("clipfn_stage_duration_seconds_count", &[("stage", "face_detection")]);
+        let queued = moved("clipfn_stage_duration_seconds_count", &[("stage", "queue")]);
+        let embedded = moved("clipfn_batch_size_photos_sum", &[]);
+        assert_eq!(queued, embedded, "each photo queued for the image tower is embedded");
+        (body, embedded, detected)
+    };
+
+    let (body, embedded, detected) = analyze(&untimed, false);
+    assert_eq!((embedded, detected), (0.0, 3.0), "no image batch for photos without a time: {body}");
+    for item in body["data"].as_array().unwrap() {
+        assert!(item.get("embedding").is_none() && item.get("taken_at").is_none(), "{item}");
+        assert!(item["faces"].is_array() && item["quality"].is_object() && item["hash"].is_string(), "{item}");
+    }
+
+    let names: Vec<&str> = timed.iter().chain(&untimed).copied().collect();
+    let (with, embedded, _) = analyze(&names, true);
+    assert_eq!(embedded, 10.0, "asked for, every photo is embedded");
+    let (without, embedded, detected) = analyze(&names, false);
+    assert_eq!((embedded, detected), (7.0, 10.0), "the photos with a time, for the bursts: {without}");
+    assert!(without["data"].as_array().unwrap().iter().all(|item| item.get("embedding").is_none()));
+    assert_eq!(ranked_groups(&without, "bursts").len(), 1, "{without}");
+    assert_eq!(without["album"], with["album"]);
 }
 
 #[test]

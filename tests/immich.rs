@@ -10,7 +10,7 @@ use std::path::Path;
 use common::{
     ServerConfig, blocking_client, camera_photos, cosine, file_name,
     immich::{Part, content_type, form},
-    setup_var, store_named,
+    scrape, series, setup_var, store_named,
 };
 use serde_json::{Value, json};
 
@@ -290,4 +290,50 @@ fn immichs_ocr_task_gets_the_analyzed_lines_in_immichs_shape() {
     let half = json!({"ocr": {"detection": {"modelName": "PP-OCRv5_mobile"}}});
     let (status, answer) = image_request(&server.base, &half, &photos[0]);
     assert_eq!(status, 400, "{answer}");
+}
+
+/// A face-only or OCR-only job needs no CLIP embedding: the image tower runs no batch for it
+/// (`clipfn_batch_size_photos` and the `inference` stage stay where they were), while the face or
+/// text detector runs; a `clip.visual` job still runs it.
+#[test]
+fn face_and_ocr_jobs_never_run_the_image_tower() {
+    let photos = [
+        Path::new(&setup_var("CLIPFN_TEST_FACE_PHOTOS")).join("obama.jpg"),
+        Path::new(&setup_var("CLIPFN_TEST_OCR_PHOTOS")).join("sign.jpg"),
+    ];
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_SCRFD"))
+        .env("CLIPFN_OCR_MODEL", &setup_var("CLIPFN_TEST_OCR"))
+        .start();
+    let faces = json!({"facial-recognition": {
+        "detection": {"modelName": "buffalo_l"}, "recognition": {"modelName": "buffalo_l"}
+    }});
+    let ocr = json!({"ocr": {
+        "detection": {"modelName": "PP-OCRv5_mobile"}, "recognition": {"modelName": "PP-OCRv5_mobile"}
+    }});
+    let visual = json!({"clip": {"visual": {"modelName": "ViT-B-32__openai"}}});
+    let stage = |text: &str, stage: &str| series(text, "clipfn_stage_duration_seconds_count", &[("stage", stage)]);
+    let photos_embedded = |text: &str| series(text, "clipfn_batch_size_photos_sum", &[]);
+    for (entries, detector) in [(&faces, "face_detection"), (&ocr, "text_detection")] {
+        for photo in &photos {
+            let before = scrape(&server);
+            let (status, answer) = image_request(&server.base, entries, photo);
+            assert_eq!(status, 200, "{answer}");
+            assert!(answer.get("clip").is_none(), "{answer}");
+            let after = scrape(&server);
+            assert_eq!(stage(&after, detector) - stage(&before, detector), 1.0, "{entries}: the detector ran");
+            assert_eq!(stage(&after, "inference"), stage(&before, "inference"), "{entries}: an image batch ran");
+            assert_eq!(stage(&after, "queue"), stage(&before, "queue"), "{entries}: a photo queued for it");
+            assert_eq!(photos_embedded(&after), photos_embedded(&before), "{entries}");
+        }
+    }
+    let before = scrape(&server);
+    let both = json!({"clip": visual["clip"], "facial-recognition": faces["facial-recognition"]});
+    let (status, answer) = image_request(&server.base, &both, &photos[0]);
+    assert_eq!(status, 200, "{answer}");
+    assert!(!vector(&answer["clip"]).is_empty(), "{answer}");
+    let after = scrape(&server);
+    assert_eq!(photos_embedded(&after) - photos_embedded(&before), 1.0, "clip.visual's photo is embedded");
+    assert_eq!(stage(&after, "face_detection") - stage(&before, "face_detection"), 1.0);
 }

@@ -33,7 +33,7 @@ pub fn album(
     let shots: Vec<Shot> = timed
         .iter()
         .filter_map(|(photo, _)| {
-            let embedding = &results[photo.index].as_ref().ok()?.embedding;
+            let embedding = results[photo.index].as_ref().ok()?.embedding.as_deref()?;
             Some(Shot { index: photo.index, at_ms: photo.at_ms, embedding })
         })
         .collect();

@@ -20,7 +20,11 @@ use super::{
     subjects::Subjects,
     types::{AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs},
 };
-use crate::{decode::TakenAt, pipeline::Wants, text::TextError};
+use crate::{
+    decode::TakenAt,
+    pipeline::{SquareFor, Wants},
+    text::TextError,
+};
 
 /// Every signal of a photo from one fetch and one decode
 ///
@@ -119,7 +123,16 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     };
 
     let photos = !subjects.are_stored();
+    // A stored embedding is the caller's own: it is not sent back.
+    let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
+    // Every photo's embedding when the answer carries it or labels or the heads read it; else
+    // only a photo with a capture time needs one, for the album's bursts (a photo without one is
+    // in no burst). Duplicates, events, people, the best shots and the cover read no embedding
+    // (the best shot reads the heads' scores only where there are heads).
+    let embedding =
+        if with_embedding || asked.is_some() || heads.is_some() { SquareFor::Every } else { SquareFor::Timed };
     let wants = Wants {
+        embedding,
         pixels: photos,
         scores: heads.is_some(),
         faces: photos && face_models && request.faces != Some(false),
@@ -134,8 +147,6 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
     let album = photos.then(|| album(&results, state, heads, recognizer.map(|r| (r, &known)), with_location));
     let counts = subjects.counts(&results);
-    // A stored embedding is the caller's own: it is not sent back.
-    let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
     let data = subjects.answers(results, |index, image, result| match result {
         Ok(photo) => {
             let (faces, faces_left_out, faces_error) = match photo.faces {
@@ -164,8 +175,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
             let (width, height) = photo.size.unzip();
             AnalyzeItem {
                 index,
-                labels: scored.as_ref().map(|scored| scored.best(&photo.embedding)),
-                embedding: with_embedding.then_some(photo.embedding),
+                labels: scored.as_ref().zip(photo.embedding.as_deref()).map(|(scored, e)| scored.best(e)),
+                embedding: photo.embedding.filter(|_| with_embedding),
                 quality: photo.pixels.map(|pixels| Quality {
                     sharpness: pixels.sharpness,
                     blurry: pixels.sharpness < signals.blur_threshold,

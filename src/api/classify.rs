@@ -64,7 +64,7 @@ async fn classify_request(state: &AppState, body: RequestBody, started: Instant)
     let (results, timings) = subjects.results(state, service, deadline, Wants::default()).await?;
     let counts = subjects.counts(&results);
     let data = subjects.answers(results, |index, image, result| match result {
-        Ok(signals) => ClassifyItem { index, image, labels: Some(scored.best(&signals.embedding)), error: None },
+        Ok(signals) => ClassifyItem { index, image, labels: Some(scored.best(signals.embedded())), error: None },
         Err(error) => ClassifyItem { index, image, labels: None, error: Some(error) },
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());

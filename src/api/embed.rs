@@ -64,7 +64,7 @@ async fn embed_images(state: &AppState, images: Vec<String>, started: Instant) -
     let (results, timings) = photos.results(state, service, deadline(&state.settings), Wants::default()).await?;
     let counts = photos.counts(&results);
     let data = photos.answers(results, |index, image, result| match result {
-        Ok(signals) => Item { index, image, embedding: Some(signals.embedding), error: None },
+        Ok(signals) => Item { index, image, embedding: signals.embedding, error: None },
         Err(error) => Item { index, image, embedding: None, error: Some(error) },
     });
     let timings_ms = TimingsMs::new(&timings, started.elapsed());

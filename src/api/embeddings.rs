@@ -116,7 +116,7 @@ async fn image_embeddings(state: &AppState, request: EmbeddingsRequest, size: us
         .into_iter()
         .enumerate()
         .map(|(index, result)| match result {
-            Ok(signals) => Ok(embedding_object(index, &signals.embedding, base64)),
+            Ok(signals) => Ok(embedding_object(index, signals.embedded(), base64)),
             Err(e) => {
                 let code = ItemCode::named(e.code).expect("a photo's error has a photo's code");
                 Err(ApiError::Photo((code, format!("input[{index}]: {}", e.message))))

@@ -225,7 +225,8 @@ pub struct AnalyzeRequest {
     /// Stored embeddings get labels and scores only: what needs pixels needs the photo.
     #[serde(flatten)]
     pub subjects: SubjectsRequest,
-    /// `false` leaves the embeddings out of the answer (they are still computed for the labels).
+    /// `false` leaves the embeddings out of the answer. They are still computed where labels or
+    /// heads read them, and otherwise for the photos with a capture time only, for the bursts.
     #[serde(default)]
     pub embedding: Option<bool>,
     /// `false` skips the faces where face models are loaded; `true` where none are is a 400.

@@ -42,8 +42,9 @@ impl From<PreprocessError> for ItemError {
 /// What the stages give for one photo.
 #[derive(Debug)]
 pub struct Signals {
-    /// Of unit length, as the image tower gives it.
-    pub embedding: Vec<f32>,
+    /// Of unit length, as the image tower gives it; none for a photo the request wanted none of
+    /// (`Wants::embedding`).
+    pub embedding: Option<Vec<f32>>,
     /// What its pixels say, when the request asked.
     pub pixels: Option<PixelSignals>,
     /// One score per head (the worker's `HeadsInfo::names`' order), when the request asked.
@@ -59,6 +60,13 @@ pub struct Signals {
     /// When and where the photo was taken, from its EXIF; none for a stored embedding. Personal:
     /// it goes to answers only, never to a log line or a span.
     pub metadata: Option<Metadata>,
+}
+
+impl Signals {
+    /// The embedding, where the request wanted every photo's (`Wants::embedding`'s default).
+    pub fn embedded(&self) -> &[f32] {
+        self.embedding.as_deref().expect("every photo's embedding was wanted")
+    }
 }
 
 pub type ItemResult = Result<Signals, ItemError>;

@@ -28,6 +28,7 @@ pub use self::{
     ocr::{Ocr, OcrLine},
     timings::{Interval, Timings},
 };
+pub use crate::preprocess::SquareFor;
 use crate::{
     decode,
     embedding::l2_normalized,
@@ -41,9 +42,12 @@ use crate::{
     worker::Worker,
 };
 
-/// What a request wants of its photos beside the embedding.
+/// What a request wants of its photos.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wants {
+    /// Which photos the image tower embeds (by default every one): a photo left out gets no
+    /// square and never queues for the tower. The heads' scores need every photo's.
+    pub embedding: SquareFor,
     /// The pixel signals (`signals`), measured on the decode threads.
     pub pixels: bool,
     /// The heads' scores, run on the embedding after the image tower.
@@ -226,6 +230,7 @@ impl Pipeline {
             } else {
                 None
             };
+            let embedding = Some(embedding);
             Ok(Signals { embedding, pixels: None, scores, faces: None, ocr: None, size: None, metadata: None })
         });
         let results = futures::future::join_all(scored).await;
@@ -291,6 +296,7 @@ impl Pipeline {
         let reader = self.worker.ocr_info().filter(|_| wants.ocr);
         let views = Views {
             square: self.square.clone(),
+            square_for: if wants.scores { SquareFor::Every } else { wants.embedding },
             luma: wants.pixels,
             canvas: detector.map(|d| d.canvas()),
             ocr: reader.map(|reader| reader.resolution),
@@ -309,7 +315,7 @@ impl Pipeline {
         };
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
-        // keeps of a photo until its embedding comes is its square, a few numbers and, for faces,
+        // keeps of a photo until its embedding comes is its square (if it gets one), a few numbers and, for faces,
         // the detector's canvas and the photo's bytes, for OCR the text detector's view and the
         // decoded pixels.
         let (in_job, max_pixels) = (span.clone(), self.max_pixels);
@@ -370,19 +376,31 @@ impl Pipeline {
             drop(place);
             detected
         };
-        let (embedded, (faces, ocr)) = futures::join!(self.worker.embed(square, span), detected);
-        let embedded = embedded?;
-        timings.queue = Interval::new(queued, embedded.started);
-        self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
-        // The heads run on the embedding once the image tower has given it.
-        let (scores, finished) = if wants.scores {
-            let scored = self.worker.score(embedded.output.clone()).await?;
-            (Some(scored.output), scored.finished)
-        } else {
-            (None, embedded.finished)
+        // A photo without a square needs no embedding: the image tower never sees it.
+        let embedded = async {
+            match square {
+                Some(square) => Some(self.worker.embed(square, span).await),
+                None => None,
+            }
         };
-        timings.inference = Interval::new(embedded.started, finished);
-        let (embedding, size, metadata) = (embedded.output, Some(size), Some(metadata));
+        let (embedded, (faces, ocr)) = futures::join!(embedded, detected);
+        let (mut embedding, mut scores) = (None, None);
+        if let Some(embedded) = embedded {
+            let embedded = embedded?;
+            timings.queue = Interval::new(queued, embedded.started);
+            self.metrics.stage(Stage::Queue, embedded.started.saturating_duration_since(queued));
+            // The heads run on the embedding once the image tower has given it.
+            let finished = if wants.scores {
+                let scored = self.worker.score(embedded.output.clone()).await?;
+                scores = Some(scored.output);
+                scored.finished
+            } else {
+                embedded.finished
+            };
+            timings.inference = Interval::new(embedded.started, finished);
+            embedding = Some(embedded.output);
+        }
+        let (size, metadata) = (Some(size), Some(metadata));
         Ok(Signals { embedding, pixels, scores, faces, ocr, size, metadata })
     }
 }

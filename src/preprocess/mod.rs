@@ -6,9 +6,9 @@
 //!
 //! One decode, several views: [`decode_views`] is the one sequence from bytes to what a photo is
 //! used as (decode once, at the scale the largest view needs, then each view of those pixels): the
-//! model's square always, the luma that pixel signals are measured on (`signals`), the face
-//! detector's canvas (`faces`) and the text detector's view (`ocr`) when the request asks for
-//! them. The pipeline runs it on its decode threads; the benches run it as
+//! model's square for the photos that need an embedding ([`SquareFor`]), the luma that pixel
+//! signals are measured on (`signals`), the face detector's canvas (`faces`) and the text
+//! detector's view (`ocr`) when the request asks for them. The pipeline runs it on its decode threads; the benches run it as
 //! [`decode_square`].
 
 mod faces;
@@ -108,11 +108,26 @@ pub enum PreprocessError {
     Resize(String),
 }
 
+/// Which photos get the image tower's square.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SquareFor {
+    /// Every photo.
+    #[default]
+    Every,
+    /// Only a photo whose metadata has a capture time (`taken_at`).
+    Timed,
+    /// No photo.
+    NoPhoto,
+}
+
 /// The views of one photo that a request asks for.
 #[derive(Debug, Clone)]
 pub struct Views {
-    /// How the model's square is made.
+    /// How the model's square is made. The decode is sized for it whether the square is made or
+    /// not, so that the other views are the same pixels either way.
     pub square: Transform,
+    /// Which photos the square is made for.
+    pub square_for: SquareFor,
     /// Whether the luma is wanted too.
     pub luma: bool,
     /// The face detector's canvas, when faces are wanted.
@@ -123,7 +138,8 @@ pub struct Views {
 
 /// One photo's views.
 pub struct Viewed {
-    pub square: RgbImage,
+    /// Present when `square_for` says this photo gets one.
+    pub square: Option<RgbImage>,
     /// Present when asked for: the luma of the whole photo, at the size the pixel signals are
     /// measured at (`signals::luma_size`).
     pub luma: Option<GrayImage>,
@@ -147,7 +163,12 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
     drop(bytes);
     let luma = views.luma.then(|| luma_view(&decoded.image)).transpose()?;
     let canvas = views.canvas.map(|layout| faces::canvas(&decoded.image, decoded.full_size, layout)).transpose()?;
-    let square = preprocess(&decoded, &views.square)?;
+    let square = match views.square_for {
+        SquareFor::Every => true,
+        SquareFor::Timed => decoded.metadata.taken_at.is_some(),
+        SquareFor::NoPhoto => false,
+    };
+    let square = square.then(|| preprocess(&decoded, &views.square)).transpose()?;
     // Last: it keeps the decoded pixels.
     let ocr = views.ocr.map(|resolution| ocr_view(std::sync::Arc::new(decoded.image), decoded.full_size, resolution));
     Ok(Viewed { square, luma, canvas, ocr, full_size: decoded.full_size, metadata: decoded.metadata })
@@ -159,8 +180,8 @@ pub fn decode_square(
     transform: &Transform,
     max_pixels: u64,
 ) -> Result<RgbImage, PreprocessError> {
-    let views = Views { square: transform.clone(), luma: false, canvas: None, ocr: None };
-    decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square)
+    let views = Views { square: transform.clone(), square_for: SquareFor::Every, luma: false, canvas: None, ocr: None };
+    decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square.expect("made for every photo"))
 }
 
 /// The photo box-filtered to the pixel signals' size (as OpenCV's area filter shrinks), then its

@@ -9,8 +9,13 @@ use super::{
 };
 
 /// The variables of [`OcrSettings`], one per field and in the fields' order (see `variables`).
-pub(super) const VARIABLES: &[&str] =
-    &["CLIPFN_OCR_MODEL", "CLIPFN_OCR_RESOLUTION", "CLIPFN_OCR_MIN_SCORE", "CLIPFN_OCR_MAX_LINES", "CLIPFN_OCR_PROVIDER"];
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_OCR_MODEL",
+    "CLIPFN_OCR_RESOLUTION",
+    "CLIPFN_OCR_MIN_SCORE",
+    "CLIPFN_OCR_MAX_LINES",
+    "CLIPFN_OCR_PROVIDER",
+];
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct OcrSettings {

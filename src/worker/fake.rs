@@ -6,6 +6,9 @@
 //! 1.9 (white: 1.93, 2.08 and 2.15 by channel) fails the run it is in, as in the poison model of
 //! tools/make_models.py; one whose values are all below -1.4 (black: -1.79, -1.75 and -1.48 by
 //! channel) makes the run panic. A text's embedding is `[number of its ids, 0]`.
+//!
+//! The other towers (the face and text detectors and recognizers) have one stand-in,
+//! [`FakeTower`], for tests of the serving order: it answers each input with a fixed output.
 
 use std::sync::{
     Arc,
@@ -16,7 +19,9 @@ use image::RgbImage;
 
 use crate::{
     model::{
-        IdType, ImageModelInfo, Layout, ModelError, Photos, PixelBatch, Pixels, Shapes, TextModelInfo, Texts, Tower,
+        Canvases, Detections, DetectorFormat, DetectorInfo, FaceCrops, IdType, ImageModelInfo, Info, Input, Layout,
+        ModelError, OcrTower, OcrViews, Output, Photos, PixelBatch, Pixels, ProbabilityMap, Recognized,
+        RecognizerFormat, RecognizerInfo, Shapes, TextLines, TextModelInfo, Texts, Tower, TowerIo,
     },
     preprocess::Transform,
     settings::{Device, Weights},
@@ -161,4 +166,71 @@ impl Tower for FakeText {
     fn shapes(&self) -> &Shapes {
         &self.shapes
     }
+}
+
+/// A stand-in for a face or OCR tower: each input gets `answer`'s output.
+pub struct FakeTower<Io: TowerIo> {
+    info: Io::Info,
+    answer: fn() -> Io::Output,
+    shapes: Shapes,
+}
+
+impl<Io: TowerIo> Tower for FakeTower<Io> {
+    type Io = Io;
+
+    fn info(&self) -> &Info<Self> {
+        &self.info
+    }
+
+    fn run(&mut self, inputs: &[&Input<Self>]) -> Result<Vec<Output<Self>>, ModelError> {
+        Ok(inputs.iter().map(|_| (self.answer)()).collect())
+    }
+
+    fn check(&mut self) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    fn shapes(&self) -> &Shapes {
+        &self.shapes
+    }
+}
+
+/// A face detector taking one canvas a batch, as the real one does; it finds no face.
+pub fn fake_face_detector() -> FakeTower<Canvases> {
+    let info = DetectorInfo {
+        provider: Device::Cpu,
+        file: "fake-detector.onnx".into(),
+        format: DetectorFormat::Yunet,
+        side: 640,
+        side_from: "the fake",
+        min_score: 0.7,
+        min_score_from: "the fake",
+        score_floor: 0.7,
+        max_faces: 50,
+    };
+    FakeTower { info, answer: || Detections { faces: Vec::new() }, shapes: Shapes::new([]) }
+}
+
+/// A face recognizer taking `batch_size` faces a batch.
+pub fn fake_face_recognizer(batch_size: usize) -> FakeTower<FaceCrops> {
+    let info = RecognizerInfo {
+        id: "fake-recognizer".into(),
+        file: "fake-recognizer.onnx".into(),
+        format: RecognizerFormat::Arcface,
+        dim: 2,
+        batch_size,
+    };
+    FakeTower { info, answer: || vec![1.0, 0.0], shapes: Shapes::new([]) }
+}
+
+/// A text detector taking one view a batch, as the real one does; it finds no text.
+pub fn fake_text_detector() -> FakeTower<OcrViews> {
+    let info = OcrTower { file: "fake-text-detector.onnx".into(), batch_size: 1 };
+    FakeTower { info, answer: || ProbabilityMap { width: 1, height: 1, values: vec![0.0] }, shapes: Shapes::new([]) }
+}
+
+/// A text recognizer taking `batch_size` lines a batch; it reads every line as "fake".
+pub fn fake_text_recognizer(batch_size: usize) -> FakeTower<TextLines> {
+    let info = OcrTower { file: "fake-text-recognizer.onnx".into(), batch_size };
+    FakeTower { info, answer: || Recognized { text: "fake".into(), score: 1.0 }, shapes: Shapes::new([]) }
 }

@@ -1,7 +1,7 @@
 //! One lane per tower: the tower and the queue of jobs waiting for it. Lanes hide their input type
-//! behind the object-safe [`Lane`], so the loop serves any number of towers the same way, and the
-//! order of the lane list is the serving order: the worker forms its next batch from the first
-//! lane with a job queued.
+//! behind the object-safe [`Lane`], so the loop serves any number of towers the same way.
+//! [`Lanes`] holds them in their serving order: the lanes that go ahead (texts) whenever they have
+//! a job, then the others in turn, one batch each.
 
 use std::time::{Duration, Instant};
 
@@ -92,36 +92,84 @@ impl<T: Tower> Lane for TowerLane<T> {
     }
 }
 
-/// Takes the next batch from the first lane, in `lanes`' order, that has a job queued, waiting
-/// for one when none has; returns that lane and the batch's size, or `None` once every queue is
-/// closed and served to its end. A job queued on an earlier lane waits at most for the batch being
-/// taken or run, never behind a backlog on a later lane. A wait that lasts `idle.0` calls `idle.1`
-/// once, then goes on waiting.
-pub(super) fn next_batch(
-    lanes: &mut [Box<dyn Lane>],
-    batch_wait: Duration,
-    idle: (Duration, &mut dyn FnMut()),
-) -> Option<(usize, usize)> {
-    loop {
-        let mut open = Vec::with_capacity(lanes.len());
-        for (index, lane) in lanes.iter_mut().enumerate() {
-            match lane.take(batch_wait) {
-                Taken::Batch(size) => return Some((index, size)),
-                Taken::Empty => open.push(index),
-                Taken::Closed => {}
+/// Every lane of the worker, and whose turn it is.
+///
+/// The lanes `ahead` (the text tower's: someone waits on a search query) are looked at first, in
+/// order, before every batch. The others take turns: the worker looks at them from the one after
+/// the lane it last served, round the list, and takes a batch from the first with a job queued. So
+/// a job queued on one of them waits at most for the batch running when it was queued, then one
+/// batch of each other lane that has work (and whatever texts come meanwhile), never behind a
+/// backlog on another lane. Turns, not age: served by the age of each lane's oldest job, a photo
+/// queued behind 100 photos' canvases would wait for all 100 detector runs (the detector takes one
+/// canvas a batch); in turns it waits for one.
+pub(super) struct Lanes {
+    lanes: Vec<Box<dyn Lane>>,
+    /// How many lanes, at the front of `lanes`, go ahead of the others.
+    ahead: usize,
+    /// The index in `lanes` of the lane whose turn is next, among those that take turns.
+    turn: usize,
+}
+
+impl Lanes {
+    /// `ahead` go first whenever they have a job; `in_turn` take turns, in this order.
+    pub(super) fn new(ahead: Vec<Box<dyn Lane>>, in_turn: Vec<Box<dyn Lane>>) -> Self {
+        let turn = ahead.len();
+        let mut lanes = ahead;
+        lanes.extend(in_turn);
+        Lanes { lanes, ahead: turn, turn }
+    }
+
+    /// Each lane's tower kind and shape counts.
+    pub(super) fn shapes(&self) -> Vec<(TowerKind, Arc<ShapeCounts>)> {
+        self.lanes.iter().map(|lane| lane.shapes()).collect()
+    }
+
+    /// The order to look at the lanes in for the next batch: those ahead, then the others from the
+    /// one whose turn it is, round the list.
+    fn order(&self) -> impl Iterator<Item = usize> + use<> {
+        let (ahead, turn, len) = (self.ahead, self.turn, self.lanes.len());
+        (0..ahead).chain((turn..len).chain(ahead..turn))
+    }
+
+    /// Takes the next batch (see [`Lanes`] for whose), waiting for a job when no lane has one;
+    /// returns the lane's index and the batch's size, or `None` once every queue is closed and
+    /// served to its end. A wait that lasts `idle.0` calls `idle.1` once, then goes on waiting.
+    pub(super) fn next_batch(
+        &mut self,
+        batch_wait: Duration,
+        idle: (Duration, &mut dyn FnMut()),
+    ) -> Option<(usize, usize)> {
+        loop {
+            let mut open = Vec::with_capacity(self.lanes.len());
+            for index in self.order() {
+                match self.lanes[index].take(batch_wait) {
+                    Taken::Batch(size) => {
+                        if index >= self.ahead {
+                            self.turn = if index + 1 == self.lanes.len() { self.ahead } else { index + 1 };
+                        }
+                        return Some((index, size));
+                    }
+                    Taken::Empty => open.push(index),
+                    Taken::Closed => {}
+                }
+            }
+            if open.is_empty() {
+                return None;
+            }
+            // Wait until a queue gets a job (or closes), then look again in order.
+            let mut select = Select::new_biased();
+            for &index in &open {
+                self.lanes[index].watch(&mut select);
+            }
+            if select.ready_timeout(idle.0).is_err() {
+                (idle.1)();
+                select.ready();
             }
         }
-        if open.is_empty() {
-            return None;
-        }
-        // Wait until a queue gets a job (or closes), then look again in order.
-        let mut select = Select::new_biased();
-        for &index in &open {
-            lanes[index].watch(&mut select);
-        }
-        if select.ready_timeout(idle.0).is_err() {
-            (idle.1)();
-            select.ready();
-        }
+    }
+
+    /// Runs the batch [`Lanes::next_batch`] took from lane `index` and answers its jobs.
+    pub(super) fn serve(&mut self, index: usize, runner: &mut BatchRunner<'_>) {
+        self.lanes[index].serve(runner);
     }
 }

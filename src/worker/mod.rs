@@ -14,7 +14,9 @@
 //! and OCR's text detector (one view at a time), line classifier and text recognizer (lines of
 //! many photos together). Tokenized texts (search queries, labels) go to the text tower, in a lane the
 //! worker looks at first: a query waits at most for the batch being formed or run, never behind
-//! an image backlog. Text batches take what is queued without waiting to fill.
+//! an image backlog. Text batches take what is queued without waiting to fill. The other lanes
+//! take turns, a batch each, so that one request's backlog on the detectors never holds up
+//! another's photos for more than a batch of each lane (`lane::Lanes`).
 //!
 //! A batch that fails is not failed whole (`run` says how), and the worker's [`Health`] says when
 //! the model or its device is broken (`health`). Each batch has one `inference` span (`span`).
@@ -42,7 +44,7 @@ use tracing::Span;
 pub use self::health::{Health, Unhealthy};
 use self::{
     health::UnwindGuard,
-    lane::{Job, Lane},
+    lane::{Job, Lane, Lanes},
 };
 use crate::{
     model::{
@@ -154,17 +156,18 @@ impl Worker {
                 (OcrLanes { views, orientations, lines }, lanes)
             })
             .unzip();
-        // The serving order: texts first (someone waits on a query), then what finishes photos
+        // The serving order: texts ahead of everything (someone waits on a query); the other
+        // lanes take turns, a batch each (`Lanes` says why turns), from what finishes photos
         // already embedded or detected (the heads, the face recognizer; the text recognizer, then
-        // the line classifier), then the detectors, then photos.
-        let lanes: Vec<Box<dyn Lane>> = text_lane
+        // the line classifier) to the detectors and photos.
+        let in_turn: Vec<Box<dyn Lane>> = heads_lane
             .into_iter()
-            .chain(heads_lane)
             .chain(face_lanes.into_iter().flatten())
             .chain(ocr_lanes.into_iter().flatten())
             .chain([image_lane])
             .collect();
-        let shapes = lanes.iter().map(|lane| lane.shapes()).collect();
+        let lanes = Lanes::new(text_lane.into_iter().collect(), in_turn);
+        let shapes = lanes.shapes();
         let health = Health::default();
         let watched = health.clone();
         metrics.watch_healthy(move || watched.check().is_ok());

@@ -10,7 +10,7 @@ use std::{
 use super::{
     BatchError, Served,
     health::{Health, Unhealthy},
-    lane::{Job, Lane, next_batch},
+    lane::{Job, Lanes},
     span::batch_span,
 };
 use crate::{
@@ -32,13 +32,13 @@ pub(super) struct BatchRunner<'a> {
 
 /// Serves `lanes`, in their order, until every queue is closed (the Worker was dropped at
 /// shutdown) and what was queued is served.
-pub(super) fn run_worker(mut lanes: Vec<Box<dyn Lane>>, batch_wait: Duration, metrics: &Metrics, health: &Health) {
+pub(super) fn run_worker(mut lanes: Lanes, batch_wait: Duration, metrics: &Metrics, health: &Health) {
     let mut runner = BatchRunner { metrics, health, batch_id: 0, trimmer: Trimmer::default() };
     // Once a burst is over, the memory its photos and batches took goes back to the system.
     loop {
         let idle: (_, &mut dyn FnMut()) = (IDLE_BEFORE_TRIM, &mut || runner.trimmer.idle());
-        let Some((lane, _size)) = next_batch(&mut lanes, batch_wait, idle) else { break };
-        lanes[lane].serve(&mut runner);
+        let Some((lane, _size)) = lanes.next_batch(batch_wait, idle) else { break };
+        lanes.serve(lane, &mut runner);
     }
     tracing::debug!("model worker stopped");
 }

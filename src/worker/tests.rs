@@ -14,13 +14,13 @@ use tracing::Span;
 use super::{
     BatchError, Health, OptionalTowers, Served, Unhealthy, Worker,
     fake::*,
-    lane::{self, Job, next_batch},
+    lane::{self, Job, Lanes},
     run::run_worker,
 };
 use crate::{
-    model::{Photos, Texts, TowerIo},
+    model::{Canvases, FaceCrops, OcrViews, Photos, TextLines, Texts, TowerIo},
     observe::metrics::Metrics,
-    preprocess::{CLIP_MEAN, CLIP_STD},
+    preprocess::{CLIP_MEAN, CLIP_STD, FaceCanvas, LineInput, OcrView},
     tokenize::Tokens,
 };
 
@@ -95,7 +95,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 #[test]
 fn an_idle_wait_returns_memory_once_then_serves_the_next_job() {
     let (images, image_lane) = lane::open(FakeModel::new(4, SIDE).0);
-    let mut lanes = vec![image_lane];
+    let mut lanes = Lanes::new(Vec::new(), vec![image_lane]);
     let sender = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
         let (job, rx) = job::<Photos>(photo(25));
@@ -104,11 +104,11 @@ fn an_idle_wait_returns_memory_once_then_serves_the_next_job() {
     });
     let mut idle_calls = 0;
     let idle = Duration::from_millis(50);
-    let (_, size) = next_batch(&mut lanes, Duration::ZERO, (idle, &mut || idle_calls += 1)).unwrap();
+    let (_, size) = lanes.next_batch(Duration::ZERO, (idle, &mut || idle_calls += 1)).unwrap();
     assert_eq!(size, 1, "the job that came after the idle spell");
     assert_eq!(idle_calls, 1, "one trim per idle spell, however long");
     let _rx = sender.join().unwrap();
-    assert_eq!(next_batch(&mut lanes, Duration::ZERO, (idle, &mut || idle_calls += 1)), None, "the sender is gone");
+    assert_eq!(lanes.next_batch(Duration::ZERO, (idle, &mut || idle_calls += 1)), None, "the sender is gone");
     assert_eq!(idle_calls, 1, "a queue with work, or closed, is no idle spell");
 }
 
@@ -117,7 +117,7 @@ fn a_text_goes_before_queued_photos() {
     let ((images, image_lane), (texts, text_lane)) =
         (lane::open(FakeModel::new(4, SIDE).0), lane::open(FakeText::new(4).0));
     // The serving order, as Worker::start makes it.
-    let mut lanes = vec![text_lane, image_lane];
+    let mut lanes = Lanes::new(vec![text_lane], vec![image_lane]);
     let (text, image) = (0, 1);
     let mut waiting = Vec::new();
     for _ in 0..5 {
@@ -128,18 +128,83 @@ fn a_text_goes_before_queued_photos() {
     let (query, _rx) = job::<Texts>(Tokens { ids: vec![49406, 49407] });
     texts.send(query).unwrap();
 
-    let (lane, size) = next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).unwrap();
+    let (lane, size) = lanes.next_batch(Duration::ZERO, (HOUR, &mut || {})).unwrap();
     assert!(size == 1 && lane == text, "the query runs first, alone");
-    let (lane, size) = next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).unwrap();
+    let (lane, size) = lanes.next_batch(Duration::ZERO, (HOUR, &mut || {})).unwrap();
     assert_eq!(size, 4, "then photos, in batches of the batch size");
     assert_eq!(lane, image);
     drop((images, texts));
-    assert_eq!(
-        next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).map(|(_, size)| size),
-        Some(1),
-        "the last photo"
-    );
-    assert!(next_batch(&mut lanes, Duration::ZERO, (HOUR, &mut || {})).is_none(), "then the worker stops");
+    assert_eq!(lanes.next_batch(Duration::ZERO, (HOUR, &mut || {})).map(|(_, size)| size), Some(1), "the last photo");
+    assert!(lanes.next_batch(Duration::ZERO, (HOUR, &mut || {})).is_none(), "then the worker stops");
+}
+
+/// Queues `input` on `lane`; nobody waits for its output (these tests take batches, never serve
+/// them).
+fn send<Io: TowerIo>(lane: &crossbeam_channel::Sender<Job<Io>>, input: Io::Input) {
+    lane.send(job::<Io>(input).0).unwrap();
+}
+
+#[test]
+fn a_photo_waits_for_one_batch_of_each_other_lane_never_for_their_backlog() {
+    let (texts, text_lane) = lane::open(FakeText::new(4).0);
+    let (crops, recognizer_lane) = lane::open(fake_face_recognizer(4));
+    let (canvases, detector_lane) = lane::open(fake_face_detector());
+    let (lines, reader_lane) = lane::open(fake_text_recognizer(4));
+    let (views, finder_lane) = lane::open(fake_text_detector());
+    let (images, image_lane) = lane::open(FakeModel::new(4, SIDE).0);
+    // The serving order, as Worker::start makes it with faces and OCR (no heads, no classifier).
+    let mut lanes =
+        Lanes::new(vec![text_lane], vec![recognizer_lane, detector_lane, reader_lane, finder_lane, image_lane]);
+    let (text, image) = (0, 5);
+    let others = 1..5;
+    let pixels = || std::sync::Arc::new(RgbImage::new(32, 32));
+    let canvas = || FaceCanvas { image: pixels(), scale: 1.0, offset: [0.0; 2], full_size: (32, 32), photo: None };
+    let view = || OcrView { view: RgbImage::new(32, 32), pixels: pixels(), scale: 1.0, full_size: (32, 32) };
+    let line = || LineInput { image: RgbImage::new(32, 48), width: 32 };
+    // One large request's backlog on the detectors and recognizers (the detectors take one photo
+    // a batch, the recognizers four faces or lines): 100 batches in all under strict priority.
+    for _ in 0..30 {
+        send::<Canvases>(&canvases, canvas());
+        send::<OcrViews>(&views, view());
+    }
+    for _ in 0..80 {
+        send::<FaceCrops>(&crops, photo(25));
+        send::<TextLines>(&lines, line());
+    }
+    let mut next = || lanes.next_batch(Duration::ZERO, (HOUR, &mut || {})).unwrap().0;
+    // Until the photo's batch: what ran before it, by lane.
+    let until_served = |next: &mut dyn FnMut() -> usize| {
+        let mut before = Vec::new();
+        loop {
+            match next() {
+                lane if lane == image => return before,
+                lane => before.push(lane),
+            }
+        }
+    };
+    let at_most_one_batch_of_each = |before: &[usize]| {
+        for lane in others.clone() {
+            let batches = before.iter().filter(|&&l| l == lane).count();
+            assert!(batches <= 1, "the photo waited for {batches} batches of lane {lane}: {before:?}");
+        }
+        assert!(!before.contains(&text), "no text was queued: {before:?}");
+    };
+    // Another request's photo, queued behind that backlog, and one queued mid-way through it.
+    send::<Photos>(&images, photo(51));
+    at_most_one_batch_of_each(&until_served(&mut next));
+    for _ in 0..3 {
+        assert!(others.contains(&next()), "the backlog goes on");
+    }
+    send::<Photos>(&images, photo(76));
+    let before = until_served(&mut next);
+    at_most_one_batch_of_each(&before);
+    assert!(!before.is_empty(), "every other lane still has work, and took its turn");
+
+    // A search query still goes ahead of every lane's turn, photos' included.
+    send::<Photos>(&images, photo(102));
+    send::<Texts>(&texts, Tokens { ids: vec![49406, 49407] });
+    assert_eq!(next(), text, "the query runs first");
+    at_most_one_batch_of_each(&until_served(&mut next));
 }
 
 #[test]
@@ -157,7 +222,7 @@ fn a_text_batch_runs_on_the_text_tower_before_queued_photos() {
     texts.send(query).unwrap();
     drop((images, texts));
     // The worker's loop, here on the test's thread: it serves what was queued, then ends.
-    run_worker(vec![text_lane, image_lane], Duration::ZERO, &metrics(), &Health::default());
+    run_worker(Lanes::new(vec![text_lane], vec![image_lane]), Duration::ZERO, &metrics(), &Health::default());
 
     let text = text.blocking_recv().unwrap().unwrap();
     assert_eq!(text.output, [3.0, 0.0], "the fake text tower's embedding: the text's 3 ids");

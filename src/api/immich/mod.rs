@@ -35,7 +35,7 @@ use super::{
     schema::{NotFound, Refusals, Unavailable, Unprocessable},
 };
 use crate::{
-    pipeline::{Signals, Wants},
+    pipeline::{Signals, SquareFor, Wants},
     service::Service,
 };
 
@@ -126,7 +126,9 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
             if tasks.textual {
                 return Err(ApiError::BadRequest("clip.textual takes a 'text' field, not an image".into()));
             }
+            // A face-only or OCR-only job never runs the image tower.
             let wants = Wants {
+                embedding: if tasks.visual { SquareFor::Every } else { SquareFor::NoPhoto },
                 faces: tasks.faces,
                 face_min_score: tasks.face_min_score,
                 ocr: tasks.ocr,
@@ -320,7 +322,8 @@ fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Prediction, ApiError>
         None => None,
     };
     Ok(Prediction {
-        clip: tasks.visual.then(|| vector(&signals.embedding)),
+        // Computed only where clip.visual asked for it.
+        clip: signals.embedding.as_deref().filter(|_| tasks.visual).map(vector),
         faces,
         ocr,
         image_height: Some(height),

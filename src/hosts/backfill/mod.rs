@@ -27,7 +27,7 @@ use self::{
 };
 use crate::{
     observe::telemetry::Telemetry,
-    pipeline::{EmbeddedPhoto, Pipeline, Wants},
+    pipeline::{EmbeddedPhoto, Pipeline, SquareFor, Wants},
     service::Service,
     settings::Settings,
     storage::{Client, Storage},
@@ -146,6 +146,7 @@ async fn embed(
             keys,
             settings.limits.max_queued_images,
             Wants {
+                embedding: SquareFor::Every,
                 pixels: true,
                 scores: pipeline.heads().is_some(),
                 faces: pipeline.faces().is_some(),

@@ -322,9 +322,9 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
     for row in rows {
         keys.append_value(&row.key);
         let signals = row.signals.as_ref();
-        match signals {
-            Some(signals) => {
-                embeddings.values().append_slice(&signals.embedding);
+        match signals.and_then(|signals| signals.embedding.as_deref()) {
+            Some(embedding) => {
+                embeddings.values().append_slice(embedding);
                 embeddings.append(true);
             }
             None => embeddings.append_null(),
@@ -436,7 +436,7 @@ mod tests {
             chip_pixels: 2.0,
         };
         let signals = Signals {
-            embedding: vec![0.6, 0.8],
+            embedding: Some(vec![0.6, 0.8]),
             pixels: Some(pixels),
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
