@@ -9,16 +9,18 @@ use axum::{extract::State, response::Response};
 
 use super::{
     AppState,
-    album::album,
+    album::{AlbumInput, album_stage},
     error::ApiError,
     labels,
-    people::{KnownPeople, known_people, same_recognizer},
+    people::{AlbumFaces, KnownPeople, known_people, same_recognizer},
     photos::{photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
-    types::{AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs},
+    types::{
+        AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs, millis,
+    },
 };
 use crate::{decode::TakenAt, pipeline::Wants, text::TextError};
 
@@ -132,7 +134,14 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
     let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
-    let album = photos.then(|| album(&results, state, heads, recognizer.map(|r| (r, &known)), with_location));
+    let (album, album_ms) = if photos {
+        let faces = recognizer.map(|r| AlbumFaces::new(&results, known, r, &state.settings.faces));
+        let input = AlbumInput::new(&results, state, heads, faces, with_location);
+        let (album, wall) = album_stage(state, input, deadline).await;
+        (Some(album), wall)
+    } else {
+        (None, None)
+    };
     let counts = subjects.counts(&results);
     // A stored embedding is the caller's own: it is not sent back.
     let with_embedding = request.embedding.unwrap_or(true) && !subjects.are_stored();
@@ -215,7 +224,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
             }
         }
     });
-    let timings_ms = TimingsMs::new(&timings, started.elapsed());
+    let timings_ms = TimingsMs { album: album_ms.map(millis), ..TimingsMs::new(&timings, started.elapsed()) };
     let model = service.pipeline.model();
     let response = with_server_timing(
         AnalyzeResponse { model: &model.id, dim: model.dim, data, album, timings_ms: &timings_ms },

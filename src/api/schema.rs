@@ -78,6 +78,20 @@ pub struct PhotoError {
     message: String,
 }
 
+string_enum! {
+    /// Why the album was not computed (`album.error`); the photos are answered.
+    AlbumErrorCode = super::album::ALBUM_CODES;
+}
+
+/// Why the album was not computed.
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "schema only: album.rs writes it as an ErrorBody")]
+pub struct AlbumError {
+    #[schema(value_type = AlbumErrorCode)]
+    code: &'static str,
+    message: String,
+}
+
 /// A face of the request: `[photo index, face index]`.
 pub struct FaceRef;
 
