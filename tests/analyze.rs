@@ -636,12 +636,105 @@ fn a_moving_subject_shot_in_a_burst_is_one_burst_and_no_duplicate() {
     assert_eq!(members, &frames, "a burst is in time order");
     let items = body["data"].as_array().unwrap();
     let expected = *frames.iter().min_by_key(|&&i| (rank_key(&items[i]), i)).unwrap();
-    assert_eq!((*best, why.as_str()), (expected, "sharper"), "{album}");
+    assert!(*best == expected && ["sharper", "slightly_sharper"].contains(&why.as_str()), "{album}");
     assert_eq!(album["duplicates"], json!([]), "{album}");
     // The cover: the burst's best against the photos in no group.
     let candidates = [expected, index("other.jpg"), index("later.jpg")];
     let cover = *candidates.iter().min_by_key(|&&i| (rank_key(&items[i]), i)).unwrap();
     assert_eq!(album["cover"], cover, "{album}");
+}
+
+/// A frame of a burst and its resized copy (one capture time, hashes within the duplicates'
+/// distance) are a duplicate group, whose best is the frame, and the burst holds the frame once,
+/// not the copy beside it.
+#[test]
+fn a_frame_and_its_resized_copy_are_duplicates_and_not_a_burst_too() {
+    let folder = tempfile::tempdir().unwrap();
+    common::exif_photos("burst", folder.path());
+    let names = ["burst-0.jpg", "burst-1.jpg", "burst-2-small.jpg", "burst-2.jpg", "burst-3.jpg", "burst-4.jpg"];
+    let photos: Vec<PathBuf> = names.iter().map(|name| folder.path().join(name)).collect();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_BURST_SIMILARITY", "0.5").start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let album = &body["album"];
+    assert_eq!(body["data"][2]["taken_at"], body["data"][3]["taken_at"], "{body}");
+    let duplicates = ranked_groups(&body, "duplicates");
+    assert_eq!(duplicates.len(), 1, "{album}");
+    let (members, best, why) = &duplicates[0];
+    assert_eq!((members.as_slice(), *best), (&[2, 3][..], 3), "{album}");
+    assert!(why == "more_pixels" || why == "sharper", "{why}");
+    let bursts = ranked_groups(&body, "bursts");
+    assert_eq!(
+        bursts.iter().map(|(members, _, _)| members.clone()).collect::<Vec<_>>(),
+        [vec![0, 1, 3, 4, 5]],
+        "{album}"
+    );
+}
+
+/// Issue 48's best shot: each camera photo with its copy blurred (Gaussian, radius 2), its copies
+/// at 60% and 30% of the side and its re-encode at JPEG quality 15 (tools/signals_reference.py
+/// `copies`), in one request. Each original is the best of the duplicate group it is in, against
+/// copies that measure as sharp or sharper at 300 px: the smaller copies are compared where every
+/// photo is shrunk three times and lose on size, the re-encode on its compression, the blurred copy
+/// on sharpness. `why` names the rule that decided against the runner-up.
+#[test]
+fn the_original_is_best_of_its_blurred_smaller_and_re_encoded_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let originals = camera_photos(6);
+    let made = reference(&["copies", dir.path().to_str().unwrap()], &originals);
+    let kept = ["_blur2.jpg", "_scale60.jpg", "_scale30.jpg", "_q15.jpg"];
+    let groups: Vec<Vec<PathBuf>> = made["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let g = g.as_array().unwrap();
+            let copies = g[1..].iter().filter(|p| kept.iter().any(|k| p.as_str().unwrap().ends_with(k)));
+            std::iter::once(&g[0]).chain(copies).map(|p| PathBuf::from(p.as_str().unwrap())).collect()
+        })
+        .collect();
+    assert!(groups.iter().all(|g| g.len() == 5), "{groups:?}");
+    // Interleaved: copy i of every original, then i + 1.
+    let photos: Vec<PathBuf> = (0..5).flat_map(|i| groups.iter().map(move |g| g[i].clone())).collect();
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = ServerConfig::local(store.path())
+        .start()
+        .post_json("/v1/analyze", &json!({ "images": keys, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let index_of = |path: &PathBuf| photos.iter().position(|p| p == path).unwrap();
+    let sharpness = |i: usize| body["data"][i]["quality"]["sharpness"].as_f64().unwrap();
+    let found = ranked_groups(&body, "duplicates");
+    let (mut copies_seen, mut outshone, mut whys) = (0, 0, Vec::new());
+    for group in &groups {
+        let original = index_of(&group[0]);
+        let (members, best, why) = found
+            .iter()
+            .find(|(m, _, _)| m.contains(&original))
+            .unwrap_or_else(|| panic!("{} has no copy within the hash distance: {found:?}", file_name(&group[0])));
+        let copies: Vec<usize> = group[1..].iter().map(index_of).filter(|i| members.contains(i)).collect();
+        assert!(copies.len() >= 3, "{}: {members:?}", file_name(&group[0]));
+        copies_seen += copies.len();
+        outshone += copies.iter().filter(|&&i| sharpness(i) > sharpness(original)).count();
+        eprintln!(
+            "{}: best {} ({why}); sharpness at 300 px: original {:.0}, copies {:?}",
+            file_name(&group[0]),
+            file_name(&photos[*best]),
+            sharpness(original),
+            copies.iter().map(|&i| (file_name(&photos[i]), sharpness(i).round())).collect::<Vec<_>>()
+        );
+        assert_eq!(*best, original, "{members:?} chose {} ({why})", file_name(&photos[*best]));
+        whys.push(why.clone());
+    }
+    // Against its runner-up: a smaller copy ("more_pixels"), or the blurred copy, of its size and
+    // within the tolerance at the size the group is compared at ("slightly_sharper") or beyond it.
+    let rules = ["more_pixels", "slightly_sharper", "sharper", "less_compressed"];
+    assert!(whys.iter().all(|why| rules.contains(&why.as_str())), "{whys:?}");
+    assert!(whys.iter().any(|why| why == "more_pixels"), "{whys:?}");
+    // Without the rules the copies would have won some groups: at 300 px some measure sharper.
+    eprintln!("{outshone} of {copies_seen} copies measure sharper than their original at 300 px");
+    assert!(outshone >= 1, "no copy outshines its original at 300 px: the test shows nothing");
 }
 
 #[test]
@@ -667,7 +760,7 @@ fn the_sharp_original_is_best_of_its_blurred_copies_and_the_rank_head_comes_befo
         });
         assert!(members.len() >= 3, "{members:?}");
         assert_eq!(*best, original, "{members:?} chose {} ({why})", file_name(&photos[*best]));
-        assert!(why == "sharper" || why == "not_blurry", "{why}");
+        assert!(["sharper", "slightly_sharper", "not_blurry"].contains(&why.as_str()), "{why}");
     }
 
     // Each original with its brighter copy (sharper: brightness scales the Laplacian) and the
@@ -705,7 +798,7 @@ fn the_sharp_original_is_best_of_its_blurred_copies_and_the_rank_head_comes_befo
         let [a, b] = members[..] else { panic!("{members:?}") };
         let sharper = if sharpness(a) >= sharpness(b) { a } else { b };
         let higher = if score(a) >= score(b) { a } else { b };
-        assert_eq!((*sharp_best, sharp_why.as_str()), (sharper, "sharper"), "{members:?}");
+        assert!(*sharp_best == sharper && sharp_why.contains("sharper"), "{members:?}: {sharp_best} ({sharp_why})");
         assert_eq!((*head_best, head_why.as_str()), (higher, "head"), "{members:?}");
         decided += usize::from(higher != sharper);
     }

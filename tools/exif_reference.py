@@ -259,7 +259,8 @@ def album(folder):
 
 def burst(folder):
     """Frames whose hashes are far apart (the subject moves a quarter of the frame) but whose
-    embeddings stay alike; times with sub-seconds and an offset, crossing a second."""
+    embeddings stay alike; times with sub-seconds and an offset, crossing a second; and a copy of
+    the third frame at 60%, with its time."""
     import numpy as np
     import skimage.data
 
@@ -282,6 +283,9 @@ def burst(folder):
         frame = table.copy()
         frame.paste(cat, (80 * i, 40 + 50 * (i % 3)))
         times |= save(frame, f"burst-{i}.jpg", start + datetime.timedelta(milliseconds=350 * i))
+        if i == 2:  # a resized copy of a frame, with its time: a duplicate of it, not a frame
+            small = frame.resize((384, 288), Image.LANCZOS)
+            times |= save(small, "burst-2-small.jpg", start + datetime.timedelta(milliseconds=350 * i))
     last = start + datetime.timedelta(milliseconds=350 * 4)
     other = Image.fromarray(np.asarray(skimage.data.astronaut())).resize((640, 480))
     times |= save(other, "other.jpg", last + datetime.timedelta(seconds=1))

@@ -19,5 +19,5 @@ pub use self::{
     duplicates::duplicate_groups,
     events::{Timed, events},
     people::{Known, Rules, people, people_until},
-    ranking::{Merits, Ranked, Reason, cover, ranked},
+    ranking::{Merits, Ranked, Reason, beaten, cover, ranked},
 };

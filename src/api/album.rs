@@ -25,7 +25,7 @@ use super::{
     types::{Album, AlbumAnswer, AlbumNotComputed, EventItem, GroupItem, LocationItem},
 };
 use crate::{
-    album::{Merits, Shot, Stopped, Timed, bursts, cover, duplicate_groups, events, ranked},
+    album::{Merits, Shot, Stopped, Timed, beaten, bursts, cover, duplicate_groups, events, ranked},
     decode::TakenAt,
     model::HeadsInfo,
     observe::metrics::Stage,
@@ -150,11 +150,13 @@ fn album(input: &AlbumInput, stop: &dyn Fn() -> bool) -> Result<Album, Stopped> 
     let signals = &input.settings.signals;
     let merits = &input.merits;
     let duplicates = ranked(duplicate_groups(&input.hashes, signals.duplicate_bits), merits);
+    // A duplicate group takes part in bursts through its best shot alone: a photo and its resized
+    // copy (one capture time, near-identical hashes) are a duplicate group, not a burst too.
     let shots: Vec<Shot> = input
         .timed
         .iter()
         .zip(&input.embeddings)
-        .filter(|(_, embedding)| !embedding.is_empty())
+        .filter(|((photo, _), embedding)| !embedding.is_empty() && !beaten(photo.index, &duplicates))
         .map(|((photo, _), embedding)| Shot { index: photo.index, at_ms: photo.at_ms, embedding })
         .collect();
     let burst_gap_ms = i64::try_from(signals.burst_gap_ms).expect("settings bound it");
@@ -198,8 +200,10 @@ fn merits(results: &[PhotoResult], state: &AppState, heads: Option<&HeadsInfo>) 
                     None => Some(0),
                 },
                 head: head.zip(photo.scores.as_ref()).map(|(i, scores)| scores[i]),
-                sharpness: pixels.sharpness,
+                sharpness: [pixels.sharpness, pixels.coarser[0], pixels.coarser[1]],
                 pixels: photo.size.map_or(0, |(w, h)| u64::from(w) * u64::from(h)),
+                long_side: photo.size.map_or(0, |(w, h)| w.max(h)),
+                jpeg_quality: photo.metadata.as_ref().and_then(|m| m.jpeg_quality),
             })
         })
         .collect()

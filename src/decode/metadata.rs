@@ -25,6 +25,9 @@ use exif::{Exif, Field, In, Reader, Tag, Value};
 pub struct Metadata {
     pub taken_at: Option<TakenAt>,
     pub location: Option<Location>,
+    /// A JPEG's estimated quality (1 to 100) from its quantization table (`compression.rs`); not
+    /// from the EXIF block, but read at the same step.
+    pub jpeg_quality: Option<u8>,
 }
 
 /// A capture time as the camera recorded it.
@@ -87,7 +90,7 @@ pub fn from_exif(block: &[u8]) -> Metadata {
         Err(exif::Error::PartialResult(partial)) => partial.into_inner().0,
         Err(_) => return Metadata::default(),
     };
-    Metadata { taken_at: taken_at(&exif), location: location(&exif) }
+    Metadata { taken_at: taken_at(&exif), location: location(&exif), jpeg_quality: None }
 }
 
 /// TIFF also lets IFD0 point to the Exif and GPS IFDs with type IFD (13) rather than LONG (4), as
