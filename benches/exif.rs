@@ -74,12 +74,15 @@ fn album() -> Album {
         timed.push(Timed { index, at_ms, place: Some((48.85 + run as f64 * 0.03, 2.35)) });
         hashes.push(Some(if frame == 4 { hashes[index - 1].unwrap() ^ 0b101 } else { rng.u64(..) }));
         let pixels = 12_000_000 - (index as u64 % 3) * 4_000_000;
+        let sharpness = rng.f64() * 900.0;
         merits.push(Some(Merits {
             blurry: index % 7 == 0,
             faces_cut: Some(0),
             head: None,
-            sharpness: rng.f64() * 900.0,
+            sharpness: [sharpness, sharpness * 0.8, sharpness * 0.6],
             pixels,
+            long_side: 4_000 - (index as u32 % 3) * 1_000,
+            jpeg_quality: Some(90),
         }));
     }
     Album { timed, embeddings, hashes, merits }
