@@ -157,7 +157,7 @@ fn album(input: &AlbumInput, stop: &dyn Fn() -> bool) -> Result<Album, Stopped> 
         .iter()
         .zip(&input.embeddings)
         .filter(|((photo, _), embedding)| !embedding.is_empty() && !beaten(photo.index, &duplicates))
-        .map(|((photo, _), embedding)| Shot { index: photo.index, at_ms: photo.at_ms, embedding })
+        .map(|((photo, _), embedding)| Shot { time: *photo, embedding })
         .collect();
     let burst_gap_ms = i64::try_from(signals.burst_gap_ms).expect("settings bound it");
     let bursts = ranked(bursts(&shots, burst_gap_ms, signals.burst_similarity), merits);
@@ -209,22 +209,24 @@ fn merits(results: &[PhotoResult], state: &AppState, heads: Option<&HeadsInfo>) 
         .collect()
 }
 
-/// The answered photos that have a time, on one clock: the instants in UTC when every such photo
-/// has an offset; otherwise every photo's wall-clock time, offset or not, since a local time has
-/// no instant and a camera without a zone is set to the clock where it is (docs/design.md,
-/// "Events").
+/// The answered photos that have a time: each with its wall clock (what orders them) and, when its
+/// offset is known, its instant; two photos are compared on their instants when both have one, on
+/// their wall clocks otherwise, whatever the other photos of the request (`album::Timed`;
+/// docs/design.md, "Events").
 fn timed(results: &[PhotoResult]) -> Vec<(Timed, TakenAt)> {
-    let metadata =
-        || results.iter().enumerate().filter_map(|(index, r)| Some((index, r.as_ref().ok()?.metadata.as_ref()?)));
-    let taken = || metadata().filter_map(|(index, m)| Some((index, m.taken_at.as_ref()?, m.location)));
-    let instants = taken().all(|(_, taken, _)| taken.offset_minutes.is_some());
-    taken()
+    results
+        .iter()
+        .enumerate()
+        .filter_map(|(index, r)| Some((index, r.as_ref().ok()?.metadata.as_ref()?)))
+        .filter_map(|(index, m)| Some((index, m.taken_at.as_ref()?, m.location)))
         .map(|(index, taken, place)| {
-            let at_ms = match taken.utc_millis() {
-                Some(utc) if instants => utc,
-                _ => taken.local.and_utc().timestamp_millis(),
+            let time = Timed {
+                index,
+                at_ms: taken.local.and_utc().timestamp_millis(),
+                instant_ms: taken.utc_millis(),
+                place: place.map(|place| (place.lat, place.lon)),
             };
-            (Timed { index, at_ms, place: place.map(|place| (place.lat, place.lon)) }, taken.clone())
+            (time, taken.clone())
         })
         .collect()
 }

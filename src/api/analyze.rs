@@ -181,6 +181,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 }),
                 hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
                 taken_at: metadata.taken_at.as_ref().map(TakenAt::iso8601),
+                taken_at_offset: metadata.taken_at.as_ref().and_then(TakenAt::offset_source),
                 location: metadata.location.filter(|_| with_location).map(LocationItem::from),
                 width,
                 height,
@@ -199,7 +200,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         }
         Err(error) => {
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
-            let (taken_at, location, width, height) = (None, None, None, None);
+            let (taken_at, taken_at_offset, location, width, height) = (None, None, None, None, None);
             let (faces, faces_left_out, faces_error) = (None, None, None);
             let (ocr, ocr_left_out, ocr_error) = (None, None, None);
             AnalyzeItem {
@@ -210,6 +211,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 quality,
                 hash,
                 taken_at,
+                taken_at_offset,
                 location,
                 width,
                 height,

@@ -59,6 +59,12 @@ string_enum! {
 }
 
 string_enum! {
+    /// Where `taken_at`'s offset came from: `recorded` (`OffsetTimeOriginal`), or `gps` (the GPS
+    /// clock's UTC against the local time).
+    OffsetSource = ["recorded", "gps"];
+}
+
+string_enum! {
     /// `float` (the default), or `base64`: little-endian float32 bytes.
     EncodingFormat = ["float", "base64"];
 }

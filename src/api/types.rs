@@ -305,11 +305,17 @@ pub struct AnalyzeItem<'a> {
     pub hash: Option<String>,
     /// When the photo was taken (EXIF `DateTimeOriginal`, with `SubSecTimeOriginal`), ISO 8601:
     /// with its offset from UTC when the photo records one (`OffsetTimeOriginal`) or its GPS clock
-    /// gives one (rounded to 15 minutes); without an offset, a local time of an unknown zone.
+    /// gives one (rounded to 15 minutes, the GPS time within 2 minutes of the capture time at that
+    /// offset); without an offset, a local time of an unknown zone.
     /// Absent when the photo has no readable capture time.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, example = "2024-05-04T13:02:01.045+09:00")]
     pub taken_at: Option<String>,
+    /// Where `taken_at`'s offset came from: `recorded` (`OffsetTimeOriginal`) or `gps` (the GPS
+    /// clock, within 2 minutes of the capture time at that offset); absent without an offset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::OffsetSource>)]
+    pub taken_at_offset: Option<&'static str>,
     /// Where the photo was taken (EXIF GPS); absent without a usable fix, or with `"location": false`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
