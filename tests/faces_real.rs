@@ -828,10 +828,12 @@ fn a_crowd_album_of_one_group_photo_finds_its_people() {
         let at = |q: f64| probes.get(((probes.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
         format!("{} probes, median {:.1} ms, max {:.1} ms", probes.len(), at(0.5), at(1.0))
     };
+    let peak_mib = common::status_bytes(&server.pid().to_string(), "VmHWM") / (1024.0 * 1024.0);
     eprintln!(
         "crowd: {count} copies, {faces} faces ({traced} traced to Solvay's 29), {} people; pairwise precision \
          {precision:.4}, recall {recall:.4} over {same} same-person pairs; album stage {album_ms:.0} ms wall, {:.0} ms \
-         CPU; /readyz over the request: {}; during the album stage: {}; timings_ms {}",
+         CPU; /readyz over the request: {}; during the album stage: {}; server peak RSS {peak_mib:.0} MiB; \
+         timings_ms {}",
         people.len(),
         stage["cpu_ms"].as_f64().unwrap_or(f64::NAN),
         summary(probes.iter().map(|(_, ms)| *ms).collect()),

@@ -13,7 +13,7 @@ use image::GrayImage;
 
 pub use self::{
     phash::phash,
-    sharpness::{COARSER, coarser, measured_size as luma_size, sharpness},
+    sharpness::{coarser, measured_size as luma_size, sharpness},
 };
 
 /// What a photo's pixels say without a model.
