@@ -71,15 +71,19 @@ fn album() -> Album {
         let norm = embedding.iter().map(|x| x * x).sum::<f32>().sqrt();
         embeddings.push(embedding.iter().map(|x| x / norm).collect());
         let at_ms = (run as i64) * 1_800_000 + (index as i64 / 50) * 86_400_000 + frame as i64 * 1_500;
-        timed.push(Timed { index, at_ms, place: Some((48.85 + run as f64 * 0.03, 2.35)) });
+        let place = Some((48.85 + run as f64 * 0.03, 2.35));
+        timed.push(Timed { index, at_ms, instant_ms: Some(at_ms - 7_200_000), place });
         hashes.push(Some(if frame == 4 { hashes[index - 1].unwrap() ^ 0b101 } else { rng.u64(..) }));
         let pixels = 12_000_000 - (index as u64 % 3) * 4_000_000;
+        let sharpness = rng.f64() * 900.0;
         merits.push(Some(Merits {
             blurry: index % 7 == 0,
             faces_cut: Some(0),
             head: None,
-            sharpness: rng.f64() * 900.0,
+            sharpness: [sharpness, sharpness * 0.8, sharpness * 0.6],
             pixels,
+            long_side: 4_000 - (index as u32 % 3) * 1_000,
+            jpeg_quality: Some(90),
         }));
     }
     Album { timed, embeddings, hashes, merits }
@@ -89,11 +93,8 @@ fn album() -> Album {
 /// groups, the cover).
 fn groupings(album: &Album) -> (usize, usize, usize, Option<usize>) {
     let found = events(&album.timed, 10_800_000, 25_000.0);
-    let shots: Vec<Shot> = album
-        .timed
-        .iter()
-        .map(|t| Shot { index: t.index, at_ms: t.at_ms, embedding: &album.embeddings[t.index] })
-        .collect();
+    let shots: Vec<Shot> =
+        album.timed.iter().map(|t| Shot { time: *t, embedding: &album.embeddings[t.index] }).collect();
     let bursts = ranked(bursts(&shots, 2_000, 0.9), &album.merits);
     let duplicates = ranked(duplicate_groups(&album.hashes, 6), &album.merits);
     let best = cover(&album.merits, &[&duplicates, &bursts]);

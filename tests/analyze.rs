@@ -391,7 +391,7 @@ fn exif_read(reader: &str, paths: &[PathBuf]) -> serde_json::Map<String, Value> 
 /// Holds clipfn's `taken_at`, `location`, `width` and `height` of one photo to the reference's.
 fn same_metadata(name: &str, ours: &Value, theirs: &Value) {
     assert!(ours.get("embedding").is_some(), "{name}: {ours}");
-    for field in ["taken_at", "width", "height"] {
+    for field in ["taken_at", "taken_at_offset", "width", "height"] {
         assert_eq!(ours.get(field), theirs.get(field), "{name}'s {field}: {ours} against {theirs}");
     }
     match (ours.get("location"), theirs.get("location")) {
@@ -424,6 +424,15 @@ fn capture_time_place_and_size_follow_pillows_reading_of_the_exif() {
     assert_eq!(by_name("offset_subsec_paris.jpg")["taken_at"], "2024-05-04T13:02:01.045+02:00");
     assert_eq!(by_name("gps_clock_tokyo.jpg")["taken_at"], "2024-05-04T13:02:01+09:00");
     assert_eq!(by_name("gps_clock_new_york_past_midnight.jpg")["taken_at"], "2024-05-04T20:03:00-04:00");
+    assert_eq!(by_name("gps_clock_tokyo.jpg")["taken_at_offset"], "gps");
+    assert_eq!(by_name("offset_subsec_paris.jpg")["taken_at_offset"], "recorded");
+    // A GPS clock 4 minutes off the shutter gives no offset; 60 minutes give no place.
+    assert_eq!(by_name("gps_clock_stale.jpg")["taken_at"], "2024-05-04T20:03:00");
+    assert!(by_name("gps_clock_stale.jpg").get("taken_at_offset").is_none());
+    assert!(
+        by_name("gps_minutes_60.jpg").get("location").is_none()
+            && by_name("gps_minutes_60.jpg")["taken_at"].is_string()
+    );
     assert_eq!(by_name("south_west_below_sea.jpg")["location"]["alt"], -12.0);
     assert_eq!((&by_name("rotated.jpg")["width"], &by_name("rotated.jpg")["height"]), (&json!(64), &json!(96)));
     for name in ["void_fix.jpg", "zero_zero.jpg", "broken_time_no_refs.jpg", "local.jpg"] {
@@ -526,6 +535,9 @@ fn the_pillow_test_images_with_exif_read_as_pillow_reads_them() {
 fn real_camera_photos_and_the_written_corpus_read_as_exiftool_reads_them() {
     let corpus = tempfile::tempdir().unwrap();
     let mut photos = written_corpus(corpus.path());
+    // exiftool's numbers (`-n`) fold a coordinate's minutes into its degrees (48 degrees 60 minutes
+    // read 49), so the rule on minutes has nothing to hold to there; Pillow's reading holds it.
+    photos.retain(|p| file_name(p) != "gps_minutes_60.jpg");
     // Debian's wallpapers: real cameras' EXIF (times, sub-seconds, one GPS fix), and their copies.
     photos.extend(camera_photos(usize::MAX));
     let theirs = exif_read("exiftool", &photos);
@@ -583,6 +595,65 @@ fn two_days_in_two_cities_are_two_events() {
     assert!(events[0].get("centre").is_none(), "{body}");
 }
 
+/// A trip across midnight and time zones (tools/exif_reference.py `trip`, no places): the events
+/// follow the photos' clocks, instants between two photos with offsets and wall clocks where one
+/// has none, and two photos' events do not depend on which other photos share the request. The
+/// camera photo without an offset, once the whole request's clock, changes nothing now.
+#[test]
+fn a_trip_across_midnight_and_time_zones_is_cut_by_its_clocks() {
+    let folder = tempfile::tempdir().unwrap();
+    common::exif_photos("trip", folder.path());
+    let names = [
+        "new-york-2.jpg",
+        "paris-1.jpg",
+        "new-york-camera.jpg",
+        "paris-0.jpg",
+        "new-york-0.jpg",
+        "paris-3.jpg",
+        "paris-2.jpg",
+        "new-york-1.jpg",
+    ];
+    let photos: Vec<PathBuf> = names.iter().map(|name| folder.path().join(name)).collect();
+    let store = store_named(&photos);
+    let events_of = |server: &common::Server, names: &[&str]| -> Vec<Vec<String>> {
+        let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": false }));
+        assert_eq!(status, 200, "{body}");
+        body["album"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|event| {
+                event["photos"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| names[i.as_u64().unwrap() as usize].to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    let named = |groups: &[&[&str]]| -> Vec<Vec<String>> {
+        groups.iter().map(|g| g.iter().map(|n| n.to_string()).collect()).collect()
+    };
+    // At the default 3 h: 20:00 to 23:30 is past it, midnight is no gap, and the flight is.
+    let server = ServerConfig::local(store.path()).start();
+    let expected = named(&[
+        &["paris-0.jpg"],
+        &["paris-1.jpg", "paris-2.jpg", "paris-3.jpg"],
+        &["new-york-0.jpg", "new-york-1.jpg", "new-york-camera.jpg", "new-york-2.jpg"],
+    ]);
+    assert_eq!(events_of(&server, &names), expected);
+    // At 10 h: Paris's evening is one event, and New York another, 14.5 h later by the instants
+    // (8.5 h by the wall clocks). With or without the camera photo in the request.
+    let server = ServerConfig::local(store.path()).env("CLIPFN_EVENT_GAP_S", "36000").start();
+    let paris = ["paris-0.jpg", "paris-1.jpg", "paris-2.jpg", "paris-3.jpg"];
+    let expected = named(&[&paris, &["new-york-0.jpg", "new-york-1.jpg", "new-york-camera.jpg", "new-york-2.jpg"]]);
+    assert_eq!(events_of(&server, &names), expected);
+    let phone: Vec<&str> = names.iter().copied().filter(|n| *n != "new-york-camera.jpg").collect();
+    let expected = named(&[&paris, &["new-york-0.jpg", "new-york-1.jpg", "new-york-2.jpg"]]);
+    assert_eq!(events_of(&server, &phone), expected);
+}
+
 /// The ranking's first criteria as README states them, on what the answer says of a photo:
 /// not blurry first, then sharper (these photos have no faces and every one's pixels differ in
 /// sharpness first). Lower is better.
@@ -636,7 +707,7 @@ fn a_moving_subject_shot_in_a_burst_is_one_burst_and_no_duplicate() {
     assert_eq!(members, &frames, "a burst is in time order");
     let items = body["data"].as_array().unwrap();
     let expected = *frames.iter().min_by_key(|&&i| (rank_key(&items[i]), i)).unwrap();
-    assert_eq!((*best, why.as_str()), (expected, "sharper"), "{album}");
+    assert!(*best == expected && ["sharper", "slightly_sharper"].contains(&why.as_str()), "{album}");
     assert_eq!(album["duplicates"], json!([]), "{album}");
     // The cover: the burst's best against the photos in no group.
     let candidates = [expected, index("other.jpg"), index("later.jpg")];
@@ -694,6 +765,99 @@ fn without_embeddings_the_image_tower_runs_only_for_photos_with_a_capture_time()
     assert_eq!(without["album"], with["album"]);
 }
 
+/// A frame of a burst and its resized copy (one capture time, hashes within the duplicates'
+/// distance) are a duplicate group, whose best is the frame, and the burst holds the frame once,
+/// not the copy beside it.
+#[test]
+fn a_frame_and_its_resized_copy_are_duplicates_and_not_a_burst_too() {
+    let folder = tempfile::tempdir().unwrap();
+    common::exif_photos("burst", folder.path());
+    let names = ["burst-0.jpg", "burst-1.jpg", "burst-2-small.jpg", "burst-2.jpg", "burst-3.jpg", "burst-4.jpg"];
+    let photos: Vec<PathBuf> = names.iter().map(|name| folder.path().join(name)).collect();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path()).env("CLIPFN_BURST_SIMILARITY", "0.5").start();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": names, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let album = &body["album"];
+    assert_eq!(body["data"][2]["taken_at"], body["data"][3]["taken_at"], "{body}");
+    let duplicates = ranked_groups(&body, "duplicates");
+    assert_eq!(duplicates.len(), 1, "{album}");
+    let (members, best, why) = &duplicates[0];
+    assert_eq!((members.as_slice(), *best), (&[2, 3][..], 3), "{album}");
+    assert!(why == "more_pixels" || why == "sharper", "{why}");
+    let bursts = ranked_groups(&body, "bursts");
+    assert_eq!(
+        bursts.iter().map(|(members, _, _)| members.clone()).collect::<Vec<_>>(),
+        [vec![0, 1, 3, 4, 5]],
+        "{album}"
+    );
+}
+
+/// Issue 48's best shot: each camera photo with its copy blurred (Gaussian, radius 2), its copies
+/// at 60% and 30% of the side and its re-encode at JPEG quality 15 (tools/signals_reference.py
+/// `copies`), in one request. Each original is the best of the duplicate group it is in, against
+/// copies that measure as sharp or sharper at 300 px: the smaller copies are compared where every
+/// photo is shrunk three times and lose on size, the re-encode on its compression, the blurred copy
+/// on sharpness. `why` names the rule that decided against the runner-up.
+#[test]
+fn the_original_is_best_of_its_blurred_smaller_and_re_encoded_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let originals = camera_photos(6);
+    let made = reference(&["copies", dir.path().to_str().unwrap()], &originals);
+    let kept = ["_blur2.jpg", "_scale60.jpg", "_scale30.jpg", "_q15.jpg"];
+    let groups: Vec<Vec<PathBuf>> = made["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let g = g.as_array().unwrap();
+            let copies = g[1..].iter().filter(|p| kept.iter().any(|k| p.as_str().unwrap().ends_with(k)));
+            std::iter::once(&g[0]).chain(copies).map(|p| PathBuf::from(p.as_str().unwrap())).collect()
+        })
+        .collect();
+    assert!(groups.iter().all(|g| g.len() == 5), "{groups:?}");
+    // Interleaved: copy i of every original, then i + 1.
+    let photos: Vec<PathBuf> = (0..5).flat_map(|i| groups.iter().map(move |g| g[i].clone())).collect();
+    let store = store_named(&photos);
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = ServerConfig::local(store.path())
+        .start()
+        .post_json("/v1/analyze", &json!({ "images": keys, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    let index_of = |path: &PathBuf| photos.iter().position(|p| p == path).unwrap();
+    let sharpness = |i: usize| body["data"][i]["quality"]["sharpness"].as_f64().unwrap();
+    let found = ranked_groups(&body, "duplicates");
+    let (mut copies_seen, mut outshone, mut whys) = (0, 0, Vec::new());
+    for group in &groups {
+        let original = index_of(&group[0]);
+        let (members, best, why) = found
+            .iter()
+            .find(|(m, _, _)| m.contains(&original))
+            .unwrap_or_else(|| panic!("{} has no copy within the hash distance: {found:?}", file_name(&group[0])));
+        let copies: Vec<usize> = group[1..].iter().map(index_of).filter(|i| members.contains(i)).collect();
+        assert!(copies.len() >= 3, "{}: {members:?}", file_name(&group[0]));
+        copies_seen += copies.len();
+        outshone += copies.iter().filter(|&&i| sharpness(i) > sharpness(original)).count();
+        eprintln!(
+            "{}: best {} ({why}); sharpness at 300 px: original {:.0}, copies {:?}",
+            file_name(&group[0]),
+            file_name(&photos[*best]),
+            sharpness(original),
+            copies.iter().map(|&i| (file_name(&photos[i]), sharpness(i).round())).collect::<Vec<_>>()
+        );
+        assert_eq!(*best, original, "{members:?} chose {} ({why})", file_name(&photos[*best]));
+        whys.push(why.clone());
+    }
+    // Against its runner-up: a smaller copy ("more_pixels"), or the blurred copy, of its size and
+    // within the tolerance at the size the group is compared at ("slightly_sharper") or beyond it.
+    let rules = ["more_pixels", "slightly_sharper", "sharper", "less_compressed"];
+    assert!(whys.iter().all(|why| rules.contains(&why.as_str())), "{whys:?}");
+    assert!(whys.iter().any(|why| why == "more_pixels"), "{whys:?}");
+    // Without the rules the copies would have won some groups: at 300 px some measure sharper.
+    eprintln!("{outshone} of {copies_seen} copies measure sharper than their original at 300 px");
+    assert!(outshone >= 1, "no copy outshines its original at 300 px: the test shows nothing");
+}
+
 #[test]
 fn the_sharp_original_is_best_of_its_blurred_copies_and_the_rank_head_comes_before_sharpness() {
     let dir = tempfile::tempdir().unwrap();
@@ -717,7 +881,7 @@ fn the_sharp_original_is_best_of_its_blurred_copies_and_the_rank_head_comes_befo
         });
         assert!(members.len() >= 3, "{members:?}");
         assert_eq!(*best, original, "{members:?} chose {} ({why})", file_name(&photos[*best]));
-        assert!(why == "sharper" || why == "not_blurry", "{why}");
+        assert!(["sharper", "slightly_sharper", "not_blurry"].contains(&why.as_str()), "{why}");
     }
 
     // Each original with its brighter copy (sharper: brightness scales the Laplacian) and the
@@ -755,7 +919,7 @@ fn the_sharp_original_is_best_of_its_blurred_copies_and_the_rank_head_comes_befo
         let [a, b] = members[..] else { panic!("{members:?}") };
         let sharper = if sharpness(a) >= sharpness(b) { a } else { b };
         let higher = if score(a) >= score(b) { a } else { b };
-        assert_eq!((*sharp_best, sharp_why.as_str()), (sharper, "sharper"), "{members:?}");
+        assert!(*sharp_best == sharper && sharp_why.contains("sharper"), "{members:?}: {sharp_best} ({sharp_why})");
         assert_eq!((*head_best, head_why.as_str()), (higher, "head"), "{members:?}");
         decided += usize::from(higher != sharper);
     }

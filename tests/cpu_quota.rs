@@ -2,8 +2,11 @@
 //! sizes its decode pool and ONNX Runtime's intra-op pool to the quota, not to the host's cores.
 //!
 //! The quota is a real cgroup v1 `cpu` group made for the test (root and a cgroup v1 `cpu` mount
-//! are needed, as on this project's machines). The server is started from a thread moved into
-//! that group, so only the server runs under the quota.
+//! are needed, as on this project's machines and its CI). The server is started from a thread
+//! moved into that group, so only the server runs under the quota. Where a machine has no such
+//! controller the test fails, saying what it needs; a machine that cannot give it one says so, and
+//! why, in `CLIPFN_TEST_WITHOUT_CPU_QUOTA` (the test then reads that reason out and checks only
+//! that the pools follow the host's CPUs): nothing passes by skipping in silence.
 
 mod common;
 
@@ -72,17 +75,11 @@ fn pool_sizes(log: &Path) -> (u64, u64) {
     (count("decode_threads"), count("intra_threads"))
 }
 
+/// What the machine running the tests says when it cannot make a cgroup (why, in words).
+const WITHOUT_QUOTA: &str = "CLIPFN_TEST_WITHOUT_CPU_QUOTA";
+
 #[test]
 fn pools_follow_a_cgroup_cpu_quota() {
-    let group = match QuotaGroup::create(100_000) {
-        Ok(group) => group,
-        // Only where the machine has no writable cgroup v1 cpu controller (not this project's).
-        Err(e) if !Path::new(CPU_CGROUPS).exists() => {
-            eprintln!("skipped: no cgroup v1 cpu controller at {CPU_CGROUPS}: {e}");
-            return;
-        }
-        Err(e) => panic!("creating a cgroup under {CPU_CGROUPS}: {e}"),
-    };
     let store = tempfile::tempdir().unwrap();
     let config = |log: &Path| ServerConfig::local(store.path()).env("CLIPFN_LOG_FORMAT", "json").stderr_to(log);
 
@@ -91,6 +88,18 @@ fn pools_follow_a_cgroup_cpu_quota() {
     let host_cpus = std::thread::available_parallelism().unwrap().get() as u64;
     assert_eq!(pool_sizes(&free_log), (host_cpus, host_cpus), "without a quota, one thread per CPU");
     drop(free);
+
+    let group = match (QuotaGroup::create(100_000), std::env::var(WITHOUT_QUOTA)) {
+        (Ok(group), _) => group,
+        (Err(e), Ok(why)) if !why.trim().is_empty() => {
+            eprintln!("NOT TESTED: the pools under a CPU quota ({e}): {WITHOUT_QUOTA} says {why:?}");
+            return;
+        }
+        (Err(e), _) => panic!(
+            "a CPU quota needs root and a writable cgroup v1 cpu controller at {CPU_CGROUPS} (this project's \
+             machines and CI have both): {e}. Where a machine cannot have one, set {WITHOUT_QUOTA} to the reason."
+        ),
+    };
 
     let quota_log = store.path().join("quota.log");
     let limited = group.run_inside(|| config(&quota_log).start());

@@ -707,3 +707,139 @@ fn the_rebuilt_recognizer_verifies_as_well_as_dlib_itself() {
     assert!(faces.len() >= 20, "only {} faces found by both", faces.len());
     assert!(ours_wrong <= theirs_wrong, "clipfn wrong on {ours_wrong} pairs, dlib on {theirs_wrong}");
 }
+
+/// Issue 48's crowd album: one `/v1/analyze` of COPIES copies (100, `CLIPFN_TEST_CROWD_COPIES`)
+/// of Solvay's group photo (tools/crowd_copies.py: each rescaled 0.85-1.15x, shifted up to 40 px,
+/// re-encoded at JPEG quality 70-95), faces on, at the defaults. Each copy's face is labelled with
+/// the original's face it traces back to (through the copy's scale and shift, within half a face),
+/// and the album's people are held to pairwise precision 0.99 and recall 0.9 over those labels;
+/// the album is computed (not past the deadline). Printed, not held (speed is the bench's and the
+/// docs'): the album stage's wall and CPU time (its `album stage` debug line), and how long
+/// `/readyz` took to answer while the request ran, over the whole request and over the album stage.
+#[test]
+fn a_crowd_album_of_one_group_photo_finds_its_people() {
+    let count: usize = std::env::var("CLIPFN_TEST_CROWD_COPIES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let original = photos(&["solvay_conference_1927.jpg"]);
+    let copies = tempfile::tempdir().unwrap();
+    let manifest = tool(
+        "CLIPFN_PYTHON",
+        "crowd_copies.py",
+        &[copies.path().as_os_str(), original[0].as_os_str(), count.to_string().as_ref()],
+        &[],
+    );
+    let manifest = manifest.as_array().unwrap();
+    let mut all = original.clone();
+    all.extend(manifest.iter().map(|copy| copies.path().join(copy["name"].as_str().unwrap())));
+    let store = store_named(&all);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_REAL"))
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "900000")
+        .env("RUST_LOG", "info,clipfn::api::album=debug")
+        .env("CLIPFN_LOG_FORMAT", "json")
+        .stderr_to(log.path())
+        .start();
+    let centre = |face: &Value| {
+        let b = floats(&face["box"]);
+        ((b[0] + b[2]) / 2.0, (b[1] + b[3]) / 2.0, (b[2] - b[0]).max(b[3] - b[1]))
+    };
+    let reference: Vec<(f64, f64, f64)> =
+        analyze(&server, &original)["data"][0]["faces"].as_array().unwrap().iter().map(centre).collect();
+    assert_eq!(reference.len(), 29, "Solvay 1927");
+
+    // The crowd, with /readyz asked every 50 ms meanwhile: (when it answered, how long it took).
+    let keys: Vec<&str> = all[1..].iter().map(|p| file_name(p)).collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (body, probes, answered) = std::thread::scope(|s| {
+        let probing = s.spawn(|| {
+            let mut probes = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = std::time::Instant::now();
+                assert_eq!(server.get("/readyz").0, 200);
+                probes.push((std::time::Instant::now(), asked.elapsed().as_secs_f64() * 1000.0));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            probes
+        });
+        let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys, "embedding": false }));
+        let answered = std::time::Instant::now();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(status, 200, "{body}");
+        (body, probing.join().unwrap(), answered)
+    });
+    let album = &body["album"];
+    assert!(album.get("error").is_none(), "the album was not computed: {album}");
+
+    // Each copy's faces traced back to the original's.
+    let mut label = BTreeMap::new();
+    let (mut faces, mut traced) = (0, 0);
+    for (i, copy) in manifest.iter().enumerate() {
+        let (scale, left, top) =
+            (copy["scale"].as_f64().unwrap(), copy["left"].as_f64().unwrap(), copy["top"].as_f64().unwrap());
+        for (f, face) in body["data"][i]["faces"].as_array().unwrap().iter().enumerate() {
+            faces += 1;
+            let (x, y, _) = centre(face);
+            let (x, y) = ((x - left) / scale, (y - top) / scale);
+            let nearest = (0..reference.len())
+                .min_by(|&a, &b| {
+                    let d = |r: usize| (reference[r].0 - x).hypot(reference[r].1 - y);
+                    d(a).total_cmp(&d(b))
+                })
+                .unwrap();
+            let (rx, ry, size) = reference[nearest];
+            if (rx - x).hypot(ry - y) <= size / 2.0 {
+                label.insert((i, f), nearest);
+                traced += 1;
+            }
+        }
+    }
+    let mut person_of = BTreeMap::new();
+    let people = album["people"].as_array().unwrap();
+    for (p, person) in people.iter().enumerate() {
+        for face in person["faces"].as_array().unwrap() {
+            person_of.insert((face[0].as_u64().unwrap() as usize, face[1].as_u64().unwrap() as usize), p);
+        }
+    }
+    let labelled: Vec<(&(usize, usize), &usize)> = label.iter().collect();
+    let (mut same, mut together, mut right) = (0usize, 0usize, 0usize);
+    for (a, (face_a, label_a)) in labelled.iter().enumerate() {
+        for (face_b, label_b) in &labelled[a + 1..] {
+            let with = person_of.get(face_a).is_some_and(|p| person_of.get(face_b) == Some(p));
+            same += usize::from(label_a == label_b);
+            together += usize::from(with);
+            right += usize::from(with && label_a == label_b);
+        }
+    }
+    let (precision, recall) = (right as f64 / together.max(1) as f64, right as f64 / same.max(1) as f64);
+
+    // The album stage's own line, and /readyz while it ran (it ends as the answer is written).
+    let stage: Value = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["message"] == "album stage")
+        .last()
+        .expect("the album stage's debug line");
+    let album_ms = body["timings_ms"]["album"].as_f64().unwrap();
+    let during = answered - std::time::Duration::from_secs_f64(album_ms / 1000.0);
+    let summary = |probes: Vec<f64>| {
+        let mut probes = probes;
+        probes.sort_by(f64::total_cmp);
+        let at = |q: f64| probes.get(((probes.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
+        format!("{} probes, median {:.1} ms, max {:.1} ms", probes.len(), at(0.5), at(1.0))
+    };
+    let peak_mib = common::status_bytes(&server.pid().to_string(), "VmHWM") / (1024.0 * 1024.0);
+    eprintln!(
+        "crowd: {count} copies, {faces} faces ({traced} traced to Solvay's 29), {} people; pairwise precision \
+         {precision:.4}, recall {recall:.4} over {same} same-person pairs; album stage {album_ms:.0} ms wall, {:.0} ms \
+         CPU; /readyz over the request: {}; during the album stage: {}; server peak RSS {peak_mib:.0} MiB; \
+         timings_ms {}",
+        people.len(),
+        stage["cpu_ms"].as_f64().unwrap_or(f64::NAN),
+        summary(probes.iter().map(|(_, ms)| *ms).collect()),
+        summary(probes.iter().filter(|(at, _)| *at >= during).map(|(_, ms)| *ms).collect()),
+        body["timings_ms"],
+    );
+    assert!(traced * 10 >= faces * 9, "{traced} of {faces} faces traced back to the original");
+    assert!(precision >= 0.99 && recall >= 0.9, "pairwise precision {precision:.4}, recall {recall:.4}");
+}

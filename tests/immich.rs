@@ -174,8 +174,14 @@ fn bad_forms_get_their_status_and_leave_the_server_serving() {
             "bad_request",
         ),
         (
-            "a task clipfn does not do",
+            "ocr on a server without OCR models",
             form(&[Part("entries", false, br#"{"ocr": {"detection": {"modelName": "PP-OCRv5_mobile"}}}"#), Part("image", true, &photo)]),
+            400,
+            "bad_request",
+        ),
+        (
+            "a task clipfn does not do",
+            form(&[Part("entries", false, br#"{"captioning": {"visual": {"modelName": "blip"}}}"#), Part("image", true, &photo)]),
             400,
             "bad_request",
         ),
@@ -186,10 +192,16 @@ fn bad_forms_get_their_status_and_leave_the_server_serving() {
             "text_model_not_configured",
         ),
     ];
+    let mut messages = std::collections::BTreeMap::new();
     for (what, body, status, code) in cases {
         let (got, answer) = predict(base, body);
         assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{what}: {answer}");
+        messages.insert(what, answer["error"]["message"].as_str().unwrap_or_default().to_string());
     }
+    // The two 400s on tasks are told apart by their branch's message, not only their code.
+    let (missing, unknown) = (&messages["ocr on a server without OCR models"], &messages["a task clipfn does not do"]);
+    assert!(missing.contains("CLIPFN_OCR_MODEL"), "{missing}");
+    assert!(unknown.contains("not captioning.visual") && !unknown.contains("CLIPFN_"), "{unknown}");
     let json_body = server.post_raw("/predict", br#"{"entries": {}}"#.to_vec());
     assert_eq!(json_body.0, 422, "a JSON body is not Immich's form: {}", json_body.1);
 
@@ -287,6 +299,44 @@ fn immichs_ocr_task_gets_the_analyzed_lines_in_immichs_shape() {
         }
     }
     assert!(lines >= 6, "the photos hold lines over 0.8: {lines}");
+    // A detection minScore of the request's own, above Immich's default, keeps the lines whose box
+    // scores reach it: a threshold between the analyzed lines' box scores, so some go and some stay.
+    let mut box_scores: Vec<f64> = (0..photos.len())
+        .flat_map(|i| analyzed["data"][i]["ocr"].as_array().unwrap().clone())
+        .filter(|l| l["score"].as_f64().unwrap() >= 0.8)
+        .map(|l| l["box_score"].as_f64().unwrap())
+        .collect();
+    box_scores.sort_by(f64::total_cmp);
+    let middle = box_scores.len() / 2;
+    assert!(middle >= 1 && box_scores[middle - 1] < box_scores[middle], "{box_scores:?}");
+    let threshold = (box_scores[middle - 1] + box_scores[middle]) / 2.0;
+    let strict = json!({"ocr": {
+        "detection": {"modelName": "PP-OCRv5_mobile", "options": {"minScore": threshold, "maxResolution": 736}},
+        "recognition": {"modelName": "PP-OCRv5_mobile", "options": {"minScore": 0.8}}
+    }});
+    let (mut kept_all, mut given_all) = (0, 0);
+    for (i, photo) in photos.iter().enumerate() {
+        let (status, answer) = image_request(&server.base, &strict, photo);
+        assert_eq!(status, 200, "{answer}");
+        let kept: Vec<&Value> = analyzed["data"][i]["ocr"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["score"].as_f64().unwrap() >= 0.8 && l["box_score"].as_f64().unwrap() >= threshold)
+            .map(|l| &l["text"])
+            .collect();
+        let given: Vec<&Value> = answer["ocr"]["text"].as_array().unwrap().iter().collect();
+        assert_eq!(given, kept, "minScore {threshold}: {answer}");
+        for score in floats(&answer["ocr"]["boxScore"]) {
+            assert!(f64::from(score) >= threshold - 1e-6, "{score} under {threshold}: {answer}");
+        }
+        (kept_all, given_all) = (kept_all + kept.len(), given_all + given.len());
+    }
+    assert!(
+        given_all == kept_all && given_all >= 1 && given_all < box_scores.len(),
+        "{given_all} of {}",
+        box_scores.len()
+    );
     let half = json!({"ocr": {"detection": {"modelName": "PP-OCRv5_mobile"}}});
     let (status, answer) = image_request(&server.base, &half, &photos[0]);
     assert_eq!(status, 400, "{answer}");

@@ -62,6 +62,30 @@ fn photos_past_the_deadline_get_item_errors() {
     assert_eq!(item(&body, 1), Err("deadline_exceeded".into()));
 }
 
+/// An album whose request runs out of time is not computed, and says why; the photos that were
+/// answered keep their answers and the one past the deadline gets its error, as at /v1/embed.
+#[test]
+fn past_the_deadline_the_photos_are_answered_and_the_album_says_it_was_not_computed() {
+    let (_dir, store) = held_store();
+    let server = server_on(&store).env("CLIPFN_REQUEST_TIMEOUT_MS", "3000").start();
+    let (status, body) =
+        server.post_json("/v1/analyze", &serde_json::json!({"images": ["good.jpg", "slow.jpg", "good.jpg"]}));
+    assert_eq!(status, 200, "{body}");
+    assert!(body["data"][0]["hash"].is_string() && body["data"][2]["hash"].is_string(), "{body}");
+    assert_eq!(body["data"][1]["error"]["code"], "deadline_exceeded", "{body}");
+    let album = &body["album"];
+    assert_eq!(album["error"]["code"], "deadline_exceeded", "{album}");
+    assert!(album["error"]["message"].as_str().unwrap().contains("CLIPFN_REQUEST_TIMEOUT_MS"), "{album}");
+    assert!(album.get("duplicates").is_none() && body["timings_ms"].get("album").is_none(), "{body}");
+    // In time, the same photos get their album, and its time.
+    store.release();
+    let (status, body) =
+        server.post_json("/v1/analyze", &serde_json::json!({"images": ["good.jpg", "slow.jpg", "good.jpg"]}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["album"]["duplicates"][0]["photos"], serde_json::json!([0, 1, 2]), "{body}");
+    assert!(body["timings_ms"]["album"].as_f64().is_some(), "{body}");
+}
+
 #[test]
 fn sigterm_drains_the_request_in_flight_then_exits_zero() {
     let (_dir, store) = held_store();

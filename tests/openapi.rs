@@ -38,7 +38,7 @@ fn docs_openapi_json_is_the_printed_document() {
 }
 
 /// A ready server serves docs/openapi.json with its model's dim and label sets written in, and the
-/// OCR it lacks, and nothing else changed.
+/// OCR and heads it lacks, and nothing else changed.
 #[test]
 fn a_ready_server_adds_its_dim_and_label_sets() {
     let store = tempfile::tempdir().unwrap();
@@ -62,6 +62,12 @@ fn a_ready_server_adds_its_dim_and_label_sets() {
     // No OCR models: `"ocr": true` is refused, as a rule of its own.
     let rules = schemas["AnalyzeRequest"]["allOf"].as_array_mut().unwrap();
     rules.push(json!({"anyOf": [{"type": "object", "properties": {"ocr": {"enum": [false, null]}}}]}));
+    // No heads: stored embeddings need labels or a label set, as a rule of its own.
+    rules.push(json!({"anyOf": [
+        {"type": "object", "properties": {"embeddings": {"enum": [null]}}},
+        {"type": "object", "required": ["labels"], "properties": {"labels": {"type": "array"}}},
+        {"type": "object", "required": ["label_set"], "properties": {"label_set": {"type": "string"}}}
+    ]}));
     assert_eq!(first_difference(&served, &expected, String::new()), None, "served, then expected");
 }
 

@@ -7,15 +7,20 @@
     exif_reference.py burst DIR     writes a burst: a cat crossing a table in five frames 350 ms
                                     apart (burst-0..4.jpg), another scene 1 s after (other.jpg),
                                     the table again 10 s later (later.jpg); prints their times
-    exif_reference.py read FILE...  prints {file name: {taken_at, location, width, height}}
+    exif_reference.py trip DIR      writes a trip across midnight and time zones, no places: Paris
+                                    (+02:00) from 20:00 to 01:30, New York (-04:00) from 10:00 the
+                                    next morning, and a camera there that records no offset
+    exif_reference.py read FILE...  prints {file name: {taken_at, taken_at_offset, location, width,
+                                    height}}
     exif_reference.py exiftool FILE...
                                     the same, from exiftool's reading of the tags (Debian's
                                     libimage-exiftool-perl): a second parser under the same rules
 
 `read` parses with Pillow's own EXIF reader (getexif, and pillow-heif's for HEIC), not clipfn's,
 and applies README's rules to what it reads: DateTimeOriginal with SubSecTimeOriginal and
-OffsetTimeOriginal; without an offset, local time minus the GPS clock's UTC rounded to 15 minutes;
-GPS void fixes and 0,0 left out; anything unreadable left out. A file Pillow cannot open is left out.
+OffsetTimeOriginal; without an offset, local time minus the GPS clock's UTC rounded to 15 minutes,
+when the GPS clock lies within 120 s of the capture time at that offset; GPS void fixes, 0,0 and
+minutes or seconds of 60 or more left out; anything unreadable left out. A file Pillow cannot open is left out.
 """
 
 import datetime
@@ -39,6 +44,7 @@ EXIF_IFD, GPS_IFD = 0x8769, 0x8825
 ORIGINAL, OFFSET, SUBSEC = 0x9003, 0x9011, 0x9291
 LAT_REF, LAT, LON_REF, LON, ALT_REF, ALT, TIME, STATUS, DATE = 1, 2, 3, 4, 5, 6, 7, 9, 0x1D
 MAX_OFFSET = 14 * 60
+GPS_CLOCK_WINDOW_S = 120
 
 
 def text(value):
@@ -59,6 +65,7 @@ def number(value):
 
 
 def taken_at(exif, gps):
+    """(ISO 8601 text, where its offset came from: "recorded", "gps" or None), or None."""
     original = text(exif.get(ORIGINAL))
     if original is None:
         return None
@@ -81,12 +88,14 @@ def taken_at(exif, gps):
         minutes = -minutes if match.group(1) == "-" else minutes
         if abs(minutes) <= MAX_OFFSET:
             offset = minutes
+    source = None if offset is None else "recorded"
     if offset is None:
         offset = gps_offset(gps, local)
+        source = None if offset is None else "gps"
     if offset is not None:
         sign = "-" if offset < 0 else "+"
         out += f"{sign}{abs(offset) // 60:02}:{abs(offset) % 60:02}"
-    return out
+    return out, source
 
 
 def gps_offset(gps, local):
@@ -101,8 +110,9 @@ def gps_offset(gps, local):
     if None in (h, m, s) or not (0 <= h < 24 and 0 <= m < 60 and 0 <= s < 61):
         return None
     utc = day + datetime.timedelta(milliseconds=round((h * 3600 + m * 60 + s) * 1000))
-    offset = round((local - utc).total_seconds() / 60 / 15) * 15
-    return offset if abs(offset) <= MAX_OFFSET else None
+    apart = (local - utc).total_seconds()
+    offset = round(apart / 60 / 15) * 15
+    return offset if abs(offset) <= MAX_OFFSET and abs(apart - offset * 60) <= GPS_CLOCK_WINDOW_S else None
 
 
 def coordinate(gps, tag, ref_tag, positive, negative, limit):
@@ -110,7 +120,7 @@ def coordinate(gps, tag, ref_tag, positive, negative, limit):
     if not isinstance(parts, tuple) or not 1 <= len(parts) <= 3:
         return None
     parts = [number(p) for p in parts]
-    if None in parts:
+    if None in parts or any(not 0 <= p < 60 for p in parts[1:]):
         return None
     magnitude = sum(p / d for p, d in zip(parts, (1, 60, 3600)))
     ref = (text(gps.get(ref_tag)) or "").upper()
@@ -148,7 +158,9 @@ def read(path):
         when, where = taken_at(exif.get_ifd(EXIF_IFD), gps), location(gps)
     out = {"width": width, "height": height}
     if when is not None:
-        out["taken_at"] = when
+        out["taken_at"], source = when
+        if source is not None:
+            out["taken_at_offset"] = source
     if where is not None:
         out["location"] = where
     return out
@@ -187,7 +199,15 @@ def write(folder):
         "gps_clock_new_york_past_midnight.jpg": exif_of(
             "2024:05:04 20:03:00",
             gps={LAT_REF: "N", LAT: (40.0, 42.0, 46.0), LON_REF: "W", LON: (74.0, 0.0, 22.0),
-                 DATE: "2024:05:05", TIME: (0.0, 7.0, 0.0)},
+                 DATE: "2024:05:05", TIME: (0.0, 4.0, 0.0)},
+        ),
+        # A fix 4 minutes off the shutter (its quarter hours aside): no offset from it.
+        "gps_clock_stale.jpg": exif_of(
+            "2024:05:04 20:03:00", gps={DATE: "2024:05:05", TIME: (0.0, 7.0, 0.0)},
+        ),
+        # 60 minutes is no minute: no place.
+        "gps_minutes_60.jpg": exif_of(
+            "2024:05:04 13:02:01", "+02:00", gps={LAT_REF: "N", LAT: (48.0, 60.0, 0.0), LON_REF: "E", LON: (2.0, 21.0, 0.5)},
         ),
         "south_west_below_sea.jpg": exif_of(
             "2023:12:31 23:59:59", "-03:00",
@@ -259,7 +279,8 @@ def album(folder):
 
 def burst(folder):
     """Frames whose hashes are far apart (the subject moves a quarter of the frame) but whose
-    embeddings stay alike; times with sub-seconds and an offset, crossing a second."""
+    embeddings stay alike; times with sub-seconds and an offset, crossing a second; and a copy of
+    the third frame at 60%, with its time."""
     import numpy as np
     import skimage.data
 
@@ -282,6 +303,9 @@ def burst(folder):
         frame = table.copy()
         frame.paste(cat, (80 * i, 40 + 50 * (i % 3)))
         times |= save(frame, f"burst-{i}.jpg", start + datetime.timedelta(milliseconds=350 * i))
+        if i == 2:  # a resized copy of a frame, with its time: a duplicate of it, not a frame
+            small = frame.resize((384, 288), Image.LANCZOS)
+            times |= save(small, "burst-2-small.jpg", start + datetime.timedelta(milliseconds=350 * i))
     last = start + datetime.timedelta(milliseconds=350 * 4)
     other = Image.fromarray(np.asarray(skimage.data.astronaut())).resize((640, 480))
     times |= save(other, "other.jpg", last + datetime.timedelta(seconds=1))
@@ -289,6 +313,30 @@ def burst(folder):
     frame.paste(cat, (20, 220))  # moved on: neither in the burst nor a copy of a frame
     times |= save(frame, "later.jpg", last + datetime.timedelta(seconds=10))
     print(json.dumps(times))
+
+
+def trip(folder):
+    """An evening in Paris past midnight, a flight, a morning in New York; a phone that records its
+    offset, and in New York also a camera that does not (set to the local clock). No places: the
+    clock alone parts the events."""
+    os.makedirs(folder, exist_ok=True)
+    shots = [
+        ("paris-0.jpg", "2024:05:04 20:00:00", "+02:00"),
+        ("paris-1.jpg", "2024:05:04 23:30:00", "+02:00"),
+        ("paris-2.jpg", "2024:05:05 00:30:00", "+02:00"),
+        ("paris-3.jpg", "2024:05:05 01:30:00", "+02:00"),
+        ("new-york-0.jpg", "2024:05:05 10:00:00", "-04:00"),
+        ("new-york-1.jpg", "2024:05:05 10:30:00", "-04:00"),
+        ("new-york-camera.jpg", "2024:05:05 11:00:00", None),
+        ("new-york-2.jpg", "2024:05:05 12:00:00", "-04:00"),
+    ]
+    for n, (name, original, offset) in enumerate(shots):
+        exif = Image.Exif()
+        ifd = exif.get_ifd(EXIF_IFD)
+        ifd[ORIGINAL] = original
+        if offset:
+            ifd[OFFSET] = offset
+        scene(n % 4, n >= 4).resize((320 + n, 240)).save(os.path.join(folder, name), exif=exif.tobytes())
 
 
 def exiftool(paths):
@@ -328,7 +376,9 @@ def exiftool(paths):
         out = {"width": width, "height": height}
         when, where = taken_at(exif, gps), location(gps)
         if when is not None:
-            out["taken_at"] = when
+            out["taken_at"], source = when
+            if source is not None:
+                out["taken_at_offset"] = source
         if where is not None:
             out["location"] = where
         answers[os.path.basename(tags_of["SourceFile"])] = out
@@ -344,6 +394,9 @@ def main():
         return
     if sys.argv[1] == "burst":
         burst(sys.argv[2])
+        return
+    if sys.argv[1] == "trip":
+        trip(sys.argv[2])
         return
     if sys.argv[1] == "exiftool":
         exiftool(sys.argv[2:])

@@ -49,7 +49,7 @@ Commands (JSON on stdout):
   people [--eps 0.5] [--min-samples 2]
       stdin: {"embeddings": [[...], ...], "photos": [photo index, ...]} (every face of a request,
       in order) -> {"labels": [...]}: sklearn DBSCAN(eps, min_samples, metric="cosine") labels
-      with no photo twice in a group (`people`), -1 = noise.
+      with no photo twice in a group (`people`: clipfn's cannot-link), -1 = noise.
 """
 import argparse
 import json
@@ -304,38 +304,74 @@ class Faces:
 
 
 def people(embeddings, photos, eps, min_samples):
-    """sklearn's DBSCAN labels, then the cannot-link: a group holding two faces of one photo loses
-    the one of them least similar to the group's summed embedding (the later face on a tie), and
-    the rest is clustered again on its own; the faces that left are clustered the same way among
-    themselves. -1 = noise."""
+    """sklearn's DBSCAN labels, then the cannot-link on each cluster that holds two faces of one
+    photo (src/album/clusters.rs): its core faces are joined again nearest link first, the links
+    being each face's to its nearest core face of each other photo within eps, two parts only
+    where they share no photo; then its other faces, nearest first, each join the part of its
+    nearest linked core face that lacks its photo; parts of fewer than min_samples faces are
+    noise. -1 = noise."""
     from sklearn.cluster import DBSCAN
 
+    n = len(embeddings)
+    if n == 0:
+        return []
     x = np.asarray(embeddings, np.float64)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    fitted = DBSCAN(eps=eps, min_samples=min_samples, metric="cosine").fit(x)
+    labels, core = fitted.labels_, set(int(i) for i in fitted.core_sample_indices_)
+    distance = 1.0 - x @ x.T
 
-    def dbscan(members):
-        labels = DBSCAN(eps=eps, min_samples=min_samples, metric="cosine").fit(x[members]).labels_
-        return [[m for m, l in zip(members, labels) if l == k] for k in range(labels.max() + 1)]
+    def nearest(i, cores):
+        best = {}
+        for c in cores:
+            if photos[c] != photos[i] and distance[i, c] <= eps:
+                best[photos[c]] = min(best.get(photos[c], (np.inf, c)), (float(distance[i, c]), c))
+        return sorted(best.values())
 
     def apart(members):
-        kept, left, todo = [], [], dbscan(members)
-        while todo:
-            group = todo.pop()
-            twice = [i for i in group if sum(photos[j] == photos[i] for j in group) > 1]
-            if not twice:
-                kept.append(group)
-                continue
-            centre = x[group].sum(axis=0)
-            leaver = min(twice, key=lambda i: (float(x[i] @ centre), -i))
-            left.append(leaver)
-            todo.extend(dbscan([i for i in group if i != leaver]))
-        return kept + (apart(sorted(left)) if left else [])
+        cores = [i for i in members if i in core]
+        parent = {i: i for i in cores}
+        held = {i: {photos[i]} for i in cores}
 
-    labels = [-1] * len(embeddings)
+        def root(i):
+            while parent[i] != i:
+                i = parent[i]
+            return i
+
+        links = sorted({(d, min(i, c), max(i, c)) for i in cores for d, c in nearest(i, cores)})
+        for _, a, b in links:
+            ra, rb = root(a), root(b)
+            if ra != rb and not held[ra] & held[rb]:
+                keep, join = min(ra, rb), max(ra, rb)
+                parent[join] = keep
+                held[keep] |= held.pop(join)
+        part = {i: root(i) for i in cores}
+        others = [i for i in members if i not in core]
+        others.sort(key=lambda i: (next(iter(nearest(i, cores)), (np.inf, 0))[0], i))
+        for i in others:
+            for _, c in nearest(i, cores):
+                if photos[i] not in held[root(c)]:
+                    held[root(c)].add(photos[i])
+                    part[i] = root(c)
+                    break
+        parts = {}
+        for i in sorted(part):
+            parts.setdefault(part[i], []).append(i)
+        return [p for p in parts.values() if len(p) >= max(min_samples, 1)]
+
+    groups = []
+    for k in range(labels.max() + 1):
+        members = [i for i in range(n) if labels[i] == k]
+        if len({photos[i] for i in members}) == len(members):
+            groups.append(members)
+        else:
+            groups.extend(apart(members))
+    out = [-1] * n
     # Numbered by their first face, as scikit-learn numbers its clusters.
-    for k, group in enumerate(sorted(apart(list(range(len(embeddings)))), key=min) if embeddings else []):
+    for k, group in enumerate(sorted(groups, key=min)):
         for i in group:
-            labels[i] = k
-    return labels
+            out[i] = k
+    return out
 
 
 def main():

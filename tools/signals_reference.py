@@ -22,6 +22,10 @@ Subcommands (all deterministic; JSON on stdout):
                                   prints the written paths as a list
   near_duplicates OUTDIR PHOTO... <stem>_small.jpg, _bright.jpg, _crop.jpg, .png, _soft.jpg;
                                   prints {"groups": [[original, variants...], ...]}
+  copies OUTDIR PHOTO...          what a best shot must see through: <stem>_blur{1,2}.jpg (PIL
+                                  GaussianBlur, q90), _scale{90,75,60,45,30}.jpg (LANCZOS, q90),
+                                  _q{60,30,15}.jpg (full size re-encoded); prints {"groups":
+                                  [[original, variants...], ...]}
 """
 import json
 import sys
@@ -131,9 +135,32 @@ def near_duplicates(outdir: str, photos: list[str]) -> dict:
     return {"groups": groups}
 
 
+COPY_BLURS = (1, 2)
+COPY_SCALES = (90, 75, 60, 45, 30)
+COPY_QUALITIES = (60, 30, 15)
+
+
+def copies(outdir: str, photos: list[str]) -> dict:
+    groups = []
+    for photo, stem in out_stems(outdir, photos):
+        im = load_upright(photo)
+        w, h = im.size
+        group = [photo]
+        for r in COPY_BLURS:
+            group.append(save_jpeg(im.filter(ImageFilter.GaussianBlur(r)), stem.with_name(f"{stem.name}_blur{r}.jpg"), 90))
+        for percent in COPY_SCALES:
+            size = (max(1, round(w * percent / 100)), max(1, round(h * percent / 100)))
+            small = im.resize(size, Image.Resampling.LANCZOS)
+            group.append(save_jpeg(small, stem.with_name(f"{stem.name}_scale{percent}.jpg"), 90))
+        for quality in COPY_QUALITIES:
+            group.append(save_jpeg(im, stem.with_name(f"{stem.name}_q{quality}.jpg"), quality))
+        groups.append(group)
+    return {"groups": groups}
+
+
 def main(argv: list[str]) -> int:
     usage = __doc__.split("Subcommands")[1]
-    if len(argv) < 2 or argv[0] not in ("measure", "blurred", "near_duplicates"):
+    if len(argv) < 2 or argv[0] not in ("measure", "blurred", "near_duplicates", "copies"):
         print("usage: signals_reference.py SUBCOMMAND ..." + usage, file=sys.stderr)
         return 2
     cmd, args = argv[0], argv[1:]
@@ -144,6 +171,8 @@ def main(argv: list[str]) -> int:
         return 2
     elif cmd == "blurred":
         result = blurred(args[0], args[1:])
+    elif cmd == "copies":
+        result = copies(args[0], args[1:])
     else:
         result = near_duplicates(args[0], args[1:])
     json.dump(result, sys.stdout, indent=1)

@@ -7,6 +7,7 @@
 //! A leaf: it sees hashes, vectors, times and coordinates, not photos.
 
 mod bursts;
+mod clusters;
 mod duplicates;
 mod events;
 mod people;
@@ -14,8 +15,9 @@ mod ranking;
 
 pub use self::{
     bursts::{Shot, bursts},
+    clusters::Stopped,
     duplicates::duplicate_groups,
     events::{Timed, events},
-    people::{Known, Rules, people},
-    ranking::{Merits, Ranked, Reason, cover, ranked},
+    people::{Known, Rules, people, people_until},
+    ranking::{Merits, Ranked, Reason, beaten, cover, ranked},
 };

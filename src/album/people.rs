@@ -5,6 +5,8 @@
 
 use ndarray::Array2;
 
+use super::clusters::{Faces, Stopped, clusters};
+
 /// One person: their faces, as `(photo index, face index)`, in input order, the one closest to
 /// their centre, and up to `Rules::exemplars` faces spread across them (for the app to keep and
 /// send back as a known person's).
@@ -54,12 +56,22 @@ pub struct People {
 /// on as unknown. The unknown faces are clustered (DBSCAN: a face with at least `min_faces` faces,
 /// itself included, within `max_distance` is a core face; a person is the core faces linked
 /// through each other and the faces within reach of them; faces reached by no core face belong to
-/// no one), and one photo never shows a person twice: where a person would hold two faces of one
-/// photo, the one farther from its centre leaves, the rest is clustered again on its own (where
-/// the face that left was the bridge between two parts, those parts are two people now), and the
-/// faces that left are clustered the same way among themselves. Known people first, in `known`'s
+/// no one), and one photo never shows a person twice: a cluster that would hold two faces of one
+/// photo is split, its core faces joined again nearest pair first where the parts share no photo,
+/// its other faces given to the part of their nearest core face that lacks their photo, and parts
+/// of fewer than `min_faces` faces are no one's (`clusters`). Known people first, in `known`'s
 /// order; then the new, largest first, equal sizes in the order of their first face.
 pub fn people(faces: &[(usize, usize, &[f32])], known: &[Known], rules: &Rules) -> People {
+    people_until(faces, known, rules, &|| false).expect("never stopped")
+}
+
+/// [`people`], asking `stop` between blocks of work: `Err` once it says to stop.
+pub fn people_until(
+    faces: &[(usize, usize, &[f32])],
+    known: &[Known],
+    rules: &Rules,
+    stop: &dyn Fn() -> bool,
+) -> Result<People, Stopped> {
     let mut unsure = Vec::new();
     // Each face's known person, where it has one: (person, distance).
     let mut claimed: Vec<Option<(usize, f32)>> = vec![None; faces.len()];
@@ -73,26 +85,42 @@ pub fn people(faces: &[(usize, usize, &[f32])], known: &[Known], rules: &Rules) 
             _ => {}
         }
     }
-    // One photo, one face a known person: the nearest.
-    for i in 0..faces.len() {
-        let Some((person, distance)) = claimed[i] else { continue };
-        let nearer = (0..faces.len()).any(|j| {
-            j != i
-                && faces[j].0 == faces[i].0
-                && claimed[j].is_some_and(|(other, d)| other == person && (d, j) < (distance, i))
-        });
-        if nearer {
-            claimed[i] = None;
+    // One photo, one face a known person: the nearest (the lower index of equals).
+    let mut by_person: Vec<(usize, usize, f32, usize)> = claimed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, claim)| claim.map(|(person, distance)| (person, faces[i].0, distance, i)))
+        .collect();
+    by_person.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.total_cmp(&b.2)).then(a.3.cmp(&b.3)));
+    for pair in by_person.windows(2) {
+        if (pair[0].0, pair[0].1) == (pair[1].0, pair[1].1) {
+            claimed[pair[1].3] = None;
         }
     }
-    let mut found: Vec<Person> = (0..known.len())
-        .filter_map(|k| {
-            let members: Vec<usize> = (0..faces.len()).filter(|&i| claimed[i].is_some_and(|(p, _)| p == k)).collect();
-            (!members.is_empty()).then(|| Person { known: Some(k), ..person(faces, &members, rules.exemplars) })
-        })
+    let mut members_of: Vec<Vec<usize>> = vec![Vec::new(); known.len()];
+    for (i, claim) in claimed.iter().enumerate() {
+        if let Some((person, _)) = claim {
+            members_of[*person].push(i);
+        }
+    }
+    let mut found: Vec<Person> = members_of
+        .iter()
+        .enumerate()
+        .filter(|(_, members)| !members.is_empty())
+        .map(|(k, members)| Person { known: Some(k), ..person(faces, members, rules.exemplars) })
         .collect();
     let unknown: Vec<usize> = (0..faces.len()).filter(|&i| claimed[i].is_none()).collect();
-    let groups = apart(faces, &unknown, rules.max_distance, rules.min_faces);
+    let unknown_faces = Faces::new(
+        unknown.iter().map(|&i| faces[i].0).collect(),
+        &unknown.iter().map(|&i| faces[i].2).collect::<Vec<_>>(),
+    );
+    let groups: Vec<Vec<usize>> = clusters(&unknown_faces, rules.max_distance, rules.min_faces, stop)?
+        .into_iter()
+        .map(|group| group.into_iter().map(|position| unknown[position]).collect())
+        .collect();
+    if stop() {
+        return Err(Stopped);
+    }
     let centres: Vec<Vec<f32>> = groups.iter().map(|members| normalised(centre(faces, members))).collect();
     let centres: Vec<&[f32]> = centres.iter().map(Vec::as_slice).collect();
     let mut new: Vec<Person> = groups
@@ -106,7 +134,7 @@ pub fn people(faces: &[(usize, usize, &[f32])], known: &[Known], rules: &Rules) 
     // Stable: equal sizes keep their first face's order.
     new.sort_by_key(|person| (std::cmp::Reverse(person.faces.len()), person.faces[0]));
     found.append(&mut new);
-    People { people: found, unsure }
+    Ok(People { people: found, unsure })
 }
 
 /// The vectors whose distances to the known people are taken a block at a time: the block's
@@ -152,72 +180,6 @@ fn two_nearest(distances: &[f32]) -> [Option<(usize, f32)>; 2] {
         }
     }
     nearest
-}
-
-/// The groups of `members` (indices into `faces`) that hold no photo twice.
-fn apart(faces: &[(usize, usize, &[f32])], members: &[usize], max_distance: f32, min_faces: usize) -> Vec<Vec<usize>> {
-    let (mut kept, mut left) = (Vec::new(), Vec::new());
-    let mut todo = dbscan(faces, members, max_distance, min_faces);
-    while let Some(group) = todo.pop() {
-        match farthest_twice_seen(faces, &group) {
-            Some(leaver) => {
-                left.push(leaver);
-                let rest: Vec<usize> = group.into_iter().filter(|&i| i != leaver).collect();
-                todo.extend(dbscan(faces, &rest, max_distance, min_faces));
-            }
-            None => kept.push(group),
-        }
-    }
-    // Fewer than `members`: each group that lost a face kept at least one.
-    if !left.is_empty() {
-        left.sort_unstable();
-        kept.extend(apart(faces, &left, max_distance, min_faces));
-    }
-    kept
-}
-
-/// Of the faces of `group` whose photo shows another of them, the farthest from its centre.
-fn farthest_twice_seen(faces: &[(usize, usize, &[f32])], group: &[usize]) -> Option<usize> {
-    let photo_twice = |i: &usize| group.iter().any(|&j| j != *i && faces[j].0 == faces[*i].0);
-    let centre = centre(faces, group);
-    group
-        .iter()
-        .copied()
-        .filter(photo_twice)
-        .min_by(|&a, &b| dot(faces[a].2, &centre).total_cmp(&dot(faces[b].2, &centre)).then(b.cmp(&a)))
-}
-
-/// DBSCAN over `members` alone, in scikit-learn's order: each group's indices ascending.
-fn dbscan(faces: &[(usize, usize, &[f32])], members: &[usize], max_distance: f32, min_faces: usize) -> Vec<Vec<usize>> {
-    let n = members.len();
-    let distance = |i: usize, j: usize| 1.0 - dot(faces[members[i]].2, faces[members[j]].2);
-    let neighbours: Vec<Vec<usize>> =
-        (0..n).map(|i| (0..n).filter(|&j| distance(i, j) <= max_distance).collect()).collect();
-    let core: Vec<bool> = neighbours.iter().map(|near| near.len() >= min_faces).collect();
-    let mut labels: Vec<Option<usize>> = vec![None; n];
-    let mut clusters = 0;
-    for start in 0..n {
-        if labels[start].is_some() || !core[start] {
-            continue;
-        }
-        // scikit-learn's expansion, step for step: a stack, labelled as popped.
-        let mut stack = Vec::new();
-        let mut i = start;
-        loop {
-            if labels[i].is_none() {
-                labels[i] = Some(clusters);
-                if core[i] {
-                    stack.extend(neighbours[i].iter().copied().filter(|&j| labels[j].is_none()));
-                }
-            }
-            match stack.pop() {
-                Some(next) => i = next,
-                None => break,
-            }
-        }
-        clusters += 1;
-    }
-    (0..clusters).map(|cluster| (0..n).filter(|&i| labels[i] == Some(cluster)).map(|i| members[i]).collect()).collect()
 }
 
 /// A person of `members`: the representative is the face nearest their centre, and the exemplars
@@ -369,10 +331,12 @@ mod tests {
     }
 
     #[test]
-    fn where_the_face_that_leaves_was_the_bridge_its_parts_are_two_people() {
+    fn where_a_face_kept_out_was_the_bridge_its_parts_are_two_people() {
         // One part near 0-8 degrees (photo 1 among them at 5), another at 26 and 30, and photo 1's
-        // second face at 17 the only link between them: it is farther from the centre than its
-        // photo's other face, so it leaves, and the parts fall apart.
+        // second face at 17 the only link between them (9 degrees from 8 and from 26). DBSCAN
+        // chains all ten; photo 1's faces cannot be one person, so the parts come apart: the
+        // nearest links join first, the first part holds photo 1 by then, and the bridge joins
+        // the second, the one within its reach that lacks its photo.
         let faces = at(&[
             (2, 0.0),
             (3, 2.0),
@@ -388,12 +352,16 @@ mod tests {
         let everything = grouped(&faces, TEN_DEGREES);
         assert_eq!(everything.len(), 2, "{everything:?}");
         assert_eq!(everything[0].faces, [(2, 0), (3, 0), (4, 0), (1, 0), (5, 0), (6, 0), (7, 0)]);
-        assert_eq!(everything[1].faces, [(8, 0), (9, 0)]);
-        assert!(everything.iter().all(|p| !p.faces.contains(&(1, 1))), "the bridge is no one's: {everything:?}");
+        assert_eq!(everything[1].faces, [(1, 1), (8, 0), (9, 0)]);
         // The same faces with the bridge in a photo of its own: one person, as DBSCAN has it.
         let mut own = faces.clone();
         own[7].0 = 10;
         assert_eq!(grouped(&own, TEN_DEGREES).len(), 1);
+        // Without the second part, the bridge reaches only the first, which holds its photo: no
+        // one's, and the first part is as before.
+        let alone = grouped(&faces[..8], TEN_DEGREES);
+        assert_eq!(alone.len(), 1, "{alone:?}");
+        assert_eq!(alone[0].faces, everything[0].faces);
     }
 
     fn known(angles: &[f32]) -> Vec<Vec<f32>> {

@@ -9,16 +9,18 @@ use axum::{extract::State, response::Response};
 
 use super::{
     AppState,
-    album::album,
+    album::{AlbumInput, album_stage},
     error::ApiError,
     labels,
-    people::{KnownPeople, known_people, same_recognizer},
+    people::{AlbumFaces, KnownPeople, known_people, same_recognizer},
     photos::{photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
-    types::{AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs},
+    types::{
+        AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs, millis,
+    },
 };
 use crate::{
     decode::TakenAt,
@@ -145,7 +147,14 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
     let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
-    let album = photos.then(|| album(&results, state, heads, recognizer.map(|r| (r, &known)), with_location));
+    let (album, album_ms) = if photos {
+        let faces = recognizer.map(|r| AlbumFaces::new(&results, known, r, &state.settings.faces));
+        let input = AlbumInput::new(&results, state, heads, faces, with_location);
+        let (album, wall) = album_stage(state, input, deadline).await;
+        (Some(album), wall)
+    } else {
+        (None, None)
+    };
     let counts = subjects.counts(&results);
     let data = subjects.answers(results, |index, image, result| match result {
         Ok(photo) => {
@@ -183,6 +192,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 }),
                 hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
                 taken_at: metadata.taken_at.as_ref().map(TakenAt::iso8601),
+                taken_at_offset: metadata.taken_at.as_ref().and_then(TakenAt::offset_source),
                 location: metadata.location.filter(|_| with_location).map(LocationItem::from),
                 width,
                 height,
@@ -201,7 +211,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         }
         Err(error) => {
             let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
-            let (taken_at, location, width, height) = (None, None, None, None);
+            let (taken_at, taken_at_offset, location, width, height) = (None, None, None, None, None);
             let (faces, faces_left_out, faces_error) = (None, None, None);
             let (ocr, ocr_left_out, ocr_error) = (None, None, None);
             AnalyzeItem {
@@ -212,6 +222,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 quality,
                 hash,
                 taken_at,
+                taken_at_offset,
                 location,
                 width,
                 height,
@@ -226,7 +237,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
             }
         }
     });
-    let timings_ms = TimingsMs::new(&timings, started.elapsed());
+    let timings_ms = TimingsMs { album: album_ms.map(millis), ..TimingsMs::new(&timings, started.elapsed()) };
     let model = service.pipeline.model();
     let response = with_server_timing(
         AnalyzeResponse { model: &model.id, dim: model.dim, data, album, timings_ms: &timings_ms },

@@ -71,6 +71,18 @@ pub(super) fn state_no_ocr(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
     add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(no_ocr).into()]);
 }
 
+/// A server without heads (`CLIPFN_HEADS`) has nothing but labels to give stored embeddings, and
+/// refuses them without `labels` or a `label_set`: no `embeddings`, or one of those two.
+pub(super) fn state_no_heads(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
+    let photos = ObjectBuilder::new().property("embeddings", any_of_values([Value::Null]));
+    let named = |field: &str, kind: Type| {
+        ObjectBuilder::new().required(field).property(field, ObjectBuilder::new().schema_type(kind))
+    };
+    let rule =
+        AnyOfBuilder::new().item(photos).item(named("labels", Type::Array)).item(named("label_set", Type::String));
+    add(schemas, "AnalyzeRequest", [rule.into()]);
+}
+
 /// A schema that only `values` satisfy.
 fn any_of_values<const N: usize>(values: [Value; N]) -> ObjectBuilder {
     ObjectBuilder::new().schema_type(SchemaType::AnyValue).enum_values(Some(values))

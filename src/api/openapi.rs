@@ -87,6 +87,8 @@ pub struct Loaded<'a> {
     pub faces: Option<(usize, &'a str)>,
     /// Whether OCR models are loaded: without them, `"ocr": true` is refused.
     pub ocr: bool,
+    /// Whether heads are loaded: without them, stored embeddings need labels.
+    pub heads: bool,
 }
 
 /// The document with `settings`' limits, and with what the model knows once it is `loaded`, as
@@ -123,6 +125,9 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     exclusive::state_input_limits(schemas, text, limits);
     if loaded.is_some_and(|loaded| !loaded.ocr) {
         exclusive::state_no_ocr(schemas);
+    }
+    if loaded.is_some_and(|loaded| !loaded.heads) {
+        exclusive::state_no_heads(schemas);
     }
     add_stored_links(&mut document);
     document.to_pretty_json().expect("the document serialises").into()
@@ -174,7 +179,8 @@ impl Documents {
             let label_sets = text.map(|text| text.label_set_names()).unwrap_or_default();
             let faces = service.pipeline.faces().map(|(_, recognizer)| (recognizer.dim, recognizer.id.as_str()));
             let (dim, ocr) = (service.pipeline.model().dim, service.pipeline.ocr().is_some());
-            document(&state.settings, Some(&Loaded { dim, label_sets, faces, ocr }))
+            let heads = service.pipeline.heads().is_some();
+            document(&state.settings, Some(&Loaded { dim, label_sets, faces, ocr, heads }))
         };
         self.loaded.get_or_init(build).clone()
     }

@@ -1,6 +1,6 @@
 //! `/v1/analyze`'s people: the request's `known_people` checked against the server's recognizer
-//! and limits, and the album's faces grouped with them (`album::people`) into `album.people` and
-//! `album.unsure`.
+//! and limits, and the album's faces, owned for the album stage, grouped with them (`album::people`) into
+//! `album.people` and `album.unsure`.
 
 use super::{
     error::ApiError,
@@ -8,7 +8,7 @@ use super::{
     types::{KnownPerson, Maybe, PersonItem, UnsureFace},
 };
 use crate::{
-    album::{Known, Rules, people},
+    album::{Known, Rules, Stopped, people_until},
     model::RecognizerInfo,
     settings::FaceSettings,
 };
@@ -87,56 +87,78 @@ pub(super) fn known_people(
     Ok(KnownPeople { ids, exemplars })
 }
 
-/// The album's people and unsure faces: every face of the photos that have them, but those under
-/// CLIPFN_FACE_MIN_SIZE, grouped with the `known` people at the recognizer's distance.
-pub(super) fn album_people(
-    results: &[PhotoResult],
-    known: &KnownPeople,
-    recognizer: &RecognizerInfo,
-    settings: &FaceSettings,
-) -> (Vec<PersonItem>, Vec<UnsureFace>) {
-    let faces: Vec<(usize, usize, &[f32])> = results
-        .iter()
-        .enumerate()
-        .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
-        .flat_map(|(photo, found)| found.faces.iter().enumerate().map(move |(i, face)| (photo, i, face)))
-        .filter(|(_, _, face)| face.chip_pixels >= settings.face_min_size as f32)
-        .map(|(photo, i, face)| (photo, i, &face.embedding[..]))
-        .collect();
-    let max_distance = recognizer.max_distance(settings).value;
-    let rules = Rules {
-        max_distance,
-        min_faces: settings.face_min_faces,
-        // "About equally near": within a tenth of the distance that joins (0.05 for ArcFace's
-        // 0.5, 0.0075 for dlib's 0.075), so the margin follows the recognizer's scale.
-        margin: max_distance / 10.0,
-        suggest_distance: settings.face_suggest_distance.unwrap_or(1.5 * max_distance),
-        exemplars: settings.person_exemplars,
-    };
-    let known_people: Vec<Known> = known
-        .exemplars
-        .iter()
-        .map(|exemplars| Known { exemplars: exemplars.iter().map(Vec::as_slice).collect() })
-        .collect();
-    let found = people(&faces, &known_people, &rules);
-    let at = |(photo, face): (usize, usize)| [photo, face];
-    let people = found
-        .people
-        .into_iter()
-        .map(|person| PersonItem {
-            id: person.known.map(|k| known.ids[k].clone()),
-            faces: person.faces.into_iter().map(at).collect(),
-            representative: at(person.representative),
-            exemplars: person.exemplars.into_iter().map(at).collect(),
-            maybe: person.maybe.map(|(k, distance)| Maybe { id: known.ids[k].clone(), distance }),
-        })
-        .collect();
-    let unsure = found
-        .unsure
-        .into_iter()
-        .map(|(face, [a, b])| UnsureFace { face: at(face), between: [known.ids[a].clone(), known.ids[b].clone()] })
-        .collect();
-    (people, unsure)
+/// The album's faces, owned (the album stage runs off the runtime and may be left behind at
+/// the deadline): every face of the photos that have them but those under CLIPFN_FACE_MIN_SIZE,
+/// with the request's known people and the recognizer's rules.
+pub(super) struct AlbumFaces {
+    faces: Vec<(usize, usize, Vec<f32>)>,
+    known: KnownPeople,
+    rules: Rules,
+}
+
+impl AlbumFaces {
+    pub(super) fn new(
+        results: &[PhotoResult],
+        known: KnownPeople,
+        recognizer: &RecognizerInfo,
+        settings: &FaceSettings,
+    ) -> Self {
+        let faces = results
+            .iter()
+            .enumerate()
+            .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.faces.as_ref()?.as_ref().ok()?)))
+            .flat_map(|(photo, found)| found.faces.iter().enumerate().map(move |(i, face)| (photo, i, face)))
+            .filter(|(_, _, face)| face.chip_pixels >= settings.face_min_size as f32)
+            .map(|(photo, i, face)| (photo, i, face.embedding.clone()))
+            .collect();
+        let max_distance = recognizer.max_distance(settings).value;
+        let rules = Rules {
+            max_distance,
+            min_faces: settings.face_min_faces,
+            // "About equally near": within a tenth of the distance that joins (0.05 for ArcFace's
+            // 0.5, 0.0075 for dlib's 0.075), so the margin follows the recognizer's scale.
+            margin: max_distance / 10.0,
+            suggest_distance: settings.face_suggest_distance.unwrap_or(1.5 * max_distance),
+            exemplars: settings.person_exemplars,
+        };
+        AlbumFaces { faces, known, rules }
+    }
+
+    /// The faces that take part.
+    pub(super) fn count(&self) -> usize {
+        self.faces.len()
+    }
+
+    /// The album's people and unsure faces, grouped with the known people at the recognizer's
+    /// distance; `Err` once `stop` says to stop.
+    pub(super) fn people(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<PersonItem>, Vec<UnsureFace>), Stopped> {
+        let faces: Vec<(usize, usize, &[f32])> = self.faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
+        let known = &self.known;
+        let known_people: Vec<Known> = known
+            .exemplars
+            .iter()
+            .map(|exemplars| Known { exemplars: exemplars.iter().map(Vec::as_slice).collect() })
+            .collect();
+        let found = people_until(&faces, &known_people, &self.rules, stop)?;
+        let at = |(photo, face): (usize, usize)| [photo, face];
+        let people = found
+            .people
+            .into_iter()
+            .map(|person| PersonItem {
+                id: person.known.map(|k| known.ids[k].clone()),
+                faces: person.faces.into_iter().map(at).collect(),
+                representative: at(person.representative),
+                exemplars: person.exemplars.into_iter().map(at).collect(),
+                maybe: person.maybe.map(|(k, distance)| Maybe { id: known.ids[k].clone(), distance }),
+            })
+            .collect();
+        let unsure = found
+            .unsure
+            .into_iter()
+            .map(|(face, [a, b])| UnsureFace { face: at(face), between: [known.ids[a].clone(), known.ids[b].clone()] })
+            .collect();
+        Ok((people, unsure))
+    }
 }
 
 impl KnownPeople {

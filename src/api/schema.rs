@@ -59,6 +59,12 @@ string_enum! {
 }
 
 string_enum! {
+    /// Where `taken_at`'s offset came from: `recorded` (`OffsetTimeOriginal`), or `gps` (the GPS
+    /// clock's UTC against the local time).
+    OffsetSource = ["recorded", "gps"];
+}
+
+string_enum! {
     /// `float` (the default), or `base64`: little-endian float32 bytes.
     EncodingFormat = ["float", "base64"];
 }
@@ -75,6 +81,20 @@ pub struct PhotoError {
     #[schema(value_type = PhotoErrorCode)]
     code: &'static str,
     /// A fixed message per code that names only the reference sent.
+    message: String,
+}
+
+string_enum! {
+    /// Why the album was not computed (`album.error`); the photos are answered.
+    AlbumErrorCode = super::album::ALBUM_CODES;
+}
+
+/// Why the album was not computed.
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "schema only: album.rs writes it as an ErrorBody")]
+pub struct AlbumError {
+    #[schema(value_type = AlbumErrorCode)]
+    code: &'static str,
     message: String,
 }
 

@@ -64,6 +64,10 @@ pub struct TimingsMs {
     pub decode: f64,
     pub queue: f64,
     pub inference: f64,
+    /// `/v1/analyze`: the album stage, after the photos (absent when the album was not computed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub album: Option<f64>,
     pub total: f64,
 }
 
@@ -74,14 +78,16 @@ impl TimingsMs {
             decode: millis(t.decode.duration()),
             queue: millis(t.queue.duration()),
             inference: millis(t.inference.duration()),
+            album: None,
             total: millis(total),
         }
     }
 
     /// The same figures as a `Server-Timing` header, for browser and proxy tooling.
     pub fn server_timing(&self) -> String {
+        let album = self.album.map(|album| format!(",album;dur={album}")).unwrap_or_default();
         format!(
-            "fetch;dur={},decode;dur={},queue;dur={},inference;dur={},total;dur={}",
+            "fetch;dur={},decode;dur={},queue;dur={},inference;dur={}{album},total;dur={}",
             self.fetch, self.decode, self.queue, self.inference, self.total
         )
     }
@@ -273,7 +279,7 @@ pub struct AnalyzeResponse<'a> {
     /// Absent for stored embeddings: the groups need the photos' hashes.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub album: Option<Album>,
+    pub album: Option<AlbumAnswer>,
     pub timings_ms: &'a TimingsMs,
 }
 
@@ -300,11 +306,17 @@ pub struct AnalyzeItem<'a> {
     pub hash: Option<String>,
     /// When the photo was taken (EXIF `DateTimeOriginal`, with `SubSecTimeOriginal`), ISO 8601:
     /// with its offset from UTC when the photo records one (`OffsetTimeOriginal`) or its GPS clock
-    /// gives one (rounded to 15 minutes); without an offset, a local time of an unknown zone.
+    /// gives one (rounded to 15 minutes, the GPS time within 2 minutes of the capture time at that
+    /// offset); without an offset, a local time of an unknown zone.
     /// Absent when the photo has no readable capture time.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, example = "2024-05-04T13:02:01.045+09:00")]
     pub taken_at: Option<String>,
+    /// Where `taken_at`'s offset came from: `recorded` (`OffsetTimeOriginal`) or `gps` (the GPS
+    /// clock, within 2 minutes of the capture time at that offset); absent without an offset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::OffsetSource>)]
+    pub taken_at_offset: Option<&'static str>,
     /// Where the photo was taken (EXIF GPS); absent without a usable fix, or with `"location": false`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -425,6 +437,25 @@ impl From<crate::decode::Location> for LocationItem {
 pub struct Quality {
     pub sharpness: f64,
     pub blurry: bool,
+}
+
+/// The request's album: its groupings, or why it was not computed (the photos' answers stand
+/// either way).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum AlbumAnswer {
+    Computed(Album),
+    NotComputed(AlbumNotComputed),
+}
+
+/// An album that was not computed.
+#[derive(Serialize, ToSchema)]
+pub struct AlbumNotComputed {
+    /// Why: `deadline_exceeded` when the request's deadline (CLIPFN_REQUEST_TIMEOUT_MS) passed
+    /// before the album stage finished (or before it could start, when photos ran out the clock),
+    /// `album_failed` when the stage failed (the server's log says why).
+    #[schema(value_type = schema::AlbumError)]
+    pub error: ErrorBody,
 }
 
 /// Groupings over the request's photos.

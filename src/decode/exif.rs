@@ -21,9 +21,19 @@ pub fn block_orientation(block: &[u8]) -> Option<Orientation> {
 /// The first APP1 `Exif\0\0` segment's body, if any (the capture time and place are read from it
 /// too: `metadata.rs`).
 pub fn jpeg_exif(jpeg: &[u8]) -> Option<&[u8]> {
+    jpeg_segments(jpeg).find(|(marker, body)| *marker == 0xE1 && body.starts_with(b"Exif\0\0")).map(|(_, body)| body)
+}
+
+/// The marker and body of each segment of a JPEG before its first scan (a bounded walk of the
+/// marker chain, at most 64 segments; it stops at anything that is not a marker).
+pub(super) fn jpeg_segments(jpeg: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
     let mut at = 2; // after SOI
-    // Metadata segments come before the first scan; a bounded walk of the marker chain finds them.
-    for _ in 0..64 {
+    let mut left = 64;
+    std::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
+        left -= 1;
         // Markers may be preceded by any number of 0xFF fill bytes.
         while *jpeg.get(at)? == 0xFF && *jpeg.get(at + 1)? == 0xFF {
             at += 1;
@@ -33,19 +43,16 @@ pub fn jpeg_exif(jpeg: &[u8]) -> Option<&[u8]> {
         }
         let marker = *jpeg.get(at + 1)?;
         if marker == 0xDA || marker == 0xD9 {
-            return None; // start of scan or end of image: no EXIF up front
+            return None; // start of scan or end of image
         }
         let len = usize::from(u16::from_be_bytes([*jpeg.get(at + 2)?, *jpeg.get(at + 3)?]));
         if len < 2 {
             return None;
         }
         let body = jpeg.get(at + 4..(at + 2 + len).min(jpeg.len()))?;
-        if marker == 0xE1 && body.starts_with(b"Exif\0\0") {
-            return Some(body);
-        }
         at += 2 + len;
-    }
-    None
+        Some((marker, body))
+    })
 }
 
 /// Whether `orientation` turns the image by a quarter, swapping width and height.

@@ -11,11 +11,14 @@
 //! - `taken_at`: `DateTimeOriginal`, with `SubSecTimeOriginal` and `OffsetTimeOriginal` when
 //!   present. Without an offset tag, the GPS clock (`GPSDateStamp` + `GPSTimeStamp`, UTC) gives
 //!   one: local minus UTC, rounded to 15 minutes (every zone in use is a multiple of 15 minutes
-//!   off UTC, and the GPS fix may be seconds to minutes older than the shutter). Without either
-//!   it is a local time, written without an offset as ISO 8601 says local times are.
+//!   off UTC), but only when the GPS time lies within [`GPS_CLOCK_WINDOW_S`] of the capture time
+//!   once those whole quarter hours are taken out: a fix taken long before the shutter (a phone's
+//!   last fix, a camera's stale one) would give a wrong zone. Without either it is a local time,
+//!   written without an offset as ISO 8601 says local times are. Where the offset came from is
+//!   kept (`offset_from_gps`) and answered.
 //! - `location`: `GPSLatitude`/`GPSLongitude` with their `Ref`s, `GPSAltitude` with its `Ref`
-//!   when present. A void fix (`GPSStatus` = `V`) and 0,0 (what a phone writes with no fix) are
-//!   left out.
+//!   when present. A void fix (`GPSStatus` = `V`), 0,0 (what a phone writes with no fix) and
+//!   minutes or seconds of 60 or more are left out.
 
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime, TimeDelta};
 use exif::{Exif, Field, In, Reader, Tag, Value};
@@ -25,6 +28,9 @@ use exif::{Exif, Field, In, Reader, Tag, Value};
 pub struct Metadata {
     pub taken_at: Option<TakenAt>,
     pub location: Option<Location>,
+    /// A JPEG's estimated quality (1 to 100) from its quantization table (`compression.rs`); not
+    /// from the EXIF block, but read at the same step.
+    pub jpeg_quality: Option<u8>,
 }
 
 /// A capture time as the camera recorded it.
@@ -38,6 +44,13 @@ pub struct TakenAt {
     pub offset_minutes: Option<i32>,
     /// Whether the offset was derived from the GPS clock rather than recorded.
     pub offset_from_gps: bool,
+}
+
+impl TakenAt {
+    /// Where the offset came from, as answers say it: `recorded` or `gps`; none without one.
+    pub fn offset_source(&self) -> Option<&'static str> {
+        self.offset_minutes.map(|_| if self.offset_from_gps { "gps" } else { "recorded" })
+    }
 }
 
 impl TakenAt {
@@ -74,6 +87,11 @@ pub struct Location {
 /// The furthest any zone in use is from UTC (UTC+14, Kiribati; UTC-12), in minutes.
 const MAX_OFFSET_MINUTES: i32 = 14 * 60;
 
+/// How far the GPS clock may lie from the capture time, once the zone's whole quarter hours are
+/// taken out, for its offset to stand: 2 minutes. A phone writes the fix of the shot, seconds
+/// old; a fix of unknown age lies anywhere in the quarter hour, and passes 4 times in 15.
+pub const GPS_CLOCK_WINDOW_S: i64 = 120;
+
 /// What the EXIF block `block` (a TIFF structure, with or without JPEG's `Exif\0\0` prefix) says.
 /// Anything unreadable is left out.
 pub fn from_exif(block: &[u8]) -> Metadata {
@@ -87,7 +105,7 @@ pub fn from_exif(block: &[u8]) -> Metadata {
         Err(exif::Error::PartialResult(partial)) => partial.into_inner().0,
         Err(_) => return Metadata::default(),
     };
-    Metadata { taken_at: taken_at(&exif), location: location(&exif) }
+    Metadata { taken_at: taken_at(&exif), location: location(&exif), jpeg_quality: None }
 }
 
 /// TIFF also lets IFD0 point to the Exif and GPS IFDs with type IFD (13) rather than LONG (4), as
@@ -179,7 +197,8 @@ fn taken_at(exif: &Exif) -> Option<TakenAt> {
     Some(TakenAt { local, subsec_digits, offset_minutes, offset_from_gps })
 }
 
-/// The offset of `local` from the GPS clock's UTC, rounded to 15 minutes; none past ±14 h.
+/// The offset of `local` from the GPS clock's UTC, rounded to 15 minutes; none past ±14 h, and none
+/// when the GPS time lies more than [`GPS_CLOCK_WINDOW_S`] off the capture time at that offset.
 fn gps_offset(exif: &Exif, local: NaiveDateTime) -> Option<i32> {
     let date = std::str::from_utf8(ascii(exif, Tag::GPSDateStamp)?).ok()?;
     let date = NaiveDate::parse_from_str(date, "%Y:%m:%d").ok()?;
@@ -190,9 +209,10 @@ fn gps_offset(exif: &Exif, local: NaiveDateTime) -> Option<i32> {
     }
     let millis = ((hours * 3600.0 + minutes * 60.0 + seconds) * 1000.0).round() as i64;
     let utc = date.and_time(NaiveTime::MIN) + TimeDelta::milliseconds(millis);
-    let minutes = (local - utc).num_milliseconds() as f64 / 60_000.0;
-    let offset = ((minutes / 15.0).round() * 15.0) as i32;
-    (offset.abs() <= MAX_OFFSET_MINUTES).then_some(offset)
+    let apart_ms = (local - utc).num_milliseconds();
+    let offset = ((apart_ms as f64 / 60_000.0 / 15.0).round() * 15.0) as i32;
+    let off_ms = apart_ms - i64::from(offset) * 60_000;
+    (offset.abs() <= MAX_OFFSET_MINUTES && off_ms.abs() <= GPS_CLOCK_WINDOW_S * 1000).then_some(offset)
 }
 
 fn location(exif: &Exif) -> Option<Location> {
@@ -208,10 +228,11 @@ fn location(exif: &Exif) -> Option<Location> {
 }
 
 /// Degrees, minutes and seconds (or fewer parts: degrees alone, or degrees and decimal minutes),
-/// signed by the reference; none without a reference or out of range.
+/// signed by the reference; none without a reference or out of range (minutes and seconds under
+/// 60: a writer's 30/0/75 is not 30 degrees 1 minute 15 seconds).
 fn coordinate(exif: &Exif, tag: Tag, reference: Tag, positive: u8, negative: u8, limit: f64) -> Option<f64> {
     let parts = rationals(exif, tag)?;
-    if parts.len() > 3 {
+    if parts.len() > 3 || parts.iter().skip(1).any(|part| !(0.0..60.0).contains(part)) {
         return None;
     }
     let magnitude: f64 = parts.iter().zip([1.0, 60.0, 3600.0]).map(|(part, per_degree)| part / per_degree).sum();
@@ -331,6 +352,7 @@ mod tests {
             [(ORIGINAL, V::Ascii("2024:05:04 13:02:01")), (SUBSEC, V::Ascii("045")), (OFFSET, V::Ascii("+05:30"))];
         assert_eq!(taken(&full, &[]).unwrap(), "2024-05-04T13:02:01.045+05:30");
         let taken_at = from_exif(&block(&full, &[])).taken_at.unwrap();
+        assert_eq!(taken_at.offset_source(), Some("recorded"));
         assert_eq!(taken_at.utc_millis(), Some(1_714_807_921_045), "07:32:01.045 UTC");
         let west = [(ORIGINAL, V::Ascii("2023:12:31 23:59:59")), (OFFSET, V::Ascii("-03:00"))];
         assert_eq!(taken(&west, &[]).unwrap(), "2023-12-31T23:59:59-03:00");
@@ -341,7 +363,7 @@ mod tests {
         assert_eq!(taken(&long, &[]).unwrap(), "2024-05-04T13:02:01.123456789");
         // A local time has no instant.
         let local = from_exif(&block(&[(ORIGINAL, V::Ascii("2024:05:04 13:02:01"))], &[])).taken_at.unwrap();
-        assert_eq!(local.utc_millis(), None);
+        assert_eq!((local.utc_millis(), local.offset_source()), (None, None));
     }
 
     #[test]
@@ -351,15 +373,30 @@ mod tests {
         // Tokyo, the fix 40 s before the shutter: +09:00.
         let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(4, 1, 21))];
         let taken_at = from_exif(&block(&[shot], &gps)).taken_at.unwrap();
-        assert_eq!((taken_at.iso8601().as_str(), taken_at.offset_from_gps), ("2024-05-04T13:02:01+09:00", true));
+        assert_eq!((taken_at.iso8601().as_str(), taken_at.offset_source()), ("2024-05-04T13:02:01+09:00", Some("gps")));
         // Across midnight, westwards: New York's -04:00 from the next day's UTC date.
-        let gps = [(DATE, V::Ascii("2024:05:05")), (TIME, time(0, 7, 0))];
+        let gps = [(DATE, V::Ascii("2024:05:05")), (TIME, time(0, 4, 0))];
         let evening = (ORIGINAL, V::Ascii("2024:05:04 20:03:00"));
         assert_eq!(taken(&[evening], &gps).unwrap(), "2024-05-04T20:03:00-04:00");
-        // Nepal's +05:45; 7 minutes off still rounds to it.
-        let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(7, 10, 0))];
+        // Nepal's +05:45, the fix 90 s before the shutter; 3 minutes before, outside the window, no
+        // offset (the fix may be hours old: its quarter hours cannot tell).
+        let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(7, 15, 30))];
         let kathmandu = (ORIGINAL, V::Ascii("2024:05:04 13:02:00"));
         assert_eq!(taken(&[kathmandu], &gps).unwrap(), "2024-05-04T13:02:00+05:45");
+        let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(7, 14, 0))];
+        let kathmandu = (ORIGINAL, V::Ascii("2024:05:04 13:02:00"));
+        assert_eq!(taken(&[kathmandu], &gps).unwrap(), "2024-05-04T13:02:00");
+        // A fix 2 h 40 s old in Tokyo would say +11:00; it is 40 s off the hour, so it stands, as
+        // any clock off by whole quarter hours must: the window bounds what it can catch.
+        let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(2, 1, 21))];
+        let stale = from_exif(&block(&[(ORIGINAL, V::Ascii("2024:05:04 13:02:01"))], &gps)).taken_at.unwrap();
+        assert_eq!(stale.iso8601(), "2024-05-04T13:02:01+11:00");
+        // At the window's edge, 120 s, it stands; at 121 s it does not.
+        for (seconds, stands) in [(1, true), (0, false)] {
+            let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(3, 0, seconds))];
+            let at = from_exif(&block(&[(ORIGINAL, V::Ascii("2024:05:04 12:02:01"))], &gps)).taken_at.unwrap();
+            assert_eq!(at.offset_minutes.is_some(), stands, "{seconds}: {at:?}");
+        }
         // A recorded offset wins over the GPS clock.
         let gps = [(DATE, V::Ascii("2024:05:04")), (TIME, time(4, 2, 1))];
         let recorded = [(ORIGINAL, V::Ascii("2024:05:04 13:02:01")), (OFFSET, V::Ascii("+10:00"))];
@@ -423,6 +460,11 @@ mod tests {
         assert!(bad(V::Rationals(vec![(10, 0), (0, 1), (0, 1)]), "N").is_none());
         assert!(bad(V::Ascii("10.5"), "N").is_none());
         assert!(bad(dms(91, 0, 0), "N").is_none());
+        // Minutes or seconds of 60 or more are no place; 59.99 seconds are.
+        assert!(bad(dms(10, 60, 0), "N").is_none());
+        assert!(bad(dms(10, 0, 6000), "N").is_none());
+        assert!(bad(V::Rationals(vec![(10, 1), (61, 1)]), "N").is_none(), "decimal minutes");
+        assert!(bad(dms(10, 59, 5999), "N").is_some());
         // A broken altitude drops the altitude only.
         let broken_alt = gps(vec![(ALT, V::Rationals(vec![(5, 0)]))]).unwrap();
         assert_eq!(broken_alt.alt, None);

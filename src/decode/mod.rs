@@ -18,10 +18,12 @@
 //! scaled to 8 bits. Animated files (GIF, WebP) and MPO give their first image.
 //!
 //! The capture time and place come from the same bytes at the same step (`metadata.rs`), from the
-//! EXIF block the orientation is read from, so the block is found once.
+//! EXIF block the orientation is read from, so the block is found once; and a JPEG's estimated
+//! quality from its quantization table (`compression.rs`).
 
 // Without `jpeg-turbo`, `image` reads JPEG's orientation itself.
 #[cfg_attr(not(feature = "jpeg-turbo"), allow(dead_code))]
+mod compression;
 mod exif;
 mod gif;
 #[cfg(any(feature = "heif", feature = "avif"))]
@@ -108,6 +110,15 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, DecodeEr
             " ({format} support is not built in: build clipfn with the `{format}` cargo feature)"
         )));
     }
+    let mut decoded = decode_as(bytes, format, options)?;
+    if format == Format::Jpeg {
+        decoded.metadata.jpeg_quality = compression::jpeg_quality(bytes);
+    }
+    Ok(decoded)
+}
+
+/// [`decode`] of a supported `format`.
+fn decode_as(bytes: &[u8], format: Format, options: &DecodeOptions) -> Result<Decoded, DecodeError> {
     let plain = |(image, metadata): (RgbImage, Metadata)| Decoded {
         full_size: image.dimensions(),
         image,

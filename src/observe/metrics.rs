@@ -44,6 +44,8 @@ pub enum Stage {
     LineClassification,
     /// A batch of lines on the text recognizer.
     TextRecognition,
+    /// A `/v1/analyze` request's album (groupings, rankings, people), on the blocking pool.
+    Album,
 }
 
 impl Stage {
@@ -61,6 +63,7 @@ impl Stage {
             Stage::TextDetection => "text_detection",
             Stage::LineClassification => "line_classification",
             Stage::TextRecognition => "text_recognition",
+            Stage::Album => "album",
         }
     }
 }

@@ -13,7 +13,7 @@ use image::GrayImage;
 
 pub use self::{
     phash::phash,
-    sharpness::{measured_size as luma_size, sharpness},
+    sharpness::{coarser, measured_size as luma_size, sharpness},
 };
 
 /// What a photo's pixels say without a model.
@@ -23,11 +23,13 @@ pub struct PixelSignals {
     pub hash: u64,
     /// The variance of the Laplacian at a fixed size ([`sharpness`]).
     pub sharpness: f64,
+    /// The same at half and a quarter of that size ([`coarser`]), for the best shot.
+    pub coarser: [f64; 2],
 }
 
 impl PixelSignals {
     pub fn of(luma: &GrayImage) -> Self {
-        PixelSignals { hash: phash(luma), sharpness: sharpness(luma) }
+        PixelSignals { hash: phash(luma), sharpness: sharpness(luma), coarser: coarser(luma) }
     }
 }
 

@@ -31,6 +31,25 @@ pub fn sharpness(luma: &GrayImage) -> f64 {
     }
 }
 
+/// The sizes [`coarser`] measures at, as fractions of [`LONG_SIDE`]: 150 and 75 px on the long side.
+pub const COARSER: [u32; 2] = [2, 4];
+
+/// The sharpness of `luma` at half and a quarter of [`LONG_SIDE`] (150 and 75 px on the long side),
+/// box-filtered from its [`measured_size`] view: the sizes the best shot compares photos of
+/// different sizes at, where a smaller copy's resampling and codec artefacts, which raise the
+/// variance at 300 px, are averaged away (docs/design.md, "The best shot and the cover").
+pub fn coarser(luma: &GrayImage) -> [f64; 2] {
+    let (width, height) = measured_size(luma.width(), luma.height());
+    let view = if luma.dimensions() == (width, height) {
+        None
+    } else {
+        Some(super::shrink(luma, width, height, FilterType::Box))
+    };
+    let view = view.as_ref().unwrap_or(luma);
+    COARSER
+        .map(|by| laplacian_variance(&super::shrink(view, (width / by).max(1), (height / by).max(1), FilterType::Box)))
+}
+
 /// `cv2.Laplacian(img, cv2.CV_64F).var()`: the kernel [[0, 1, 0], [1, -4, 1], [0, 1, 0]] with
 /// OpenCV's default border (reflected about the edge pixel), and the population variance. In
 /// integers, row by row: exact, and a fraction of a decode's time.
@@ -86,6 +105,25 @@ mod tests {
         let stripes =
             |period: u32| GrayImage::from_fn(640, 480, move |x, _| image::Luma([(x / period % 2 * 255) as u8]));
         assert!(sharpness(&stripes(8)) > sharpness(&stripes(64)), "finer detail is sharper");
+    }
+
+    #[test]
+    fn coarser_sizes_average_away_what_is_finer_than_them() {
+        // Stripes a pixel wide are all edges at 300 px and flat grey at 150; stripes 16 px wide
+        // keep their edges at both coarser sizes.
+        let stripes =
+            |period: u32| GrayImage::from_fn(300, 200, move |x, _| image::Luma([(x / period % 2 * 255) as u8]));
+        let fine = stripes(1);
+        assert!(sharpness(&fine) > 10_000.0, "{}", sharpness(&fine));
+        let [half, quarter] = coarser(&fine);
+        assert!(half < 1.0 && quarter < 1.0, "{half} {quarter}");
+        let [half, quarter] = coarser(&stripes(16));
+        assert!(half > 1_000.0 && quarter > 1_000.0, "{half} {quarter}");
+        // A photo at another size is brought to the measured size first.
+        assert_eq!(
+            coarser(&stripes(16)),
+            coarser(&GrayImage::from_fn(600, 400, |x, _| image::Luma([(x / 32 % 2 * 255) as u8])))
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use self::answer::{ImmichFace, ImmichOcr, Prediction, vector};
+use self::answer::{ImmichFace, ImmichOcr, NotFinite, Prediction, vector};
 use super::{
     AppState,
     error::ApiError,
@@ -35,7 +35,7 @@ use super::{
     schema::{NotFound, Refusals, Unavailable, Unprocessable},
 };
 use crate::{
-    pipeline::{Signals, SquareFor, Wants},
+    pipeline::{ItemCode, Signals, SquareFor, Wants},
     service::Service,
 };
 
@@ -150,7 +150,8 @@ async fn predict_request(state: &AppState, form: Result<Multipart, MultipartReje
             let texts = string_list(Value::Array(vec![Value::String(text)]), "text", &state.settings)?;
             let text = state.ready_text()?;
             let embedded = text.embed_texts(&texts, Some(deadline)).await?;
-            let answer = Prediction { clip: Some(vector(&embedded[0].embedding)), ..Prediction::default() };
+            let clip = vector(&embedded[0].embedding).map_err(|e| not_finite(e, "the text"))?;
+            let answer = Prediction { clip: Some(clip), ..Prediction::default() };
             Ok((Json(answer).into_response(), Counts { texts: 1, ..Counts::default() }))
         }
         (None, None) => Err(ApiError::BadRequest("either image or text must be provided".into())),
@@ -304,31 +305,40 @@ fn folder_of(file: &str) -> String {
     parts.get(2).or(parts.first()).map_or_else(String::new, |name| (*name).to_string())
 }
 
+/// A value Immich's answer cannot carry, as the error the request gets (500 `inference_failed`:
+/// the models misbehaved on `what`).
+fn not_finite(e: NotFinite, what: &str) -> ApiError {
+    tracing::warn!(error = %e, "{what}: an answer Immich cannot read");
+    ApiError::Photo((ItemCode::InferenceFailed, format!("{e} for {what}; the answer cannot carry it")))
+}
+
 /// A photo's answer, keyed by task, with the upright photo's size.
 fn photo_answer(signals: Signals, tasks: &Tasks) -> Result<Prediction, ApiError> {
     let (width, height) = signals.size.unwrap_or_default();
     let faces = match signals.faces {
         Some(faces) => {
             let faces = faces.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
-            Some(faces.faces.iter().map(ImmichFace::from).collect())
+            let faces: Result<Vec<ImmichFace>, _> = faces.faces.iter().map(ImmichFace::try_from).collect();
+            Some(faces.map_err(|e| not_finite(e, "the image part"))?)
         }
         None => None,
     };
     let ocr = match signals.ocr {
         Some(ocr) => {
             let ocr = ocr.map_err(|e| ApiError::Photo(e.code_and_message("the image part")))?;
-            Some(ImmichOcr::new(&ocr, (width, height)))
+            Some(ImmichOcr::new(&ocr, (width, height)).map_err(|e| not_finite(e, "the image part"))?)
         }
         None => None,
     };
-    Ok(Prediction {
-        // Computed only where clip.visual asked for it.
-        clip: signals.embedding.as_deref().filter(|_| tasks.visual).map(vector),
-        faces,
-        ocr,
-        image_height: Some(height),
-        image_width: Some(width),
-    })
+    // Computed only where clip.visual asked for it.
+    let clip = signals
+        .embedding
+        .as_deref()
+        .filter(|_| tasks.visual)
+        .map(vector)
+        .transpose()
+        .map_err(|e| not_finite(e, "the image part"))?;
+    Ok(Prediction { clip, faces, ocr, image_height: Some(height), image_width: Some(width) })
 }
 
 impl From<MultipartRejection> for ApiError {

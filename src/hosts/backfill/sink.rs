@@ -424,7 +424,7 @@ mod tests {
 
     #[test]
     fn rows_round_trip_with_model_metadata_and_every_signal() {
-        let pixels = PixelSignals { hash: 0xfedc_ba98_7654_3210, sharpness: 412.5 };
+        let pixels = PixelSignals { hash: 0xfedc_ba98_7654_3210, sharpness: 412.5, coarser: [300.0, 200.0] };
         let local = chrono::NaiveDate::from_ymd_opt(2024, 5, 4).unwrap().and_hms_opt(13, 2, 1).unwrap();
         let taken = TakenAt { local, subsec_digits: 0, offset_minutes: Some(120), offset_from_gps: false };
         let face = Face {
@@ -445,6 +445,7 @@ mod tests {
             metadata: Some(Metadata {
                 taken_at: Some(taken),
                 location: Some(Location { lat: -22.9, lon: -43.2, alt: None }),
+                jpeg_quality: Some(90),
             }),
         };
         let rows = vec![
