@@ -817,8 +817,7 @@ fn a_crowd_album_of_one_group_photo_finds_its_people() {
         .unwrap()
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["message"] == "album stage")
-        .last()
+        .rfind(|line| line["message"] == "album stage")
         .expect("the album stage's debug line");
     let album_ms = body["timings_ms"]["album"].as_f64().unwrap();
     let during = answered - std::time::Duration::from_secs_f64(album_ms / 1000.0);
