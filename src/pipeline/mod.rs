@@ -268,6 +268,28 @@ impl Pipeline {
         timings: &mut Timings,
         size: &mut Option<u64>,
     ) -> ItemResult {
+        // A detector's place first (when a detector is asked for), then the fetched bytes'
+        // budget, then memory, then a decode thread (in that order always, so that none waits on
+        // another). The place comes before the fetch, so that a photo waiting for one holds no
+        // bytes: a request of 100 photos with faces would otherwise fill CLIPFN_MAX_FETCHED_BYTES
+        // with photos waiting for places, and every other request's fetches would queue behind
+        // them. The memory reservation moves into the job with the bytes, and both are let go as
+        // the job goes on (the bytes once decoded, or with faces once the detector has answered),
+        // even if the photo stopped waiting for it; the place once the detectors have answered.
+        let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
+        let reader = self.worker.ocr_info().filter(|_| wants.ocr);
+        let views = Views {
+            square: self.square.clone(),
+            square_for: if wants.scores { SquareFor::Every } else { wants.embedding },
+            luma: wants.pixels,
+            canvas: detector.map(|d| d.canvas()),
+            ocr: reader.map(|reader| reader.resolution),
+        };
+        let place = if views.canvas.is_some() || views.ocr.is_some() {
+            Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))
+        } else {
+            None
+        };
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -287,25 +309,6 @@ impl Pipeline {
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
         *size = Some(fetched.bytes.len() as u64);
 
-        // A detector's place first (when a detector is asked for), then memory, then a decode
-        // thread (in that order always, so that none waits on another): the reservation moves
-        // into the job with the bytes, and both are let go as the job goes on (the bytes once
-        // decoded), even if the photo stopped waiting for it; the place once the detectors have
-        // answered.
-        let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
-        let reader = self.worker.ocr_info().filter(|_| wants.ocr);
-        let views = Views {
-            square: self.square.clone(),
-            square_for: if wants.scores { SquareFor::Every } else { wants.embedding },
-            luma: wants.pixels,
-            canvas: detector.map(|d| d.canvas()),
-            ocr: reader.map(|reader| reader.resolution),
-        };
-        let place = if views.canvas.is_some() || views.ocr.is_some() {
-            Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))
-        } else {
-            None
-        };
         let memory = match &self.decode_memory {
             Some(budget) => {
                 let options = decode_options(&views, self.max_pixels);
