@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use common::{Server, ServerConfig, camera_photos, cosine, file_name, model, resized_jpegs, setup_var};
 use serde_json::{Value, json};
 
+/// A photo's new size from its own.
+type Resize = fn(u32, u32) -> (u32, u32);
+
 /// The photos: the face and OCR photos, camera photos at other sizes and aspects, and a crowd of
 /// two Solvay photos side by side (twice as wide, so its faces are smaller on the canvas: 20 found).
 fn workload(dir: &Path) -> Vec<PathBuf> {
@@ -22,7 +25,7 @@ fn workload(dir: &Path) -> Vec<PathBuf> {
     let mut photos = listed(faces.clone(), &["solvay_conference_1927.jpg", "astronaut.png", "obama.jpg"]);
     photos.extend(listed(folder("CLIPFN_TEST_OCR_PHOTOS"), &["sign.jpg", "page.png", "strewn.png", "panorama.jpg"]));
     let camera = camera_photos(2);
-    let sizes: [(&str, fn(u32, u32) -> (u32, u32)); 3] =
+    let sizes: [(&str, Resize); 3] =
         [("thumb-", |w, h| (200, 200 * h / w)), ("wide-", |w, _| (w, w / 3)), ("tall-", |_, h| (h / 2, h))];
     for (prefix, size) in sizes {
         photos.extend(resized_jpegs(&camera, dir, prefix, 90, size));
