@@ -207,3 +207,53 @@ fn a_flood_of_the_largest_photos_stays_within_the_fetch_budget_plus_the_queue() 
         "peak RSS grew {growth_mib:.0} MiB over idle under a flood of 25 MiB photos (bound {bound_mib} MiB)"
     );
 }
+
+/// Issue 48: one budget (`CLIPFN_MAX_DECODE_BYTES`) covers what photos keep of their decodes until
+/// their detectors answer. 12 MP PNGs (decoded at full size, 36 MB of RGB each) showing a face and
+/// text, with faces (the real SCRFD-2.5G + dlib, whose chips come from a second, finer decode) and
+/// OCR (PP-OCRv4, whose lines are cut from the kept decode): every photo is answered with both,
+/// and the peak RSS grows over a warm server's by no more than the budget, the fetch budget and
+/// slack. Without the budget the same flood keeps four decodes at once (docs/design.md, "One budget
+/// for what a photo keeps", has both figures).
+#[test]
+fn twelve_megapixel_pngs_with_faces_and_text_stay_within_the_decode_budget() {
+    let store = tempfile::tempdir().unwrap();
+    let face = image::open(Path::new(&common::setup_var("CLIPFN_TEST_FACE_PHOTOS")).join("obama.jpg")).unwrap();
+    let text = image::open(Path::new(&common::setup_var("CLIPFN_TEST_OCR_PHOTOS")).join("sign.jpg")).unwrap();
+    // 4000 x 3000: the face photo (4:5) at 2400 x 3000 beside the sign (16:10) at 1600 x 1000.
+    let filter = image::imageops::FilterType::Triangle;
+    let mut large = image::RgbImage::new(4000, 3000);
+    image::imageops::replace(&mut large, &image::imageops::resize(&face.to_rgb8(), 2400, 3000, filter), 0, 0);
+    image::imageops::replace(&mut large, &image::imageops::resize(&text.to_rgb8(), 1600, 1000, filter), 2400, 0);
+    large.save(store.path().join("large.png")).unwrap();
+    let budget_mib: u64 = 96;
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_FACE_MODEL", &common::setup_var("CLIPFN_TEST_FACES_REAL"))
+        .env("CLIPFN_OCR_MODEL", &common::setup_var("CLIPFN_TEST_OCR"))
+        .env("CLIPFN_MAX_DECODE_BYTES", &(budget_mib << 20).to_string())
+        .env("CLIPFN_REQUEST_TIMEOUT_MS", "600000")
+        .start();
+    let analyze = |count: usize| {
+        let body = serde_json::json!({"images": vec!["large.png"; count], "faces": true, "ocr": true});
+        let (status, body) = server.post_json("/v1/analyze", &body);
+        assert_eq!(status, 200, "{body}");
+        let data = body["data"].as_array().unwrap().clone();
+        assert_eq!(data.len(), count);
+        for answer in &data {
+            let found = |field: &str| answer[field].as_array().map_or(0, Vec::len);
+            assert!(found("faces") >= 1 && found("ocr") >= 1, "every photo with its face and its text: {answer}");
+        }
+    };
+    analyze(1);
+    let mib = |field| common::status_bytes(&server.pid().to_string(), field) / (1024.0 * 1024.0);
+    let warm = mib("VmHWM");
+    let count = std::env::var("CLIPFN_TEST_BUDGET_PHOTOS").map_or(24, |n| n.parse().unwrap());
+    analyze(count);
+    let growth_mib = mib("VmHWM") - warm;
+    println!("{count} photos of 12 MP PNG: peak RSS {warm:.0} MiB warm, grew {growth_mib:.0} MiB");
+    // The decode budget, the fetched bytes (16 MiB per decode thread, at least one 25 MiB photo),
+    // and slack for the allocator and the queued squares.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let bound_mib = (budget_mib + (16 * cores).max(25) + 48) as f64;
+    assert!(growth_mib < bound_mib, "peak RSS grew {growth_mib:.0} MiB over a warm server's (bound {bound_mib} MiB)");
+}

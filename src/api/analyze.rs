@@ -209,33 +209,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 error: None,
             }
         }
-        Err(error) => {
-            let (embedding, labels, quality, hash, scores) = (None, None, None, None, None);
-            let (taken_at, taken_at_offset, location, width, height) = (None, None, None, None, None);
-            let (faces, faces_left_out, faces_error) = (None, None, None);
-            let (ocr, ocr_left_out, ocr_error) = (None, None, None);
-            AnalyzeItem {
-                index,
-                image,
-                embedding,
-                labels,
-                quality,
-                hash,
-                taken_at,
-                taken_at_offset,
-                location,
-                width,
-                height,
-                scores,
-                faces,
-                faces_left_out,
-                faces_error,
-                ocr,
-                ocr_left_out,
-                ocr_error,
-                error: Some(error),
-            }
-        }
+        Err(error) => AnalyzeItem::failed(index, image, error),
     });
     let timings_ms = TimingsMs { album: album_ms.map(millis), ..TimingsMs::new(&timings, started.elapsed()) };
     let model = service.pipeline.model();

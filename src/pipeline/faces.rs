@@ -9,6 +9,7 @@ use crate::{
     model::{Detection, Detections},
     observe::metrics::Stage,
     preprocess::{FaceCanvas, chips, finer_decode},
+    sys::budget::{Budget, Held},
 };
 
 /// A photo's faces, best first, and how many more `CLIPFN_MAX_FACES` left out.
@@ -42,6 +43,7 @@ impl Pipeline {
     pub(super) async fn find_faces(
         &self,
         mut canvas: FaceCanvas,
+        mut memory: Held,
         min_score: f32,
         max_faces: usize,
     ) -> Result<Faces, ItemError> {
@@ -60,24 +62,29 @@ impl Pipeline {
         let (_, recognizer) = self.faces().expect("the detector answered, so the face towers are loaded");
         let chip = recognizer.format.chip();
         let finer = photo.zip(finer_decode(&placed, &landmarks, &chip, self.max_pixels));
-        // Memory first, then a decode thread, as for the photo's first decode.
-        let memory = match (&self.decode_memory, &finer) {
-            (Some(budget), Some((bytes, options))) => {
-                Some(budget.reserve(decode::working_memory(bytes.as_ref(), options)).await)
-            }
-            _ => None,
-        };
+        // Memory first, then a decode thread, as for the photo's first decode. The canvas's hold
+        // is given back and taken again with the finer decode's, so that no holder waits on the
+        // budget (sys::budget::Held); meanwhile only the canvas is uncounted.
+        if let Some((bytes, options)) = &finer {
+            let needs = placed.kept_bytes() + decode::working_memory(bytes.as_ref(), options);
+            drop(memory);
+            memory = Budget::hold(self.decode_memory.as_ref(), needs).await;
+        }
         let canvas = placed.clone();
         let (started, crops) = self
             .decoders
             .run(move || {
-                let _memory = memory;
                 let finer = finer.map(|(bytes, options)| decode::decode(bytes.as_ref(), &options)).transpose()?;
-                Ok::<_, ItemError>(chips(&canvas, &landmarks, &chip, finer.as_ref()))
+                let crops = chips(&canvas, &landmarks, &chip, finer.as_ref());
+                // The chips wait for the recognizer beside the canvas (its boxes map back through
+                // it); the finer decode goes.
+                memory
+                    .keep(canvas.kept_bytes() + crops.iter().map(|(crop, _)| crop.as_raw().len() as u64).sum::<u64>());
+                Ok::<_, ItemError>((crops, memory))
             })
             .await;
         self.metrics.stage(Stage::FaceChips, started.elapsed());
-        let crops: Vec<(image::RgbImage, f32)> = crops?;
+        let (crops, _memory): (Vec<(image::RgbImage, f32)>, Held) = crops?;
         let (crops, cut_scales): (Vec<_>, Vec<_>) = crops.into_iter().unzip();
         let embeddings = futures::future::join_all(crops.into_iter().map(|crop| self.worker.recognize(crop))).await;
         let (width, height) = placed.full_size;

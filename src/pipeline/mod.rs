@@ -309,13 +309,8 @@ impl Pipeline {
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
         *size = Some(fetched.bytes.len() as u64);
 
-        let memory = match &self.decode_memory {
-            Some(budget) => {
-                let options = decode_options(&views, self.max_pixels);
-                Some(budget.reserve(decode::working_memory(&fetched.bytes, &options)).await)
-            }
-            None => None,
-        };
+        let options = decode_options(&views, self.max_pixels);
+        let memory = Budget::hold(self.decode_memory.as_ref(), decode::working_memory(&fetched.bytes, &options)).await;
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
         // keeps of a photo until its embedding comes is its square (if it gets one), a few numbers and, for faces,
@@ -325,7 +320,7 @@ impl Pipeline {
         let (decode_start, viewed) = self
             .decoders
             .run(move || {
-                let (_memory, _entered) = (memory, in_job.enter());
+                let (mut memory, _entered) = (memory, in_job.enter());
                 // The bytes stay with the face canvas until the detector has answered (faces
                 // smaller on it than their chip are cut from a finer decode of them); otherwise
                 // they go once decoded.
@@ -336,14 +331,11 @@ impl Pipeline {
                     canvas.photo = kept;
                 }
                 let pixels = viewed.luma.as_ref().map(PixelSignals::of);
-                Ok::<_, ItemError>((
-                    viewed.square,
-                    pixels,
-                    viewed.canvas,
-                    viewed.ocr,
-                    viewed.full_size,
-                    viewed.metadata,
-                ))
+                // What waits for the detectors keeps its share of the decode's hold; the rest
+                // goes back now (docs/design.md, "One budget for what a photo keeps").
+                let canvas = viewed.canvas.map(|canvas| (memory.split_off(canvas.kept_bytes()), canvas));
+                let ocr = viewed.ocr.map(|view| (memory.split_off(view.kept_bytes()), view));
+                Ok::<_, ItemError>((viewed.square, pixels, canvas, ocr, viewed.full_size, viewed.metadata))
             })
             .await;
         let queued = Instant::now();
@@ -356,20 +348,20 @@ impl Pipeline {
         // fails its faces or its text alone, and the photo keeps its other signals.
         let faces = async {
             match canvas {
-                Some(canvas) => {
+                Some((memory, canvas)) => {
                     let detector = detector.expect("a canvas only for a detector");
                     let min_score = wants.face_min_score.unwrap_or(detector.min_score);
-                    Some(self.find_faces(canvas, min_score, detector.max_faces).await)
+                    Some(self.find_faces(canvas, memory, min_score, detector.max_faces).await)
                 }
                 None => None,
             }
         };
         let text = async {
             match (view, reader) {
-                (Some(view), Some(reader)) => {
+                (Some((memory, view)), Some(reader)) => {
                     let box_min_score = wants.ocr_box_min_score.unwrap_or(reader.box_min_score);
                     let min_score = wants.ocr_min_score.unwrap_or(reader.min_score);
-                    Some(self.read_text(view, (box_min_score, min_score), reader.max_lines).await)
+                    Some(self.read_text(view, memory, (box_min_score, min_score), reader.max_lines).await)
                 }
                 _ => None,
             }

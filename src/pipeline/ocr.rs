@@ -9,6 +9,7 @@ use super::{ItemError, Pipeline};
 use crate::{
     model::{TextBox, UPSIDE_DOWN, reading_order, text_boxes},
     preprocess::{LineInput, OcrView, classifier_input, line_crop, recognizer_input},
+    sys::budget::Held,
 };
 
 /// A photo's text lines in reading order, and how many more `CLIPFN_OCR_MAX_LINES` left out.
@@ -41,6 +42,7 @@ impl Pipeline {
     pub(super) async fn read_text(
         &self,
         view: OcrView,
+        mut memory: Held,
         (box_min_score, min_score): (f32, f32),
         max_lines: usize,
     ) -> Result<Ocr, ItemError> {
@@ -66,10 +68,13 @@ impl Pipeline {
                         (text_box, recognizer_input(&line), classify.then(|| classifier_input(&line)))
                     })
                     .collect();
-                Ok::<_, ItemError>((lines, left_out))
+                // The lines wait for the recognizer holding their own pixels; the decode goes.
+                let line_bytes = lines.iter().map(|(_, input, _): &Cut| input.image.as_raw().len() as u64).sum();
+                memory.keep(line_bytes);
+                Ok::<_, ItemError>((lines, left_out, memory))
             })
             .await;
-        let (lines, left_out) = cut?;
+        let (lines, left_out, _memory) = cut?;
         let (mut boxes, mut inputs, mut orientations) = (Vec::new(), Vec::new(), Vec::new());
         for (text_box, input, orientation) in lines {
             boxes.push(text_box);

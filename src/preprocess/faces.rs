@@ -105,6 +105,11 @@ impl fmt::Debug for KeptBytes {
 }
 
 impl FaceCanvas {
+    /// The pixels it keeps while it waits for the detector (its bytes are the fetched budget's).
+    pub fn kept_bytes(&self) -> u64 {
+        self.image.as_raw().len() as u64
+    }
+
     /// A canvas position `[x, y]` in pixels of the upright full-size photo.
     pub fn to_photo(&self, [x, y]: [f32; 2]) -> [f32; 2] {
         [(x - self.offset[0]) / self.scale, (y - self.offset[1]) / self.scale]

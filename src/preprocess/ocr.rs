@@ -49,6 +49,13 @@ pub struct OcrView {
     pub full_size: (u32, u32),
 }
 
+impl OcrView {
+    /// The pixels it keeps while it waits for the detector: the view and the decode lines are cut from.
+    pub fn kept_bytes(&self) -> u64 {
+        (self.view.as_raw().len() + self.pixels.as_raw().len()) as u64
+    }
+}
+
 /// A line at the recognizer's height, and the input width it is padded to.
 #[derive(Debug, Clone)]
 pub struct LineInput {

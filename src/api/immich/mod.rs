@@ -104,8 +104,9 @@ struct Tasks {
 #[derive(Default, utoipa::ToSchema)]
 struct PredictForm {
     /// JSON: task -> model type -> `{"modelName", "options"}`, e.g.
-    /// `{"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}`.
-    #[schema(required = true, value_type = String)]
+    /// `{"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}`. Text that is not such JSON is
+    /// refused with 422, as Immich ML refuses it.
+    #[schema(required = true, value_type = String, min_length = 2, pattern = r"^\s*\{", content_media_type = "application/json")]
     entries: Option<String>,
     /// The photo's bytes, within CLIPFN_MAX_IMAGE_BYTES.
     #[schema(value_type = Option<String>, format = Binary)]
