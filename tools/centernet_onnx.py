@@ -60,6 +60,11 @@ class ConvertError(Exception):
     pass
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def read_weights(model_json, bin_dir, weights_path=None):
     """{name: numpy array} from the manifest and its .bin, as tfjs decodes them."""
     out = {}
@@ -68,9 +73,9 @@ def read_weights(model_json, bin_dir, weights_path=None):
         if weights_path is not None:
             if len(paths) != 1:
                 raise ConvertError(f"--weights given, but the manifest names {len(paths)} files: {paths}")
-            blobs = [open(weights_path, "rb").read()]
+            blobs = [read_bytes(weights_path)]
         else:
-            blobs = [open(os.path.join(bin_dir, p), "rb").read() for p in paths]
+            blobs = [read_bytes(os.path.join(bin_dir, p)) for p in paths]
         data = b"".join(blobs)
         off = 0
         for w in group["weights"]:
@@ -555,7 +560,7 @@ def topo_sort(nodes):
 
 def read_labels(path):
     """Human's src/object/labels.ts: 80 names, entry i = class i + 1."""
-    text = open(path, encoding="utf-8").read()
+    text = read_bytes(path).decode("utf-8")
     pairs = re.findall(r"\{\s*class:\s*(\d+),\s*label:\s*'([^']*)'\s*\}", text)
     if len(pairs) != 80 or [int(c) for c, _ in pairs] != list(range(1, 81)):
         raise ConvertError(f"{path}: expected 80 entries class 1..80, found {len(pairs)}")
@@ -563,7 +568,7 @@ def read_labels(path):
 
 
 def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def main():
@@ -578,7 +583,7 @@ def main():
     if bool(a.labels) != bool(a.classes_out):
         ap.error("--labels and --classes-out go together")
 
-    mj = json.load(open(a.model, encoding="utf-8"))
+    mj = json.loads(read_bytes(a.model))
     if mj.get("format") != "graph-model":
         raise ConvertError(f"{a.model}: format {mj.get('format')!r}, not a tfjs graph-model")
     weights = read_weights(mj, os.path.dirname(os.path.abspath(a.model)), a.weights)

@@ -134,7 +134,7 @@ def letterbox_objects(sess, img, labels):
     (v - offset) / scale, truncated as Human truncates."""
     h, w = img.shape[:2]
     scale = min(SIZE / h, SIZE / w)
-    nh, nw = max(1, int(round(h * scale))), max(1, int(round(w * scale)))
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
     dy, dx = (SIZE - nh) // 2, (SIZE - nw) // 2
     canvas = np.zeros((SIZE, SIZE, 3), np.float32)
     canvas[dy:dy + nh, dx:dx + nw] = resize_bilinear(img, nh, nw)
@@ -281,7 +281,8 @@ def main():
         if not os.path.exists(p):
             sys.exit(f"objects_parity: no {p} (run tools/setup-objects.sh)")
     classes_path = os.path.join(os.path.dirname(a.model), "classes.txt")
-    labels = open(classes_path, encoding="utf-8").read().splitlines()
+    with open(classes_path, encoding="utf-8") as fh:
+        labels = fh.read().splitlines()
     photos = load_photos(a.photos_dir or PHOTO_DIRS, not a.no_skimage)
     if not photos:
         sys.exit("objects_parity: no photos")
@@ -297,7 +298,10 @@ def main():
         for (name, img), r, h in zip(photos, raw["photos"], det["photos"]):
             assert r["name"] == name == h["name"]
             f = r["files"]
-            load = lambda k: np.fromfile(f[k]["file"], np.float32).reshape(f[k]["shape"])  # noqa: E731
+
+            def load(k, f=f):
+                return np.fromfile(f[k]["file"], np.float32).reshape(f[k]["shape"])
+
             tf_in = load("input")
             ours_in = resize_bilinear(img, SIZE, SIZE)[None]
             out = dict(zip(names, sess.run(None, {"tower_0/images": tf_in})))

@@ -12,8 +12,9 @@
 //            little-endian float32 [1, 512, 512, 3]: a model input as it is)
 // --mode     detect: Human 3.3.6 itself (dist/human.node-wasm.js, its tfjs backend-wasm import
 //            pointed at @tensorflow/tfjs-backend-cpu) runs human.detect() on each photo as an
-//            int32 [H, W, 3] tensor, which is what tf.node.decodeImage hands Human in its node
-//            demo; object detection alone, Human's defaults otherwise (minConfidence 0.2,
+//            int32 [H, W, 3] tensor (tf.node.decodeImage's type; Human's image.process expands
+//            and casts it to the float32 [1, H, W, 3] of 0-255 that its node demo passes itself);
+//            object detection alone, Human's defaults otherwise (minConfidence 0.2,
 //            iouThreshold 0.4, maxDetected 10) except that its frame cache is off
 //            (cacheSensitivity 0, object.skipFrames 0, skipTime 0: stills, not video). Prints
 //            {"photos": [{"name", "width", "height", "objects": [Human's ObjectResult: id, score,
