@@ -66,7 +66,7 @@ impl Pipeline {
         // is given back and taken again with the finer decode's, so that no holder waits on the
         // budget (sys::budget::Held); meanwhile only the canvas is uncounted.
         if let Some((bytes, options)) = &finer {
-            let needs = placed.kept_bytes() + decode::working_memory(bytes.as_ref(), options);
+            let needs = || placed.kept_bytes() + decode::working_memory(bytes.as_ref(), options);
             drop(memory);
             memory = Budget::hold(self.decode_memory.as_ref(), needs).await;
         }

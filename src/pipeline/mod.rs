@@ -309,8 +309,8 @@ impl Pipeline {
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
         *size = Some(fetched.bytes.len() as u64);
 
-        let options = decode_options(&views, self.max_pixels);
-        let memory = Budget::hold(self.decode_memory.as_ref(), decode::working_memory(&fetched.bytes, &options)).await;
+        let working_memory = || decode::working_memory(&fetched.bytes, &decode_options(&views, self.max_pixels));
+        let memory = Budget::hold(self.decode_memory.as_ref(), working_memory).await;
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
         // The views, and the signals measured on them, on the decode thread: what the pipeline
         // keeps of a photo until its embedding comes is its square (if it gets one), a few numbers and, for faces,

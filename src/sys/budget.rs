@@ -25,10 +25,11 @@ impl Budget {
         Arc::clone(&self.kib).acquire_many_owned(units).await.expect("the semaphore is never closed")
     }
 
-    /// As [`Budget::reserve`], where no budget may be set: then nothing is held.
-    pub async fn hold(budget: Option<&Budget>, bytes: u64) -> Held {
+    /// As [`Budget::reserve`], where no budget may be set: then nothing is held, and `bytes` (a
+    /// header read) is not worked out.
+    pub async fn hold(budget: Option<&Budget>, bytes: impl FnOnce() -> u64) -> Held {
         match budget {
-            Some(budget) => Held(Some(budget.reserve(bytes).await)),
+            Some(budget) => Held(Some(budget.reserve(bytes()).await)),
             None => Held(None),
         }
     }
@@ -91,7 +92,7 @@ mod tests {
     #[tokio::test]
     async fn what_a_photo_keeps_is_split_off_its_hold_and_the_rest_given_back() {
         let budget = Budget::new(100 * 1024);
-        let mut decode = Budget::hold(Some(&budget), 80 * 1024).await;
+        let mut decode = Budget::hold(Some(&budget), || 80 * 1024).await;
         let kept = decode.split_off(30 * 1024);
         assert_eq!((kept.bytes(), decode.bytes()), (30 * 1024, 50 * 1024));
         decode.keep(500 * 1024);
@@ -106,7 +107,7 @@ mod tests {
         assert!(!waiting.is_finished(), "40 KiB are still held: 70 do not fit in 100");
         drop((kept, decode));
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap().unwrap().num_permits(), 70);
-        assert_eq!(Budget::hold(None, 1 << 30).await.bytes(), 0, "no budget, nothing held");
+        assert_eq!(Budget::hold(None, || 1 << 30).await.bytes(), 0, "no budget, nothing held");
     }
 
     #[tokio::test]
