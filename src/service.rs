@@ -10,8 +10,8 @@ use tracing::{Instrument, field::Empty, info_span};
 
 use crate::{
     model::{
-        FaceFiles, FaceModels, Family, HeadFile, Heads, ImageModel, OcrFiles, OcrModels, Runtime, TextFiles, TextModel,
-        locate_text_model, read_family, read_image_model, read_weights,
+        FaceFiles, FaceModels, Family, HeadFile, Heads, ImageModel, ObjectDetector, ObjectFiles, OcrFiles, OcrModels,
+        Runtime, TextFiles, TextModel, locate_text_model, read_family, read_image_model, read_weights,
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
@@ -42,13 +42,14 @@ impl Service {
         let heads = load_heads(&storage, settings, runtime.clone(), &model).await?;
         let faces = load_faces(&storage, settings, runtime.clone(), &model).await?;
         let ocr = load_ocr(&storage, settings, runtime.clone(), &model).await?;
+        let objects = load_objects(&storage, settings, runtime.clone(), &model).await?;
         let text = load_text_model(&storage, settings, runtime, &model).await?;
         let (text_model, tokenizer) = text.unzip();
         let batch_wait = std::time::Duration::from_millis(settings.model.batch_wait_ms);
         let worker = Arc::new(Worker::start(
             model,
             text_model,
-            OptionalTowers { heads, faces, ocr },
+            OptionalTowers { heads, faces, ocr, objects },
             batch_wait,
             Arc::clone(&metrics),
         ));
@@ -266,6 +267,40 @@ async fn load_ocr(
         .context("CLIPFN_OCR_MODEL")?;
     tracing::info!(models = ?ocr.info(), "OCR models loaded and warmed up");
     Ok(Some(ocr))
+}
+
+/// Loads the object detector from the folder `CLIPFN_OBJECT_MODEL` names, when it names one, on
+/// the image tower's runtime: its `classes.txt` where the folder has one.
+async fn load_objects(
+    storage: &Storage,
+    settings: &Settings,
+    runtime: Runtime,
+    image: &ImageModel,
+) -> anyhow::Result<Option<ObjectDetector>> {
+    let Some(folder) = &settings.objects.object_model else { return Ok(None) };
+    let folder = folder.trim_end_matches('/');
+    let listed = storage.list(folder).await.with_context(|| format!("CLIPFN_OBJECT_MODEL: listing {folder}"))?;
+    let location = format!("{folder}/model.onnx");
+    let data = read_weights(storage, &location).await.with_context(|| format!("CLIPFN_OBJECT_MODEL: {location}"))?;
+    let classes = match listed.iter().any(|file| file == "classes.txt") {
+        true => {
+            let location = format!("{folder}/classes.txt");
+            let bytes = storage.read(&location).await.with_context(|| format!("CLIPFN_OBJECT_MODEL: {location}"))?;
+            let list = String::from_utf8(bytes.to_vec()).with_context(|| format!("{location} is not UTF-8"))?;
+            Some((location, list))
+        }
+        false => None,
+    };
+    let files = ObjectFiles { model: (location, data), classes };
+    let (model_settings, batch_size, object_settings) =
+        (settings.model.clone(), image.info.batch_size, settings.objects.clone());
+    let mut runtime = placed(runtime, object_settings.object_provider);
+    let detector =
+        blocking(move || ObjectDetector::load(&mut runtime, &model_settings, files, &object_settings, batch_size))
+            .await?
+            .context("CLIPFN_OBJECT_MODEL")?;
+    tracing::info!(detector = ?detector.info, "object detector loaded and warmed up");
+    Ok(Some(detector))
 }
 
 /// `runtime`, or its CPU twin where a detector's towers are placed there.

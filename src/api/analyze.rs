@@ -1,6 +1,6 @@
 //! `POST /v1/analyze`: every signal the album app derives from a photo, from one fetch and one
 //! decode (the embedding, the labels, the sharpness, the perceptual hash, the heads' scores, the
-//! faces and the text), and the request's album (`album`). Stored embeddings in place of photos get the labels
+//! faces, the text and the objects), and the request's album (`album`). Stored embeddings in place of photos get the labels
 //! and the scores.
 
 use std::time::Instant;
@@ -19,7 +19,8 @@ use super::{
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
     types::{
-        AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, OcrItem, Quality, TimingsMs, millis,
+        AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, ObjectItem, OcrItem, Quality, TimingsMs,
+        millis,
     },
 };
 use crate::{
@@ -73,28 +74,13 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     if asked.is_some() && service.text.is_none() {
         return Err(ApiError::Text(TextError::NotConfigured));
     }
+    let stored = subjects.are_stored();
     let face_models = service.pipeline.faces().is_some();
-    if request.faces == Some(true) && (!face_models || subjects.are_stored()) {
-        return Err(ApiError::BadRequest(
-            if face_models {
-                "faces need the photos, not stored embeddings"
-            } else {
-                "faces need face models (CLIPFN_FACE_MODEL), and this server has none"
-            }
-            .into(),
-        ));
-    }
+    detector_asked(request.faces, face_models, stored, "faces", "face models (CLIPFN_FACE_MODEL)")?;
+    detector_asked(request.ocr, service.pipeline.ocr().is_some(), stored, "ocr", "OCR models (CLIPFN_OCR_MODEL)")?;
+    let objects = service.pipeline.objects().is_some();
+    detector_asked(request.objects, objects, stored, "objects", "an object model (CLIPFN_OBJECT_MODEL)")?;
     let faces_info = service.pipeline.faces();
-    if request.ocr == Some(true) && (service.pipeline.ocr().is_none() || subjects.are_stored()) {
-        return Err(ApiError::BadRequest(
-            if service.pipeline.ocr().is_some() {
-                "ocr needs the photos, not stored embeddings"
-            } else {
-                "ocr needs OCR models (CLIPFN_OCR_MODEL), and this server has none"
-            }
-            .into(),
-        ));
-    }
     if let Some((_, recognizer)) = faces_info {
         same_recognizer(request.recognizer.as_deref(), recognizer)?;
     }
@@ -142,6 +128,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         ocr: photos && service.pipeline.ocr().is_some() && request.ocr != Some(false),
         ocr_min_score: None,
         ocr_box_min_score: None,
+        objects: photos && objects && request.objects != Some(false),
     };
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
@@ -180,6 +167,11 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
                 None => (None, None, None),
             };
+            let (objects, objects_error) = match photo.objects {
+                Some(Ok(found)) => (Some(found.into_iter().map(ObjectItem::from).collect()), None),
+                Some(Err(e)) => (None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
+                None => (None, None),
+            };
             let metadata = photo.metadata.unwrap_or_default();
             let (width, height) = photo.size.unzip();
             AnalyzeItem {
@@ -205,6 +197,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 ocr,
                 ocr_left_out,
                 ocr_error,
+                objects,
+                objects_error,
                 image,
                 error: None,
             }
@@ -218,4 +212,18 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         &timings_ms,
     );
     Ok((response, counts))
+}
+
+/// A detector's field (`what`) set to `true` needs its models (`needs`) loaded and the photos:
+/// stored embeddings have no pixels.
+fn detector_asked(asked: Option<bool>, loaded: bool, stored: bool, what: &str, needs: &str) -> Result<(), ApiError> {
+    match (asked, loaded) {
+        (Some(true), false) => {
+            Err(ApiError::BadRequest(format!("\"{what}\": true needs {needs}, and this server has none")))
+        }
+        (Some(true), true) if stored => {
+            Err(ApiError::BadRequest(format!("\"{what}\": true needs the photos, not stored embeddings")))
+        }
+        _ => Ok(()),
+    }
 }

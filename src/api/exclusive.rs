@@ -1,6 +1,6 @@
 //! The rules between a body's fields that no field's own schema can state: `images` or `texts`,
-//! `images` or `embeddings`, `labels` or `label_set` (as `oneOf`); `"faces": true`, `"ocr": true`
-//! and `known_people` only with `images`, `known_people` only with faces on, and `/v1/embeddings`'
+//! `images` or `embeddings`, `labels` or `label_set` (as `oneOf`); `"faces": true`, `"ocr": true`,
+//! `"objects": true` and `known_people` only with `images`, `known_people` only with faces on, and `/v1/embeddings`'
 //! limits on `input`, which depend on its `modality` (as `anyOf`). The handlers enforce them (a
 //! 400 naming the fields); the document states them, so that a client, and Schemathesis, can tell
 //! a valid body from the schema alone. A field counts as given when it is there and not null, as
@@ -54,6 +54,7 @@ pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
     let no_faces_asked = ObjectBuilder::new()
         .property("faces", any_of_values([json!(false), Value::Null]))
         .property("ocr", any_of_values([json!(false), Value::Null]))
+        .property("objects", any_of_values([json!(false), Value::Null]))
         .property("known_people", any_of_values([Value::Null]));
     let photos =
         ObjectBuilder::new().required("images").property("images", ObjectBuilder::new().schema_type(Type::Array));
@@ -63,12 +64,12 @@ pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
     add(schemas, "AnalyzeRequest", [need_photos.into(), AnyOfBuilder::new().item(none_known).item(faces_on).into()]);
 }
 
-/// A server without OCR models refuses `"ocr": true`: a rule beside the field, as an `anyOf` like
-/// the others (openapi-python-client reads no `enum` on a boolean, and no other rule beside a
-/// body's fields).
-pub(super) fn state_no_ocr(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
-    let no_ocr = ObjectBuilder::new().property("ocr", any_of_values([json!(false), Value::Null]));
-    add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(no_ocr).into()]);
+/// A server without the models of a detector (`"ocr"`, `"objects"`) refuses `true` for `field`: a
+/// rule beside the field, as an `anyOf` like the others (openapi-python-client reads no `enum` on a
+/// boolean, and no other rule beside a body's fields).
+pub(super) fn state_not_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, field: &str) {
+    let off = ObjectBuilder::new().property(field, any_of_values([json!(false), Value::Null]));
+    add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(off).into()]);
 }
 
 /// A server without heads (`CLIPFN_HEADS`) has nothing but labels to give stored embeddings, and

@@ -87,6 +87,8 @@ pub struct Loaded<'a> {
     pub faces: Option<(usize, &'a str)>,
     /// Whether OCR models are loaded: without them, `"ocr": true` is refused.
     pub ocr: bool,
+    /// Whether an object model is loaded: without one, `"objects": true` is refused.
+    pub objects: bool,
     /// Whether heads are loaded: without them, stored embeddings need labels.
     pub heads: bool,
 }
@@ -124,7 +126,10 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     exclusive::state_rules(schemas);
     exclusive::state_input_limits(schemas, text, limits);
     if loaded.is_some_and(|loaded| !loaded.ocr) {
-        exclusive::state_no_ocr(schemas);
+        exclusive::state_not_loaded(schemas, "ocr");
+    }
+    if loaded.is_some_and(|loaded| !loaded.objects) {
+        exclusive::state_not_loaded(schemas, "objects");
     }
     if loaded.is_some_and(|loaded| !loaded.heads) {
         exclusive::state_no_heads(schemas);
@@ -179,8 +184,8 @@ impl Documents {
             let label_sets = text.map(|text| text.label_set_names()).unwrap_or_default();
             let faces = service.pipeline.faces().map(|(_, recognizer)| (recognizer.dim, recognizer.id.as_str()));
             let (dim, ocr) = (service.pipeline.model().dim, service.pipeline.ocr().is_some());
-            let heads = service.pipeline.heads().is_some();
-            document(&state.settings, Some(&Loaded { dim, label_sets, faces, ocr, heads }))
+            let (heads, objects) = (service.pipeline.heads().is_some(), service.pipeline.objects().is_some());
+            document(&state.settings, Some(&Loaded { dim, label_sets, faces, ocr, objects, heads }))
         };
         self.loaded.get_or_init(build).clone()
     }

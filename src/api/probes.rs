@@ -69,6 +69,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                     })
                 }),
                 "ocr": service.pipeline.ocr(),
+                "objects": service.pipeline.objects(),
                 "shapes": service.pipeline.shapes().iter()
                     .map(|(kind, counts)| (kind.as_str().to_string(), json!(counts))).collect::<serde_json::Map<_, _>>(),
             });

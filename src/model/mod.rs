@@ -4,7 +4,8 @@
 //!   session uses, through [`Runtime::session`].
 //! - `tower`: the one trait the worker serves every tower through.
 //! - `image`: the image tower and its batch layout; `text`: the text tower; `heads`: the heads on
-//!   the image embedding; `faces`: the face detector and recognizer; `ocr`: the text detector, line classifier and recognizer; `normalizer`: the image tower's normalisation as a graph, for
+//!   the image embedding; `faces`: the face detector and recognizer; `ocr`: the text detector, line classifier and recognizer;
+//!   `objects`: the object detector; `graph`: the session helper OCR's towers and the object detector share; `normalizer`: the image tower's normalisation as a graph, for
 //!   `CLIPFN_NORMALIZE=model`.
 //! - `files`, `folder`, `preprocessor`, `family`, `initializers`: reading a model (one file or a
 //!   folder, over storage), its preprocessing and its family's scoring.
@@ -14,10 +15,12 @@ mod faces;
 mod family;
 mod files;
 mod folder;
+mod graph;
 mod heads;
 mod image;
 mod initializers;
 mod normalizer;
+mod objects;
 mod ocr;
 mod outputs;
 mod preprocessor;
@@ -33,8 +36,10 @@ pub use self::{
     },
     family::{Family, read_family},
     files::{ModelFile, TextFiles, locate_text_model, read_image_model, read_weights},
+    graph::Graph,
     heads::{HeadFile, Heads, HeadsInfo},
     image::{ImageModel, ImageModelInfo, Layout, LoadTimings, PixelBatch, Pixels},
+    objects::{Found, ObjectDetector, ObjectFiles, ObjectFormat, ObjectInfo},
     ocr::{
         Charset, CharsetMismatch, LineClassifier, OcrDetector, OcrFiles, OcrInfo, OcrModels, OcrTower, ProbabilityMap,
         Recognized, TextBox, TextRecognizer, UPSIDE_DOWN, reading_order, text_boxes,
@@ -43,8 +48,8 @@ pub use self::{
     shapes::{Buckets, ShapeCounts, Shapes},
     text::{IdType, TextModel, TextModelInfo},
     tower::{
-        Canvases, Embeddings, FaceCrops, Info, Input, LineOrientations, OcrViews, Output, Photos, TextLines, Texts,
-        Tower, TowerInfo, TowerIo, TowerKind, run_in_buckets,
+        Canvases, Embeddings, FaceCrops, Info, Input, LineOrientations, ObjectViews, OcrViews, Output, Photos,
+        TextLines, Texts, Tower, TowerInfo, TowerIo, TowerKind, run_in_buckets,
     },
 };
 

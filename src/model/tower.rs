@@ -11,12 +11,12 @@
 use image::RgbImage;
 
 use super::{
-    Buckets, Detections, DetectorInfo, HeadsInfo, ImageModelInfo, ModelError, OcrTower, ProbabilityMap, Recognized,
-    RecognizerInfo, Shapes, TextModelInfo,
+    Buckets, Detections, DetectorInfo, Found, HeadsInfo, ImageModelInfo, ModelError, ObjectInfo, OcrTower,
+    ProbabilityMap, Recognized, RecognizerInfo, Shapes, TextModelInfo,
 };
 use crate::{
     observe::metrics::Stage,
-    preprocess::{FaceCanvas, LineInput, OcrView},
+    preprocess::{FaceCanvas, LineInput, ObjectView, OcrView},
     tokenize::Tokens,
 };
 
@@ -31,6 +31,7 @@ pub enum TowerKind {
     TextDetector,
     LineClassifier,
     TextRecognizer,
+    ObjectDetector,
 }
 
 impl TowerKind {
@@ -45,6 +46,7 @@ impl TowerKind {
             TowerKind::TextDetector => "text_detector",
             TowerKind::LineClassifier => "line_classifier",
             TowerKind::TextRecognizer => "text_recognizer",
+            TowerKind::ObjectDetector => "object_detector",
         }
     }
 
@@ -59,6 +61,7 @@ impl TowerKind {
             TowerKind::TextDetector => Stage::TextDetection,
             TowerKind::LineClassifier => Stage::LineClassification,
             TowerKind::TextRecognizer => Stage::TextRecognition,
+            TowerKind::ObjectDetector => Stage::ObjectDetection,
         }
     }
 
@@ -176,6 +179,16 @@ impl TowerIo for TextLines {
     type Output = Recognized;
     type Info = OcrTower;
     const KIND: TowerKind = TowerKind::TextRecognizer;
+}
+
+/// Photos on the object detector's square; the objects found on each, best first.
+pub enum ObjectViews {}
+
+impl TowerIo for ObjectViews {
+    type Input = ObjectView;
+    type Output = Vec<Found>;
+    type Info = ObjectInfo;
+    const KIND: TowerKind = TowerKind::ObjectDetector;
 }
 
 /// What tower `T` takes, gives and is described by.

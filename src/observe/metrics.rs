@@ -44,6 +44,8 @@ pub enum Stage {
     LineClassification,
     /// A batch of lines on the text recognizer.
     TextRecognition,
+    /// A batch of views on the object detector.
+    ObjectDetection,
     /// A `/v1/analyze` request's album (groupings, rankings, people), on the blocking pool.
     Album,
 }
@@ -63,6 +65,7 @@ impl Stage {
             Stage::TextDetection => "text_detection",
             Stage::LineClassification => "line_classification",
             Stage::TextRecognition => "text_recognition",
+            Stage::ObjectDetection => "object_detection",
             Stage::Album => "album",
         }
     }

@@ -4,7 +4,7 @@
 //! can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source paths, so it goes to
 //! the log (with the request's trace id) and never to the client.
 
-use super::{Faces, Ocr};
+use super::{Faces, Object, Ocr};
 use crate::{
     decode::{DecodeError, Metadata},
     preprocess::PreprocessError,
@@ -55,6 +55,9 @@ pub struct Signals {
     /// The photo's text lines in reading order, when the request asked; their own error when an
     /// OCR model tripped on the photo. Personal, as the metadata is.
     pub ocr: Option<Result<Ocr, ItemError>>,
+    /// The photo's objects, best first, when the request asked; their own error when the object
+    /// detector tripped on the photo.
+    pub objects: Option<Result<Vec<Object>, ItemError>>,
     /// The upright photo's width and height at its full size; none for a stored embedding.
     pub size: Option<(u32, u32)>,
     /// When and where the photo was taken, from its EXIF; none for a stored embedding. Personal:

@@ -12,6 +12,7 @@ mod admission;
 mod decode_pool;
 mod faces;
 mod item;
+mod objects;
 mod ocr;
 mod timings;
 
@@ -25,6 +26,7 @@ pub use self::{
     admission::{Admission, Overloaded},
     faces::{Face, Faces},
     item::{ItemCode, ItemError, ItemResult, Signals},
+    objects::Object,
     ocr::{Ocr, OcrLine},
     timings::{Interval, Timings},
 };
@@ -32,13 +34,13 @@ pub use crate::preprocess::SquareFor;
 use crate::{
     decode,
     embedding::l2_normalized,
-    model::{DetectorInfo, HeadsInfo, ImageModelInfo, OcrInfo, RecognizerInfo, ShapeCounts, TowerKind},
+    model::{DetectorInfo, HeadsInfo, ImageModelInfo, ObjectInfo, OcrInfo, RecognizerInfo, ShapeCounts, TowerKind},
     observe::metrics::{Metrics, Stage},
-    preprocess::{KeptBytes, Transform, Views, decode_options, decode_views},
+    preprocess::{FaceCanvas, KeptBytes, ObjectView, OcrView, Transform, Views, decode_options, decode_views},
     settings::Limits,
     signals::PixelSignals,
     source::Source,
-    sys::budget::Budget,
+    sys::budget::{Budget, Held},
     worker::Worker,
 };
 
@@ -62,6 +64,8 @@ pub struct Wants {
     pub ocr_min_score: Option<f32>,
     /// The lines' minimum detector (box) score, when not DB's default.
     pub ocr_box_min_score: Option<f32>,
+    /// The objects, found on the object detector's view beside the embedding.
+    pub objects: bool,
 }
 
 /// Where a photo's bytes come from.
@@ -141,6 +145,11 @@ impl Pipeline {
     /// The OCR models, when there are.
     pub fn ocr(&self) -> Option<&OcrInfo> {
         self.worker.ocr_info()
+    }
+
+    /// The object detector, when there is one.
+    pub fn objects(&self) -> Option<&ObjectInfo> {
+        self.worker.objects_info()
     }
 
     /// Each tower's input shapes: declared, run, and run outside the declared set.
@@ -231,7 +240,8 @@ impl Pipeline {
                 None
             };
             let embedding = Some(embedding);
-            Ok(Signals { embedding, pixels: None, scores, faces: None, ocr: None, size: None, metadata: None })
+            let (pixels, faces, ocr, objects, size, metadata) = (None, None, None, None, None, None);
+            Ok(Signals { embedding, pixels, scores, faces, ocr, objects, size, metadata })
         });
         let results = futures::future::join_all(scored).await;
         let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
@@ -284,8 +294,9 @@ impl Pipeline {
             luma: wants.pixels,
             canvas: detector.map(|d| d.canvas()),
             ocr: reader.map(|reader| reader.resolution),
+            objects: self.worker.objects_info().filter(|_| wants.objects).map(|detector| detector.layout),
         };
-        let place = if views.canvas.is_some() || views.ocr.is_some() {
+        let place = if views.canvas.is_some() || views.ocr.is_some() || views.objects.is_some() {
             Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))
         } else {
             None
@@ -335,13 +346,16 @@ impl Pipeline {
                 // goes back now (docs/design.md, "One budget for what a photo keeps").
                 let canvas = viewed.canvas.map(|canvas| (memory.split_off(canvas.kept_bytes()), canvas));
                 let ocr = viewed.ocr.map(|view| (memory.split_off(view.kept_bytes()), view));
-                Ok::<_, ItemError>((viewed.square, pixels, canvas, ocr, viewed.full_size, viewed.metadata))
+                let objects = viewed.objects.map(|view| (memory.split_off(view.kept_bytes()), view));
+                let detectors = Detectors { canvas, ocr, objects };
+                Ok::<_, ItemError>((viewed.square, pixels, detectors, viewed.full_size, viewed.metadata))
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels, canvas, view, size, metadata) = viewed.inspect_err(|_| failed(&span))?;
+        let (square, pixels, Detectors { canvas, ocr: view, objects }, size, metadata) =
+            viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         // The faces and the text beside the embedding: a face or OCR model that trips on the photo
@@ -366,8 +380,14 @@ impl Pipeline {
                 _ => None,
             }
         };
+        let things = async {
+            match objects {
+                Some((memory, view)) => Some(self.find_objects(view, memory).await),
+                None => None,
+            }
+        };
         let detected = async {
-            let detected = futures::join!(faces, text);
+            let detected = futures::join!(faces, text, things);
             drop(place);
             detected
         };
@@ -378,7 +398,7 @@ impl Pipeline {
                 None => None,
             }
         };
-        let (embedded, (faces, ocr)) = futures::join!(embedded, detected);
+        let (embedded, (faces, ocr, objects)) = futures::join!(embedded, detected);
         let (mut embedding, mut scores) = (None, None);
         if let Some(embedded) = embedded {
             let embedded = embedded?;
@@ -396,8 +416,15 @@ impl Pipeline {
             embedding = Some(embedded.output);
         }
         let (size, metadata) = (Some(size), Some(metadata));
-        Ok(Signals { embedding, pixels, scores, faces, ocr, size, metadata })
+        Ok(Signals { embedding, pixels, scores, faces, ocr, objects, size, metadata })
     }
+}
+
+/// A photo's views that wait for a detector, each with its share of the decode's hold.
+struct Detectors {
+    canvas: Option<(Held, FaceCanvas)>,
+    ocr: Option<(Held, OcrView)>,
+    objects: Option<(Held, ObjectView)>,
 }
 
 /// Marks a stage span as the one where its photo failed.

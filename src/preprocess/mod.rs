@@ -7,11 +7,12 @@
 //! One decode, several views: [`decode_views`] is the one sequence from bytes to what a photo is
 //! used as (decode once, at the scale the largest view needs, then each view of those pixels): the
 //! model's square for the photos that need an embedding ([`SquareFor`]), the luma that pixel
-//! signals are measured on (`signals`), the face detector's canvas (`faces`) and the text
-//! detector's view (`ocr`) when the request asks for them. The pipeline runs it on its decode threads; the benches run it as
+//! signals are measured on (`signals`), the face detector's canvas (`faces`), the text
+//! detector's view (`ocr`) and the object detector's (`objects`) when the request asks for them. The pipeline runs it on its decode threads; the benches run it as
 //! [`decode_square`].
 
 mod faces;
+mod objects;
 mod ocr;
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
@@ -21,6 +22,7 @@ pub use self::{
     faces::{
         ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, KeptBytes, Letterbox, chips, finer_decode,
     },
+    objects::{ObjectLayout, ObjectView, Placed, object_view},
     ocr::{
         CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, MAX_VIEW_SIDE, MIN_RECOGNIZER_WIDTH, OcrView, RECOGNIZER_WIDTHS,
         classifier_input, line_crop, ocr_view, recognizer_input, view_size,
@@ -134,6 +136,8 @@ pub struct Views {
     pub canvas: Option<CanvasLayout>,
     /// The text detector's view, at this resolution (CLIPFN_OCR_RESOLUTION), when OCR is wanted.
     pub ocr: Option<u32>,
+    /// The object detector's view, when objects are wanted.
+    pub objects: Option<ObjectLayout>,
 }
 
 /// One photo's views.
@@ -148,6 +152,8 @@ pub struct Viewed {
     /// Present when asked for: the text detector's view, with the decoded pixels its lines are cut
     /// from.
     pub ocr: Option<OcrView>,
+    /// Present when asked for: the object detector's view.
+    pub objects: Option<ObjectView>,
     /// The upright photo's width and height at its full size.
     pub full_size: (u32, u32),
     /// When and where it was taken, read from the same bytes by the decode.
@@ -169,9 +175,10 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
         SquareFor::NoPhoto => false,
     };
     let square = square.then(|| preprocess(&decoded, &views.square)).transpose()?;
+    let objects = views.objects.map(|layout| object_view(&decoded.image, decoded.full_size, layout)).transpose()?;
     // Last: it keeps the decoded pixels.
     let ocr = views.ocr.map(|resolution| ocr_view(std::sync::Arc::new(decoded.image), decoded.full_size, resolution));
-    Ok(Viewed { square, luma, canvas, ocr, full_size: decoded.full_size, metadata: decoded.metadata })
+    Ok(Viewed { square, luma, canvas, ocr, objects, full_size: decoded.full_size, metadata: decoded.metadata })
 }
 
 /// [`decode_views`] for the square alone.
@@ -180,7 +187,14 @@ pub fn decode_square(
     transform: &Transform,
     max_pixels: u64,
 ) -> Result<RgbImage, PreprocessError> {
-    let views = Views { square: transform.clone(), square_for: SquareFor::Every, luma: false, canvas: None, ocr: None };
+    let views = Views {
+        square: transform.clone(),
+        square_for: SquareFor::Every,
+        luma: false,
+        canvas: None,
+        ocr: None,
+        objects: None,
+    };
     decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square.expect("made for every photo"))
 }
 
@@ -212,9 +226,10 @@ pub fn luma(image: &RgbImage) -> GrayImage {
 /// scale's 90% rule would otherwise let the view be enlarged from coarser pixels).
 pub fn decode_options(views: &Views, max_pixels: u64) -> DecodeOptions {
     let ocr = views.ocr.map_or(0, |resolution| resolution.div_ceil(9) * 10);
+    let objects = views.objects.map_or(0, ObjectLayout::side);
     DecodeOptions {
         target_long_side: views.canvas.map(|layout| layout.side),
-        ..DecodeOptions::for_input(views.square.resize_side().max(ocr), max_pixels)
+        ..DecodeOptions::for_input(views.square.resize_side().max(ocr).max(objects), max_pixels)
     }
 }
 

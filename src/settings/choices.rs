@@ -155,6 +155,10 @@ pub(super) fn ocr_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Placement,
     one_of(d, "CLIPFN_OCR_PROVIDER", &[("auto", Placement::Auto), ("cpu", Placement::Cpu)])
 }
 
+pub(super) fn object_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Placement, D::Error> {
+    one_of(d, "CLIPFN_OBJECT_PROVIDER", &[("auto", Placement::Auto), ("cpu", Placement::Cpu)])
+}
+
 pub(super) fn batch_padding<'de, D: Deserializer<'de>>(d: D) -> Result<BatchPadding, D::Error> {
     let choices = [("auto", BatchPadding::Auto), ("pad", BatchPadding::Pad), ("split", BatchPadding::Split)];
     one_of(d, "CLIPFN_BATCH_PADDING", &choices)

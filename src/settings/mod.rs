@@ -12,6 +12,7 @@ mod faces;
 mod limits;
 mod location;
 mod model;
+mod objects;
 mod ocr;
 mod server;
 mod signals;
@@ -30,6 +31,7 @@ pub use self::{
     limits::Limits,
     location::is_folder,
     model::ModelSettings,
+    objects::ObjectSettings,
     ocr::OcrSettings,
     server::ServerSettings,
     signals::SignalSettings,
@@ -51,6 +53,7 @@ pub struct Settings {
     pub signals: SignalSettings,
     pub faces: FaceSettings,
     pub ocr: OcrSettings,
+    pub objects: ObjectSettings,
 }
 
 /// A start-up configuration problem, worded to name the variable to fix.
@@ -75,6 +78,7 @@ impl Settings {
             signals: group(&vars)?,
             faces: group(&vars)?,
             ocr: group(&vars)?,
+            objects: group(&vars)?,
         };
         settings.server.validate()?;
         settings.limits.validate()?;
@@ -84,6 +88,7 @@ impl Settings {
         settings.signals.validate()?;
         settings.faces.validate()?;
         settings.ocr.validate()?;
+        settings.objects.validate()?;
         settings.validate()?;
         Ok(settings)
     }

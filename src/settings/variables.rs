@@ -3,7 +3,7 @@
 //! the struct's fields by a unit test (envy reads a field from `CLIPFN_` + its name upper-cased,
 //! so the names appear nowhere else).
 
-use super::{faces, limits, model, ocr, server, signals, sources, text};
+use super::{faces, limits, model, objects, ocr, server, signals, sources, text};
 
 /// Every group's variables, in the order `Settings` holds the groups.
 const GROUPS: &[&[&str]] = &[
@@ -15,6 +15,7 @@ const GROUPS: &[&[&str]] = &[
     signals::VARIABLES,
     faces::VARIABLES,
     ocr::VARIABLES,
+    objects::VARIABLES,
 ];
 
 /// Every `CLIPFN_*` variable the settings read.
@@ -31,7 +32,8 @@ mod tests {
 
     use super::*;
     use crate::settings::{
-        FaceSettings, Limits, ModelSettings, OcrSettings, ServerSettings, SignalSettings, SourceSettings, TextSettings,
+        FaceSettings, Limits, ModelSettings, ObjectSettings, OcrSettings, ServerSettings, SignalSettings,
+        SourceSettings, TextSettings,
     };
 
     /// A deserializer that answers nothing but records the field names a struct asks for: what
@@ -81,6 +83,7 @@ mod tests {
             ("SignalSettings", read_by::<SignalSettings>(), signals::VARIABLES),
             ("FaceSettings", read_by::<FaceSettings>(), faces::VARIABLES),
             ("OcrSettings", read_by::<OcrSettings>(), ocr::VARIABLES),
+            ("ObjectSettings", read_by::<ObjectSettings>(), objects::VARIABLES),
         ];
         assert_eq!(groups.len(), GROUPS.len(), "a group is missing from GROUPS or from this test");
         for (group, fields, listed) in groups {

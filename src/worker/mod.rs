@@ -12,7 +12,8 @@
 //! once it holds one. The optional towers have lanes of their own: the heads (on the image
 //! embeddings), the face detector (one canvas at a time) and the face recognizer (aligned crops),
 //! and OCR's text detector (one view at a time), line classifier and text recognizer (lines of
-//! many photos together). Tokenized texts (search queries, labels) go to the text tower, in a lane the
+//! many photos together), and the object detector (a batch of views). Tokenized texts (search
+//! queries, labels) go to the text tower, in a lane the
 //! worker looks at first: a query waits at most for the batch being formed or run, never behind
 //! an image backlog. Text batches take what is queued without waiting to fill. The other lanes
 //! take turns, a batch each, so that one request's backlog on the detectors never holds up
@@ -48,12 +49,13 @@ use self::{
 };
 use crate::{
     model::{
-        Canvases, Detections, DetectorInfo, Embeddings, FaceCrops, FaceModels, Heads, HeadsInfo, ImageModelInfo,
-        LineOrientations, ModelError, OcrInfo, OcrModels, OcrViews, Photos, ProbabilityMap, Recognized, RecognizerInfo,
-        ShapeCounts, TextLines, TextModelInfo, Texts, Tower, TowerIo, TowerKind,
+        Canvases, Detections, DetectorInfo, Embeddings, FaceCrops, FaceModels, Found, Heads, HeadsInfo, ImageModelInfo,
+        LineOrientations, ModelError, ObjectDetector, ObjectInfo, ObjectViews, OcrInfo, OcrModels, OcrViews, Photos,
+        ProbabilityMap, Recognized, RecognizerInfo, ShapeCounts, TextLines, TextModelInfo, Texts, Tower, TowerIo,
+        TowerKind,
     },
     observe::metrics::Metrics,
-    preprocess::{FaceCanvas, LineInput, OcrView},
+    preprocess::{FaceCanvas, LineInput, ObjectView, OcrView},
 };
 
 /// One job's output from the worker.
@@ -93,6 +95,7 @@ pub struct OptionalTowers {
     pub heads: Option<Heads>,
     pub faces: Option<FaceModels>,
     pub ocr: Option<OcrModels>,
+    pub objects: Option<ObjectDetector>,
 }
 
 /// The handle on the model worker.
@@ -111,6 +114,9 @@ pub struct Worker {
     /// Present when there are OCR models.
     ocr: Option<OcrLanes>,
     ocr_info: Option<OcrInfo>,
+    /// Present when there is an object detector.
+    objects: Option<Sender<Job<ObjectViews>>>,
+    objects_info: Option<ObjectInfo>,
     /// Each tower's shape counts, in serving order.
     shapes: Vec<(TowerKind, Arc<ShapeCounts>)>,
     health: Health,
@@ -123,7 +129,7 @@ impl Worker {
     pub fn start<I, T>(
         image: I,
         text: Option<T>,
-        OptionalTowers { heads, faces, ocr }: OptionalTowers,
+        OptionalTowers { heads, faces, ocr, objects }: OptionalTowers,
         batch_wait: Duration,
         metrics: Arc<Metrics>,
     ) -> Self
@@ -156,6 +162,8 @@ impl Worker {
                 (OcrLanes { views, orientations, lines }, lanes)
             })
             .unzip();
+        let objects_info = objects.as_ref().map(|detector| detector.info.clone());
+        let (objects, objects_lane) = objects.map(lane::open).unzip();
         // The serving order: texts ahead of everything (someone waits on a query); the other
         // lanes take turns, a batch each (`Lanes` says why turns), from what finishes photos
         // already embedded or detected (the heads, the face recognizer; the text recognizer, then
@@ -164,6 +172,7 @@ impl Worker {
             .into_iter()
             .chain(face_lanes.into_iter().flatten())
             .chain(ocr_lanes.into_iter().flatten())
+            .chain(objects_lane)
             .chain([image_lane])
             .collect();
         let lanes = Lanes::new(text_lane.into_iter().collect(), in_turn);
@@ -190,6 +199,8 @@ impl Worker {
             faces_info,
             ocr,
             ocr_info,
+            objects,
+            objects_info,
             shapes,
             health,
             metrics,
@@ -218,6 +229,11 @@ impl Worker {
     /// The OCR models, when there are.
     pub fn ocr_info(&self) -> Option<&OcrInfo> {
         self.ocr_info.as_ref()
+    }
+
+    /// The object detector, when there is one.
+    pub fn objects_info(&self) -> Option<&ObjectInfo> {
+        self.objects_info.as_ref()
     }
 
     /// Each tower's shape counts (model/shapes.rs).
@@ -287,6 +303,13 @@ impl Worker {
     /// Queues one line (at the recognizer's height) and waits for its text and score.
     pub async fn read(&self, line: LineInput) -> Result<Served<Recognized>, BatchError> {
         let result = queue(&self.ocr_lanes()?.lines, line, Span::none())?;
+        result.await.map_err(|_| BatchError::Stopped)?
+    }
+
+    /// Queues one photo's view for the object detector and waits for its objects, best first.
+    pub async fn find_objects(&self, view: ObjectView) -> Result<Served<Vec<Found>>, BatchError> {
+        let objects = self.objects.as_ref().ok_or_else(|| ModelError::Inference("no object model is loaded".into()))?;
+        let result = queue(objects, view, Span::none())?;
         result.await.map_err(|_| BatchError::Stopped)?
     }
 

@@ -14,5 +14,7 @@ registry (the same weights give the same bytes).
   siglip_tokenizers.py  the SigLIP 2 (BPE) and SigLIP 1 (Unigram) tokenizer files
   dlib_recognizer.py    dlib's face-recognition ResNet from @vladmandic/face-api's tfjs weights (real)
   heads.py              score heads (CLIPFN_HEADS): head, head-flat, head-wrong-dim, head-two-outputs
+  objects.py            YOLO-format (ultralytics export) object detector folders: objects-yolo-drawn
+                        (no random weights), objects-bad, objects-classes-mismatch
   checks.py             the --check self-tests (ONNX Runtime runs of what was written)
 """

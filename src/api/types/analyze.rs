@@ -27,6 +27,9 @@ pub struct AnalyzeRequest {
     /// `false` skips the text (OCR) where OCR models are loaded; `true` where none are is a 400.
     #[serde(default)]
     pub ocr: Option<bool>,
+    /// `false` skips the objects where an object model is loaded; `true` where none is is a 400.
+    #[serde(default)]
+    pub objects: Option<bool>,
     /// `false` leaves each photo's `location` out of the answer.
     #[serde(default)]
     pub location: Option<bool>,
@@ -145,6 +148,15 @@ pub struct AnalyzeItem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub ocr_error: Option<ErrorBody>,
+    /// The photo's objects, best first (with an object model, unless the request said
+    /// `"objects": false`); empty when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub objects: Option<Vec<ObjectItem>>,
+    /// Why the photo has no `objects` when the object model tripped on it; its other signals stand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
+    pub objects_error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<schema::PhotoError>)]
     pub error: Option<ErrorBody>,
@@ -184,6 +196,25 @@ impl FaceItem {
         recognizer: &str,
     ) -> Self {
         FaceItem { bbox, cut, score, landmarks, embedding, recognizer: recognizer.to_owned() }
+    }
+}
+
+/// One object, in pixels of the upright photo at its full size.
+#[derive(Serialize, ToSchema)]
+pub struct ObjectItem {
+    /// Its class, named by the object model's `classes.txt` (COCO's names by default).
+    pub label: String,
+    /// The detector's.
+    pub score: f32,
+    /// `[x1, y1, x2, y2]`.
+    #[serde(rename = "box")]
+    #[schema(min_items = 4, max_items = 4)]
+    pub bbox: [f32; 4],
+}
+
+impl From<crate::pipeline::Object> for ObjectItem {
+    fn from(crate::pipeline::Object { label, score, bbox, .. }: crate::pipeline::Object) -> Self {
+        ObjectItem { label, score, bbox }
     }
 }
 

@@ -10,6 +10,7 @@
 //! cannot be read or an output that cannot be written fails the task.
 
 mod listing;
+mod object_columns;
 mod progress;
 pub mod shard;
 pub mod sink;
@@ -105,6 +106,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
         heads: pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default(),
         faces: pipeline.faces().map(|(_, recognizer)| recognizer.id.clone()),
         ocr: pipeline.ocr().is_some(),
+        objects: pipeline.objects().is_some(),
     };
     let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), columns));
     let existing = output.scan(args.incremental).await?;
@@ -154,6 +156,7 @@ async fn embed(
                 ocr: pipeline.ocr().is_some(),
                 ocr_min_score: None,
                 ocr_box_min_score: None,
+                objects: pipeline.objects().is_some(),
             },
         )?
         .map(row)

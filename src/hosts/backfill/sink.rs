@@ -33,6 +33,7 @@ use parquet::{
 
 use super::{
     BackfillError,
+    object_columns::{self, ObjectColumn},
     shard::Task,
     text_columns::{self, TextColumns},
 };
@@ -79,6 +80,8 @@ pub struct Columns {
     pub faces: Option<String>,
     /// With OCR models: the `ocr` and `ocr_text` columns.
     pub ocr: bool,
+    /// With an object model: the `objects` column.
+    pub objects: bool,
 }
 
 pub struct Output {
@@ -227,7 +230,7 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
 /// full size), with heads, `scores` (a float32 field per head), with face models, `faces` (a list
 /// of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or when a face model tripped
 /// on the photo; the file's `clipfn.face_recognizer` names the recognizer), and with OCR models,
-/// `ocr` and `ocr_text` (`text_columns`).
+/// `ocr` and `ocr_text` (`text_columns`), and with an object model, `objects` (`object_columns`).
 fn schema(columns: &Columns) -> Schema {
     let (heads, faces) = (&columns.heads, columns.faces.is_some());
     let mut fields = vec![
@@ -252,6 +255,9 @@ fn schema(columns: &Columns) -> Schema {
     }
     if columns.ocr {
         fields.extend(text_columns::fields());
+    }
+    if columns.objects {
+        fields.push(object_columns::field());
     }
     Schema::new(fields)
 }
@@ -319,6 +325,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
     let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
     let mut found = faces_builder();
     let mut text = TextColumns::new();
+    let mut objects = ObjectColumn::new();
     for row in rows {
         keys.append_value(&row.key);
         let signals = row.signals.as_ref();
@@ -352,6 +359,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
         }
         append_faces(&mut found, signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
         text.append(signals.and_then(|signals| signals.ocr.as_ref()?.as_ref().ok()));
+        objects.append(signals.and_then(|signals| Some(&signals.objects.as_ref()?.as_ref().ok()?[..])));
     }
     let mut arrays: Vec<ArrayRef> = vec![
         Arc::new(keys.finish()),
@@ -385,6 +393,9 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
     if columns.ocr {
         arrays.extend(text.finish());
     }
+    if columns.objects {
+        arrays.push(objects.finish());
+    }
     let batch = RecordBatch::try_new(Arc::new(schema(columns)), arrays)?;
     let mut metadata =
         vec![KeyValue::new(MODEL_KEY.into(), model.to_string()), KeyValue::new(DIM_KEY.into(), dim.to_string())];
@@ -408,7 +419,7 @@ mod tests {
     use super::*;
     use crate::{
         decode::{Location, Metadata, TakenAt},
-        pipeline::{Faces, Ocr, OcrLine},
+        pipeline::{Faces, Object, Ocr, OcrLine},
         signals::PixelSignals,
     };
 
@@ -441,6 +452,7 @@ mod tests {
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
             ocr: Some(Ok(Ocr { lines: vec![line("OPEN"), line("24 小时")], left_out: 0 })),
+            objects: Some(Ok(vec![Object { label: "cat".into(), class: 15, score: 0.5, bbox: [0.0, 1.0, 2.0, 3.0] }])),
             size: Some((4, 3)),
             metadata: Some(Metadata {
                 taken_at: Some(taken),
@@ -453,7 +465,7 @@ mod tests {
             Row { key: "b.jpg".into(), signals: None, error: Some(("not_found", "no object".into())), bytes: None },
         ];
         let heads = vec!["aesthetic".to_string(), "sharp".to_string()];
-        let columns = Columns { heads, faces: Some("dlib:00:chips-3".into()), ocr: true };
+        let columns = Columns { heads, faces: Some("dlib:00:chips-3".into()), ocr: true, objects: true };
         let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &columns).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let kv = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
@@ -509,6 +521,10 @@ mod tests {
             corners.as_primitive::<Float32Type>().values().to_vec(),
             vec![1.0, 2.0, 9.0, 2.0, 9.0, 5.0, 1.0, 5.0]
         );
+        let objects = column("objects").as_list::<i32>();
+        assert!(objects.is_valid(0) && objects.is_null(1));
+        let first = objects.value(0);
+        assert_eq!(first.as_struct().column_by_name("label").unwrap().as_string::<i32>().value(0), "cat");
     }
 
     fn line(text: &str) -> OcrLine {

@@ -3,7 +3,7 @@
 
 use image::RgbImage;
 
-use super::{Graph, OcrTower, lay_out_lines, warmed};
+use super::{Graph, OcrTower, lay_out_lines, open_graph, warmed};
 use crate::{
     model::{Buckets, LineOrientations, ModelData, ModelError, Runtime, Shapes, Tower},
     preprocess::{CLASSIFIER_WIDTH, LINE_HEIGHT},
@@ -29,7 +29,7 @@ impl LineClassifier {
     ) -> Result<Self, ModelError> {
         let buckets = Buckets::powers_of_two(batch_size, settings.pads(runtime.device()));
         let shapes = Shapes::batches(&buckets, &[3, i64::from(LINE_HEIGHT), i64::from(CLASSIFIER_WIDTH)]);
-        let graph = Graph::open(runtime, settings, data, ("classifier", &file), "[N, 3, 48, 192] -> [N, 2]", shapes)?;
+        let graph = open_graph(runtime, settings, data, ("classifier", &file), "[N, 3, 48, 192] -> [N, 2]", shapes)?;
         let every = graph.warms_every_shape;
         warmed(LineClassifier { graph, buckets, info: OcrTower { file, batch_size } }, "classifier", every)
     }
@@ -46,7 +46,7 @@ impl Tower for LineClassifier {
     fn run(&mut self, lines: &[&RgbImage]) -> Result<Vec<f32>, ModelError> {
         let batch = lay_out_lines(lines.iter().copied(), LINE_HEIGHT, CLASSIFIER_WIDTH);
         let shape = [lines.len() as i64, 3, i64::from(LINE_HEIGHT), i64::from(CLASSIFIER_WIDTH)];
-        let (_, values) = self.graph.run(shape, &batch)?;
+        let (_, values) = self.graph.run(shape, &batch, 0)?;
         if values.len() != 2 * lines.len() {
             return Err(ModelError::Inference(format!(
                 "the classifier gave {} values for {} lines",

@@ -6,7 +6,7 @@
 //! mid-grey, what the first convolution pads with itself) up to the smallest that holds it; the
 //! map is cropped back to the view (docs/ocr.md, "Shapes").
 
-use super::{Graph, OcrTower, ProbabilityMap, lay_out_lines, warmed};
+use super::{Graph, OcrTower, ProbabilityMap, lay_out_lines, open_graph, warmed};
 use crate::{
     model::{ModelData, ModelError, OcrViews, Runtime, Shapes, Tower},
     preprocess::{MAX_VIEW_SIDE, OcrView, view_size},
@@ -36,7 +36,7 @@ impl OcrDetector {
     ) -> Result<Self, ModelError> {
         let sizes = view_sizes(resolution);
         let shapes = Shapes::new(sizes.iter().map(|&(w, h)| vec![1, 3, i64::from(h), i64::from(w)]));
-        let graph = Graph::open(runtime, settings, data, ("detector", &file), "[N, 3, H, W] -> [N, 1, H, W]", shapes)?;
+        let graph = open_graph(runtime, settings, data, ("detector", &file), "[N, 3, H, W] -> [N, 1, H, W]", shapes)?;
         let every = graph.warms_every_shape;
         warmed(OcrDetector { graph, sizes, info: OcrTower { file, batch_size: 1 } }, "detector", every)
     }
@@ -51,7 +51,7 @@ impl OcrDetector {
         let (width, height) = view.dimensions();
         let (padded_width, padded_height) = self.padded((width, height));
         let pixels = lay_out_lines(std::iter::once(view), padded_height, padded_width);
-        let (_, values) = self.graph.run([1, 3, i64::from(padded_height), i64::from(padded_width)], &pixels)?;
+        let (_, values) = self.graph.run([1, 3, i64::from(padded_height), i64::from(padded_width)], &pixels, 0)?;
         if values.len() != (padded_width * padded_height) as usize {
             return Err(ModelError::Inference(format!(
                 "the text detector gave {} values for a {padded_width} x {padded_height} view",

@@ -29,9 +29,7 @@ pub use self::{
     order::reading_order,
     recognizer::{Recognized, TextRecognizer},
 };
-use ort::{session::Session, value::TensorRef};
-
-use super::{ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, TowerIo};
+use super::{Graph, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, TowerIo};
 use crate::settings::{Device, ModelSettings, OcrSettings};
 
 /// One OCR tower, as the worker sees it: its file and its batch size.
@@ -130,50 +128,21 @@ fn refuse(what: &str, location: &str, why: impl std::fmt::Display) -> ModelError
     ModelError::Load(format!("OCR {what} {location}: {why}"))
 }
 
-/// An OCR tower's session, which takes one NCHW image batch and gives one float tensor.
-struct Graph {
-    session: Session,
-    input: String,
-    output: String,
-    /// The output's shape as the graph declares it (-1 where dynamic).
-    output_shape: Option<Vec<i64>>,
-    /// The input shapes it runs (model/shapes.rs).
+/// The OCR `what` in `file`, refused unless it has one input and one output (`shape` says what
+/// they should be); it runs the `shapes` declared.
+fn open_graph(
+    runtime: &mut Runtime,
+    settings: &ModelSettings,
+    data: &ModelData,
+    (what, file): (&str, &str),
+    shape: &str,
     shapes: Shapes,
-    /// Whether every declared shape is run at start-up (CUDA).
-    warms_every_shape: bool,
-    _environment: ort::environment::Environment,
-}
-
-impl Graph {
-    /// The OCR `what` in `file`, refused unless it has one input and one output (`shape` says
-    /// what they should be); it runs the `shapes` declared.
-    fn open(
-        runtime: &mut Runtime,
-        settings: &ModelSettings,
-        data: &ModelData,
-        (what, file): (&str, &str),
-        shape: &str,
-        shapes: Shapes,
-    ) -> Result<Self, ModelError> {
-        let session = runtime.session(&settings.with_cpu_arena(), data).map_err(|e| refuse(what, file, e))?;
-        let ([input], [output]) = (session.inputs(), session.outputs()) else {
-            return Err(refuse(what, file, format!("has not one input and one output, {shape}")));
-        };
-        let output_shape = output.dtype().tensor_shape().map(|s| s.to_vec());
-        let (input, output) = (input.name().to_string(), output.name().to_string());
-        let (warms_every_shape, _environment) = (runtime.device().is_cuda(), runtime.environment());
-        Ok(Graph { session, input, output, output_shape, shapes, warms_every_shape, _environment })
+) -> Result<Graph, ModelError> {
+    let graph = Graph::open(runtime, &settings.with_cpu_arena(), data, shapes).map_err(|e| refuse(what, file, e))?;
+    if graph.outputs.len() != 1 {
+        return Err(refuse(what, file, format!("has not one input and one output, {shape}")));
     }
-
-    /// Runs `pixels`, laid out as `shape`: the output's shape and values.
-    fn run(&mut self, shape: [i64; 4], pixels: &[f32]) -> Result<(Vec<i64>, Vec<f32>), ModelError> {
-        self.shapes.ran(&shape);
-        let input = TensorRef::from_array_view((shape, pixels)).map_err(ModelError::inference)?;
-        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
-        let (shape, values) =
-            outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
-        Ok((shape.to_vec(), values.to_vec()))
-    }
+    Ok(graph)
 }
 
 /// `tower` once warmed up (every declared shape on CUDA, its warm-up input on CPU), or the refusal

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Charset, Graph, OcrTower, lay_out_lines, refuse, warmed};
+use super::{Charset, Graph, OcrTower, lay_out_lines, open_graph, refuse, warmed};
 use crate::{
     model::{Buckets, ModelData, ModelError, Runtime, Shapes, TextLines, Tower},
     preprocess::{LINE_HEIGHT, LineInput, MIN_RECOGNIZER_WIDTH, RECOGNIZER_WIDTHS},
@@ -56,8 +56,8 @@ impl TextRecognizer {
         let shapes = Shapes::new(counts.iter().flat_map(|(&width, lines)| {
             lines.sizes().iter().map(move |&n| vec![n as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)])
         }));
-        let graph = Graph::open(runtime, settings, data, ("recognizer", &file), "[N, 3, 48, W] -> [N, T, C]", shapes)?;
-        let classes = match graph.output_shape.as_deref() {
+        let graph = open_graph(runtime, settings, data, ("recognizer", &file), "[N, 3, 48, W] -> [N, T, C]", shapes)?;
+        let classes = match graph.outputs[0].1.as_deref() {
             Some([_, _, classes]) if *classes > 0 => *classes as usize,
             shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, T, classes]"))),
         };
@@ -90,7 +90,7 @@ impl TextRecognizer {
         let mut batch = lay_out_lines(lines.iter().map(|line| &line.image), LINE_HEIGHT, width);
         batch.resize(rows * 3 * (LINE_HEIGHT * width) as usize, 0.0);
         let shape = [rows as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)];
-        let (shape, values) = self.graph.run(shape, &batch)?;
+        let (shape, values) = self.graph.run(shape, &batch, 0)?;
         let classes = shape.last().copied().unwrap_or(0) as usize;
         if classes == 0 || values.len() % (classes * rows) != 0 {
             return Err(ModelError::Inference(format!("the recognizer gave {shape:?} for {rows} lines")));

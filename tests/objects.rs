@@ -1,0 +1,210 @@
+//! Objects in photos (issue 50), end to end over HTTP on loopback.
+//!
+//! - The real CenterNet from `@vladmandic/human` 3.3.6 on npm (`CLIPFN_TEST_OBJECTS`, made by
+//!   tools/setup-objects.sh) against Human's own JavaScript on the same pixels
+//!   (tools/objects/reference.cjs under node, tfjs-backend-cpu): scikit-image's photos, the face
+//!   photos and the wallpapers.
+//! - A generated YOLO-format detector (`CLIPFN_TEST_OBJECTS_YOLO`, tools/models/objects.py) on
+//!   drawn photos whose answers are known (tools/draw_objects.py): the letterbox's geometry, the
+//!   folder's class names and the cap on a photo of noise.
+//! - Models refused at start-up: outputs of neither format, a class file of the wrong length.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use clipfn::decode::{DecodeOptions, decode};
+use common::{Server, ServerConfig, file_name, setup_var, store_named};
+use serde_json::{Value, json};
+
+fn photos_in(folder: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut photos: Vec<PathBuf> = std::fs::read_dir(folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jpg" || e == "png") && keep(file_name(path)))
+        .collect();
+    photos.sort();
+    photos
+}
+
+fn analyze(server: &Server, photos: &[PathBuf]) -> Vec<Value> {
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys, "embedding": false }));
+    assert_eq!(status, 200, "{body}");
+    keys.iter()
+        .enumerate()
+        .map(|(i, _)| body["data"][i]["objects"].clone())
+        .inspect(|objects| assert!(objects.is_array(), "{keys:?}: {body}"))
+        .collect()
+}
+
+/// `[x1, y1, x2, y2]` boxes' intersection over union.
+fn iou(a: [f64; 4], b: [f64; 4]) -> f64 {
+    let inter = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0) * (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let area = |r: [f64; 4]| (r[2] - r[0]) * (r[3] - r[1]);
+    inter / (area(a) + area(b) - inter)
+}
+
+fn boxed(value: &Value) -> [f64; 4] {
+    let v: Vec<f64> = value.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    [v[0], v[1], v[2], v[3]]
+}
+
+/// A photo's objects as Human gives them (label, score, box `[x1, y1, x2, y2]`), and the
+/// full-size photo's pixels per pixel it was given.
+type Detected = (Vec<(String, f64, [f64; 4])>, (f64, f64));
+
+/// Human's detections of each photo, on the pixels clipfn decodes it to for the object view (a
+/// large JPEG at a DCT scale: docs/objects.md, "Pixels").
+fn human(photos: &[PathBuf]) -> Vec<Detected> {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut scales = Vec::new();
+    let manifest: Vec<Value> = photos
+        .iter()
+        .enumerate()
+        .map(|(i, photo)| {
+            let decoded = decode(&std::fs::read(photo).unwrap(), &DecodeOptions::for_input(512, u64::MAX)).unwrap();
+            let (rgb, (width, height)) = (decoded.image, decoded.full_size);
+            scales.push((f64::from(width) / f64::from(rgb.width()), f64::from(height) / f64::from(rgb.height())));
+            let path = scratch.path().join(format!("{i}.rgb"));
+            std::fs::write(&path, rgb.as_raw()).unwrap();
+            json!({ "name": file_name(photo), "rgb": path, "width": rgb.width(), "height": rgb.height() })
+        })
+        .collect();
+    let list = scratch.path().join("photos.json");
+    std::fs::write(&list, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let output = std::process::Command::new("node")
+        .arg(common::repo().join("tools/objects/reference.cjs"))
+        .args(["--model", &setup_var("CLIPFN_TEST_OBJECTS_HUMAN"), "--mode", "detect", "--photos"])
+        .arg(&list)
+        .output()
+        .expect("node runs Human's reference (tools/setup.sh installs it)");
+    assert!(output.status.success(), "reference.cjs: {}", String::from_utf8_lossy(&output.stderr));
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let photos = answer["photos"].as_array().unwrap();
+    assert_eq!(photos.len(), scales.len());
+    photos
+        .iter()
+        .zip(scales)
+        .map(|(photo, scale)| {
+            let object = |o: &Value| {
+                let b = boxed(&o["box"]);
+                (
+                    o["label"].as_str().unwrap().to_string(),
+                    o["score"].as_f64().unwrap(),
+                    [b[0], b[1], b[0] + b[2], b[1] + b[3]],
+                )
+            };
+            (photo["objects"].as_array().unwrap().iter().map(object).collect(), scale)
+        })
+        .collect()
+}
+
+/// The photos Human's pipeline is held to: scikit-image's (chelsea, astronaut, coffee, rocket,
+/// camera), the face photos, wallpapers large and small, and drawn squares (Human's JavaScript takes about 7 s a
+/// photo on 2 cores, so a few of them).
+fn real_photos() -> Vec<PathBuf> {
+    let faces = PathBuf::from(setup_var("CLIPFN_TEST_FACE_PHOTOS"));
+    let wallpapers = PathBuf::from(setup_var("CLIPFN_PHOTOS_DIR")).join("wallpapers");
+    let mut photos = photos_in(&faces, |_| true);
+    let some = ["mate_LadyBird.jpg", "plasma_ColorfulCups_small.jpg", "plasma_Kite_small.jpg", "plasma_Grey_small.jpg"];
+    photos.extend(photos_in(&wallpapers, |name| some.contains(&name)));
+    // Drawn squares of no class: a photo with no objects.
+    photos.push(PathBuf::from(setup_var("CLIPFN_TEST_OBJECT_PHOTOS")).join("objects-empty.png"));
+    assert_eq!(photos.len(), 15 + some.len(), "{photos:?}");
+    photos
+}
+
+#[test]
+fn the_real_centernet_finds_what_humans_own_pipeline_finds() {
+    let photos = real_photos();
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS"))
+        .env("CLIPFN_MAX_OBJECTS", "10") // Human's maxDetected
+        .start();
+    let ours = analyze(&server, &photos);
+    let theirs = human(&photos);
+    let (mut matched, mut empty, mut worst_iou, mut worst_score) = (0, 0, 1.0f64, 0.0f64);
+    for ((photo, ours), (theirs, (sx, sy))) in photos.iter().zip(&ours).zip(&theirs) {
+        // Our box in the pixels Human was given, its x, y, width and height truncated as Human's are.
+        let as_humans = |b: [f64; 4]| {
+            let (x, y) = ((b[0] / sx).trunc(), (b[1] / sy).trunc());
+            [x, y, x + ((b[2] - b[0]) / sx).trunc(), y + ((b[3] - b[1]) / sy).trunc()]
+        };
+        let (ours, name) = (ours.as_array().unwrap(), file_name(photo));
+        assert_eq!(ours.len(), theirs.len(), "{name}: ours {ours:?}\nHuman's {theirs:?}");
+        empty += usize::from(theirs.is_empty());
+        for (label, score, human_box) in theirs {
+            let best = ours
+                .iter()
+                .filter(|o| o["label"] == label.as_str())
+                .map(|o| (iou(as_humans(boxed(&o["box"])), *human_box), o["score"].as_f64().unwrap(), boxed(&o["box"])))
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let Some((overlap, our_score, our_box)) = best else { panic!("{name}: no {label} in {ours:?}") };
+            // Human truncates its scores to 2 digits.
+            let off = ((our_score * 100.0).trunc() / 100.0 - score).abs();
+            assert!(
+                overlap >= 0.9 && off <= 0.01 + 1e-9,
+                "{name} {label}: IoU {overlap:.3} ({our_box:?} against {human_box:?}), score {our_score} vs {score}"
+            );
+            (matched, worst_iou, worst_score) = (matched + 1, worst_iou.min(overlap), worst_score.max(off));
+        }
+    }
+    eprintln!(
+        "objects: {matched} of Human's detections on {} photos matched (worst IoU {worst_iou:.3}, score off by \
+         {worst_score:.3} at most); {empty} photos without objects",
+        photos.len()
+    );
+    assert!(matched >= 15 && empty >= 1, "{matched} detections, {empty} empty photos: too few to hold anything to");
+    let chelsea = photos.iter().position(|p| file_name(p) == "chelsea.png").unwrap();
+    let pets = ours[chelsea].as_array().unwrap();
+    assert!(pets.iter().any(|o| o["label"] == "cat" || o["label"] == "dog"), "{pets:?}");
+}
+
+#[test]
+fn a_yolo_folder_is_read_through_its_letterbox_and_its_class_names_and_capped() {
+    let folder = PathBuf::from(setup_var("CLIPFN_TEST_OBJECT_PHOTOS"));
+    let expected: Value = serde_json::from_slice(&std::fs::read(folder.join("expected.json")).unwrap()).unwrap();
+    let photos = photos_in(&folder, |_| true);
+    let store = store_named(&photos);
+    let server = ServerConfig::local(store.path())
+        .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS_YOLO"))
+        .env("CLIPFN_OBJECT_MIN_SCORE", "0.25")
+        .start();
+    let ours = analyze(&server, &photos);
+    let mut checked = 0;
+    for want in expected["photos"].as_array().unwrap() {
+        let at = photos.iter().position(|p| file_name(p) == want["file"].as_str().unwrap()).unwrap();
+        let found = ours[at].as_array().unwrap();
+        let Some(objects) = want["objects"].as_array() else {
+            // The noise photo: thousands of detections, capped at CLIPFN_MAX_OBJECTS' default, 50.
+            assert!(want["count"].as_u64().unwrap() >= 10_000, "{want}");
+            assert_eq!(found.len(), 50, "capped: {}", found.len());
+            continue;
+        };
+        assert_eq!(found.len(), objects.len(), "{}: {found:?}", want["file"]);
+        for (ours, theirs) in found.iter().zip(objects) {
+            let b = boxed(&theirs["box"]);
+            let our_box = boxed(&ours["box"]);
+            let off = [our_box[0] - b[0], our_box[1] - b[1], our_box[2] - b[0] - b[2], our_box[3] - b[1] - b[3]];
+            assert_eq!(ours["label"], theirs["label"], "{}", want["file"]);
+            assert!(off.iter().all(|d| d.abs() <= 2.0), "{}: {ours} against {theirs}", want["file"]);
+            assert!((ours["score"].as_f64().unwrap() - theirs["score"].as_f64().unwrap()).abs() < 0.02, "{ours}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{checked} objects checked");
+}
+
+#[test]
+fn an_object_model_of_neither_format_or_with_the_wrong_classes_is_refused_at_start_up() {
+    for (variable, says) in [
+        ("CLIPFN_TEST_OBJECTS_BAD", "fits neither object format"),
+        ("CLIPFN_TEST_OBJECTS_MISMATCH", "names 2 classes, the model has 3"),
+    ] {
+        let folder = setup_var(variable);
+        let stderr = common::failed_start(&[("CLIPFN_OBJECT_MODEL", &folder)]);
+        assert!(stderr.contains(&format!("{folder}/model.onnx")) && stderr.contains(says), "{variable}: {stderr}");
+    }
+}
