@@ -197,6 +197,76 @@ fn a_yolo_folder_is_read_through_its_letterbox_and_its_class_names_and_capped() 
     assert!(checked >= 4, "{checked} objects checked");
 }
 
+/// `clipfn backfill` with an object model writes each photo's objects as `/v1/analyze` answers
+/// them, and docs/deploy.md's query finds the photos by a label.
+#[test]
+fn backfill_writes_the_objects_and_the_docs_query_finds_photos_by_a_label() {
+    let folder = PathBuf::from(setup_var("CLIPFN_TEST_OBJECT_PHOTOS"));
+    let photos = photos_in(&folder, |name| name != "objects-noise.png");
+    let store = store_named(&photos);
+    let out = tempfile::tempdir().unwrap();
+    let manifest = out.path().join("manifest.txt");
+    let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
+    std::fs::write(&manifest, keys.join("\n")).unwrap();
+    let parquet = out.path().join("rows");
+    let model = setup_var("CLIPFN_TEST_OBJECTS_YOLO");
+    let mut command = common::with_settings(std::process::Command::new(env!("CARGO_BIN_EXE_clipfn")), store.path());
+    let status = command
+        .args(["backfill", "--manifest", manifest.to_str().unwrap(), "--out", parquet.to_str().unwrap()])
+        .env("CLIPFN_OBJECT_MODEL", &model)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = ServerConfig::local(store.path()).env("CLIPFN_OBJECT_MODEL", &model).start();
+    let answered = analyze(&server, &photos);
+    let read = |label: &str| {
+        let output = std::process::Command::new(setup_var("CLIPFN_PYTHON"))
+            .arg(common::repo().join("tools/read_backfill.py"))
+            .arg(&parquet)
+            .arg(format!("label='{label}'"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let read_back = read("red");
+    let rows = read_back["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), keys.len(), "a row per photo: {read_back}");
+    for row in rows {
+        let i = keys.iter().position(|k| row["key"] == *k).unwrap();
+        let labels = |objects: &Value| -> Vec<String> {
+            objects.as_array().unwrap().iter().map(|o| o["label"].as_str().unwrap().to_string()).collect()
+        };
+        assert_eq!(labels(&row["objects"]), labels(&answered[i]), "{row}");
+    }
+    let keys_of = |things: &Value| -> Vec<String> {
+        things.as_array().unwrap().iter().map(|t| t[0].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(keys_of(&read_back["duckdb"]["things"]), ["objects-landscape.png", "objects-portrait.png"]);
+    assert_eq!(keys_of(&read("green")["duckdb"]["things"]), ["objects-portrait.png"]);
+}
+
+/// `"objects": false` leaves them out; `"objects": true` where no object model is loaded, or for
+/// stored embeddings, is a 400 naming what is missing.
+#[test]
+fn objects_are_asked_for_and_refused_plainly() {
+    let photo = PathBuf::from(setup_var("CLIPFN_TEST_OBJECT_PHOTOS")).join("objects-landscape.png");
+    let store = store_named(std::slice::from_ref(&photo));
+    let server =
+        ServerConfig::local(store.path()).env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS_YOLO")).start();
+    let images = json!([file_name(&photo)]);
+    let (status, body) = server.post_json("/v1/analyze", &json!({ "images": images, "objects": false }));
+    assert!(status == 200 && body["data"][0].get("objects").is_none(), "{body}");
+    let stored = json!({ "embeddings": [body["data"][0]["embedding"]], "objects": true });
+    let (status, body) = server.post_json("/v1/analyze", &stored);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("not stored embeddings"), "{body}");
+    let plain = ServerConfig::local(store.path()).start();
+    let (status, body) = plain.post_json("/v1/analyze", &json!({ "images": images, "objects": true }));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("CLIPFN_OBJECT_MODEL"), "{body}");
+}
+
 #[test]
 fn an_object_model_of_neither_format_or_with_the_wrong_classes_is_refused_at_start_up() {
     for (variable, says) in [

@@ -8,16 +8,17 @@ Usage: read_backfill.py DIR [NAME=VALUE ...]
  "rows": [{"key", "embedding", "error_code", "bytes",    every row, from pyarrow; the hash as the
            "hash", "sharpness", "taken_at", "location",  API writes it (16 hex digits)
            "width", "height", "scores", "faces",
-           "ocr", "ocr_text"}],
+           "ocr", "ocr_text", "objects"}],
  "duckdb": {"rows", "distinct_keys", "embedded", "errors": {code: n}, "dims": [...],
             "near_duplicates": [[key, key, bits], ...],  docs/deploy.md's queries, run as written
             "events": [[key, ...], ...],                 there; NAME=VALUE replaces a query's
             "bursts": [[key, ...], ...],                 `SET VARIABLE NAME = ...` (the test model
-            "words": [key, ...] or null}}                is not CLIP: its bursts need a threshold of
-                                                         their own); `words`, the photos by a word,
-                                                         only with OCR columns
+            "words": [key, ...] or null,                 is not CLIP: its bursts need a threshold of
+            "things": [[key, score], ...] or null}}      their own); `words`, the photos by a word,
+                                                         only with OCR columns; `things`, the photos
+                                                         by a label, only with an objects column
 
-tests/backfill.rs and tests/ocr.rs run it: both readers must accept the files and agree on what they hold.
+tests/backfill.rs, tests/ocr.rs and tests/objects.rs run it: both readers must accept the files and agree on what they hold.
 """
 
 import json
@@ -33,7 +34,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "deploy.md"
 
 def query(name: str, files: str, settings: dict) -> str:
     """docs/deploy.md's sql block that sets `files` and whose first comment starts with `name`
-    ("Pairs", "Events", "Bursts", "Photos whose text"), reading `files`, its variables replaced by
+    ("Pairs", "Events", "Bursts", "Photos whose text", "Photos with an object"), reading `files`, its variables replaced by
     `settings`'."""
     blocks = [block.split("```")[0] for block in DOCS.read_text().split("```sql\n")[1:]]
     query = next(b for b in blocks if b.startswith("SET VARIABLE files") and b.split("\n")[1].startswith(f"-- {name}"))
@@ -70,7 +71,7 @@ def main() -> None:
         })
         columns = ["key", "embedding", "error_code", "bytes", "hash", "sharpness", "taken_at", "location", "width",
                    "height"]
-        columns += [column for column in ("scores", "faces", "ocr", "ocr_text") if column in table.column_names]
+        columns += [column for column in ("scores", "faces", "ocr", "ocr_text", "objects") if column in table.column_names]
         for row in table.select(columns).to_pylist():
             row["hash"] = hex_hash(row["hash"])
             rows.append(row)
@@ -91,11 +92,15 @@ def main() -> None:
     bursts = [row[1] for row in con.execute(query("Bursts", glob, settings)).fetchall()]
     with_text = any("ocr_text" in pq.read_schema(path).names for path in paths)
     words = [key for (key,) in con.execute(query("Photos whose text", glob, settings)).fetchall()] if with_text else None
+    with_objects = any("objects" in pq.read_schema(path).names for path in paths)
+    things = [list(row) for row in con.execute(query("Photos with an object", glob, settings)).fetchall()] \
+        if with_objects else None
     print(json.dumps({
         "files": files,
         "rows": rows,
         "duckdb": {"rows": total, "distinct_keys": distinct, "embedded": embedded, "errors": errors, "dims": dims,
-                   "near_duplicates": near_duplicates, "events": events, "bursts": bursts, "words": words},
+                   "near_duplicates": near_duplicates, "events": events, "bursts": bursts, "words": words,
+                   "things": things},
     }))
 
 
