@@ -21,6 +21,7 @@ use super::{
     AppState,
     error::ErrorBody,
     people::AlbumFaces,
+    pets::AlbumPets,
     photos::PhotoResult,
     types::{Album, AlbumAnswer, AlbumNotComputed, EventItem, GroupItem, LocationItem},
 };
@@ -44,17 +45,18 @@ pub(super) struct AlbumInput {
     /// The image embedding of each photo in `timed`, in its order (the bursts').
     embeddings: Vec<Vec<f32>>,
     faces: Option<AlbumFaces>,
+    pets: Option<AlbumPets>,
     with_location: bool,
 }
 
 impl AlbumInput {
     /// Photos that failed (and faces a model tripped on) take part in none of the groupings;
-    /// people only with `faces`.
+    /// people only with `faces`, pets only with `pets`.
     pub(super) fn new(
         results: &[PhotoResult],
         state: &AppState,
         heads: Option<&HeadsInfo>,
-        faces: Option<AlbumFaces>,
+        (faces, pets): (Option<AlbumFaces>, Option<AlbumPets>),
         with_location: bool,
     ) -> Self {
         let hashes = results.iter().map(|r| r.as_ref().ok().and_then(|s| s.pixels).map(|p| p.hash)).collect();
@@ -70,6 +72,7 @@ impl AlbumInput {
             timed,
             embeddings,
             faces,
+            pets,
             with_location,
         }
     }
@@ -173,7 +176,9 @@ fn album(input: &AlbumInput, stop: &dyn Fn() -> bool) -> Result<Album, Stopped> 
         }
         None => (None, None),
     };
+    let pets = input.pets.as_ref().map(|pets| pets.pets(stop)).transpose()?;
     Ok(Album {
+        pets,
         duplicates: duplicates.into_iter().map(GroupItem::from).collect(),
         bursts: bursts.into_iter().map(GroupItem::from).collect(),
         events,

@@ -13,6 +13,7 @@ use super::{
     error::ApiError,
     labels,
     people::{AlbumFaces, KnownPeople, known_people, same_recognizer},
+    pets::{AlbumPets, known_pets},
     photos::{photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
     respond::{Answered, respond},
@@ -96,6 +97,15 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         }
         (Some(given), Some((_, recognizer))) => known_people(given, recognizer, &state.settings.faces)?,
     };
+    let known_pets = match request.known_pets {
+        None => KnownPeople::none(),
+        Some(_) if stored || request.objects == Some(false) || !objects => {
+            return Err(ApiError::BadRequest(
+                "known_pets need the photos' objects, and an object model (CLIPFN_OBJECT_MODEL)".into(),
+            ));
+        }
+        Some(given) => known_pets(given, service.pipeline.model().dim, &state.settings.faces)?,
+    };
     if subjects.are_stored() && asked.is_none() && heads.is_none() {
         return Err(ApiError::BadRequest(
             "stored embeddings get labels and head scores only: name labels or a label_set (this server has no \
@@ -129,14 +139,18 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         ocr_min_score: None,
         ocr_box_min_score: None,
         objects: photos && objects && request.objects != Some(false),
+        pets: photos && objects && request.objects != Some(false),
     };
+    let with_pet_embeddings = request.pet_embeddings == Some(true);
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
     let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
     let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
     let (album, album_ms) = if photos {
         let faces = recognizer.map(|r| AlbumFaces::new(&results, known, r, &state.settings.faces));
-        let input = AlbumInput::new(&results, state, heads, faces, with_location);
+        let pets =
+            wants.pets.then(|| AlbumPets::new(&results, known_pets, &state.settings.objects, &state.settings.faces));
+        let input = AlbumInput::new(&results, state, heads, (faces, pets), with_location);
         let (album, wall) = album_stage(state, input, deadline).await;
         (Some(album), wall)
     } else {
@@ -168,7 +182,9 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
                 None => (None, None, None),
             };
             let (objects, objects_error) = match photo.objects {
-                Some(Ok(found)) => (Some(found.into_iter().map(ObjectItem::from).collect()), None),
+                Some(Ok(found)) => {
+                    (Some(found.into_iter().map(|object| ObjectItem::new(object, with_pet_embeddings)).collect()), None)
+                }
                 Some(Err(e)) => (None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
                 None => (None, None),
             };

@@ -49,26 +49,38 @@ pub(super) fn state_rules(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
         }
         add(schemas, name, [one_of.into()]);
     }
-    // `"faces": true`, `"ocr": true` and `known_people` need the photos (stored embeddings have no
-    // pixels), and known people need the faces on.
+    // `"faces": true`, `"ocr": true`, `"objects": true`, `known_people` and `known_pets` need the
+    // photos (stored embeddings have no pixels); known people need the faces on, known pets the
+    // objects.
     let no_faces_asked = ObjectBuilder::new()
         .property("faces", any_of_values([json!(false), Value::Null]))
         .property("ocr", any_of_values([json!(false), Value::Null]))
         .property("objects", any_of_values([json!(false), Value::Null]))
-        .property("known_people", any_of_values([Value::Null]));
+        .property("known_people", any_of_values([Value::Null]))
+        .property("known_pets", any_of_values([Value::Null]));
     let photos =
         ObjectBuilder::new().required("images").property("images", ObjectBuilder::new().schema_type(Type::Array));
-    let none_known = ObjectBuilder::new().property("known_people", any_of_values([Value::Null]));
-    let faces_on = ObjectBuilder::new().property("faces", any_of_values([json!(true), Value::Null]));
     let need_photos = AnyOfBuilder::new().item(no_faces_asked).item(photos);
-    add(schemas, "AnalyzeRequest", [need_photos.into(), AnyOfBuilder::new().item(none_known).item(faces_on).into()]);
+    let known_only_with = |known: &str, on: &str| {
+        let none_known = ObjectBuilder::new().property(known, any_of_values([Value::Null]));
+        let on = ObjectBuilder::new().property(on, any_of_values([json!(true), Value::Null]));
+        AnyOfBuilder::new().item(none_known).item(on).into()
+    };
+    let rules =
+        [need_photos.into(), known_only_with("known_people", "faces"), known_only_with("known_pets", "objects")];
+    add(schemas, "AnalyzeRequest", rules);
 }
 
 /// A server without the models of a detector (`"ocr"`, `"objects"`) refuses `true` for `field`: a
 /// rule beside the field, as an `anyOf` like the others (openapi-python-client reads no `enum` on a
 /// boolean, and no other rule beside a body's fields).
-pub(super) fn state_not_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, field: &str) {
-    let off = ObjectBuilder::new().property(field, any_of_values([json!(false), Value::Null]));
+/// `needing` are fields that need the same models (`known_pets` the objects'), which are then
+/// refused too.
+pub(super) fn state_not_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, field: &str, needing: &[&str]) {
+    let mut off = ObjectBuilder::new().property(field, any_of_values([json!(false), Value::Null]));
+    for other in needing {
+        off = off.property(*other, any_of_values([Value::Null]));
+    }
     add(schemas, "AnalyzeRequest", [AnyOfBuilder::new().item(off).into()]);
 }
 

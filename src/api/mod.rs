@@ -27,6 +27,7 @@ mod immich;
 mod labels;
 mod openapi;
 mod people;
+mod pets;
 mod photos;
 mod probes;
 mod request;

@@ -114,6 +114,7 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     }
     let faces = &settings.faces;
     array(schemas, "AnalyzeRequest", "known_people").max_items = Some(faces.max_known_people);
+    array(schemas, "AnalyzeRequest", "known_pets").max_items = Some(faces.max_known_people);
     array(schemas, "KnownPerson", "embeddings").max_items = Some(faces.max_exemplars);
     // Texts, or photos with "modality": "image": their limits differ, the larger holds.
     let input = property(schemas, "EmbeddingsRequest", "input");
@@ -126,10 +127,10 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     exclusive::state_rules(schemas);
     exclusive::state_input_limits(schemas, text, limits);
     if loaded.is_some_and(|loaded| !loaded.ocr) {
-        exclusive::state_not_loaded(schemas, "ocr");
+        exclusive::state_not_loaded(schemas, "ocr", &[]);
     }
     if loaded.is_some_and(|loaded| !loaded.objects) {
-        exclusive::state_not_loaded(schemas, "objects");
+        exclusive::state_not_loaded(schemas, "objects", &["known_pets"]);
     }
     if loaded.is_some_and(|loaded| !loaded.heads) {
         exclusive::state_no_heads(schemas);

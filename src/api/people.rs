@@ -40,10 +40,21 @@ pub(super) fn known_people(
     recognizer: &RecognizerInfo,
     settings: &FaceSettings,
 ) -> Result<KnownPeople, ApiError> {
+    known_ones(given, ("known_people", "people"), (recognizer.dim, "this recognizer's"), settings)
+}
+
+/// `given` (the request's `field`, of `ones`), held to embeddings of `dim` (`whose`) and to the
+/// settings' limits.
+pub(super) fn known_ones(
+    given: Vec<KnownPerson>,
+    (field, ones): (&str, &str),
+    (dim, whose): (usize, &str),
+    settings: &FaceSettings,
+) -> Result<KnownPeople, ApiError> {
     let bad = |message: String| Err(ApiError::BadRequest(message));
     if given.len() > settings.max_known_people {
         return bad(format!(
-            "known_people holds {} people, over the limit of {} (CLIPFN_MAX_KNOWN_PEOPLE)",
+            "{field} holds {} {ones}, over the limit of {} (CLIPFN_MAX_KNOWN_PEOPLE)",
             given.len(),
             settings.max_known_people
         ));
@@ -51,19 +62,19 @@ pub(super) fn known_people(
     let (mut ids, mut exemplars): (Vec<String>, Vec<Vec<Vec<f32>>>) = (Vec::new(), Vec::new());
     for (i, person) in given.into_iter().enumerate() {
         if person.id.is_empty() || person.id.chars().count() > 256 {
-            return bad(format!("known_people[{i}].id must be 1 to 256 characters"));
+            return bad(format!("{field}[{i}].id must be 1 to 256 characters"));
         }
         let count = person.embeddings.len();
         if count == 0 || count > settings.max_exemplars {
             return bad(format!(
-                "known_people[{i}].embeddings must hold 1 to {} embeddings (CLIPFN_MAX_EXEMPLARS), got {count}",
+                "{field}[{i}].embeddings must hold 1 to {} embeddings (CLIPFN_MAX_EXEMPLARS), got {count}",
                 settings.max_exemplars
             ));
         }
         let mut unit = Vec::with_capacity(count);
         for (j, mut embedding) in person.embeddings.into_iter().enumerate() {
-            let problem = if embedding.len() != recognizer.dim {
-                format!("has {} values, and this recognizer's embeddings have {}", embedding.len(), recognizer.dim)
+            let problem = if embedding.len() != dim {
+                format!("has {} values, and {whose} embeddings have {dim}", embedding.len())
             } else if !embedding.iter().all(|x| x.is_finite()) {
                 "holds a value that is not a finite float32".to_string()
             } else if embedding.iter().all(|&x| x == 0.0) {
@@ -74,7 +85,7 @@ pub(super) fn known_people(
                 unit.push(embedding);
                 continue;
             };
-            return bad(format!("known_people[{i}].embeddings[{j}] {problem}"));
+            return bad(format!("{field}[{i}].embeddings[{j}] {problem}"));
         }
         match ids.iter().position(|id| *id == person.id) {
             Some(same) => exemplars[same].extend(unit),
@@ -87,14 +98,60 @@ pub(super) fn known_people(
     Ok(KnownPeople { ids, exemplars })
 }
 
-/// The album's faces, owned (the album stage runs off the runtime and may be left behind at
-/// the deadline): every face of the photos that have them but those under CLIPFN_FACE_MIN_SIZE,
-/// with the request's known people and the recognizer's rules.
-pub(super) struct AlbumFaces {
-    faces: Vec<(usize, usize, Vec<f32>)>,
-    known: KnownPeople,
-    rules: Rules,
+/// What is grouped, owned (the album stage runs off the runtime and may be left behind at the
+/// deadline): each member as `(photo, index in the photo, unit embedding)`, the request's known
+/// ones and the rules.
+pub(super) struct Grouping {
+    pub members: Vec<(usize, usize, Vec<f32>)>,
+    pub known: KnownPeople,
+    pub rules: Rules,
 }
+
+/// One group: its known one's id, its members, representative and exemplars as `[photo, index]`,
+/// and the known one it may be.
+pub(super) struct Group {
+    pub id: Option<String>,
+    pub members: Vec<[usize; 2]>,
+    pub representative: [usize; 2],
+    pub exemplars: Vec<[usize; 2]>,
+    pub maybe: Option<Maybe>,
+}
+
+impl Grouping {
+    /// The groups and the members about equally near two known ones; `Err` once `stop` says to stop.
+    pub(super) fn groups(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<Group>, Vec<UnsureFace>), Stopped> {
+        let members: Vec<(usize, usize, &[f32])> = self.members.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
+        let known = &self.known;
+        let known_ones: Vec<Known> = known
+            .exemplars
+            .iter()
+            .map(|exemplars| Known { exemplars: exemplars.iter().map(Vec::as_slice).collect() })
+            .collect();
+        let found = people_until(&members, &known_ones, &self.rules, stop)?;
+        let at = |(photo, member): (usize, usize)| [photo, member];
+        let groups = found
+            .people
+            .into_iter()
+            .map(|person| Group {
+                id: person.known.map(|k| known.ids[k].clone()),
+                members: person.faces.into_iter().map(at).collect(),
+                representative: at(person.representative),
+                exemplars: person.exemplars.into_iter().map(at).collect(),
+                maybe: person.maybe.map(|(k, distance)| Maybe { id: known.ids[k].clone(), distance }),
+            })
+            .collect();
+        let unsure = found
+            .unsure
+            .into_iter()
+            .map(|(face, [a, b])| UnsureFace { face: at(face), between: [known.ids[a].clone(), known.ids[b].clone()] })
+            .collect();
+        Ok((groups, unsure))
+    }
+}
+
+/// The album's faces: every face of the photos that have them but those under
+/// CLIPFN_FACE_MIN_SIZE, with the request's known people and the recognizer's rules.
+pub(super) struct AlbumFaces(Grouping);
 
 impl AlbumFaces {
     pub(super) fn new(
@@ -121,41 +178,27 @@ impl AlbumFaces {
             suggest_distance: settings.face_suggest_distance.unwrap_or(1.5 * max_distance),
             exemplars: settings.person_exemplars,
         };
-        AlbumFaces { faces, known, rules }
+        AlbumFaces(Grouping { members: faces, known, rules })
     }
 
     /// The faces that take part.
     pub(super) fn count(&self) -> usize {
-        self.faces.len()
+        self.0.members.len()
     }
 
     /// The album's people and unsure faces, grouped with the known people at the recognizer's
     /// distance; `Err` once `stop` says to stop.
     pub(super) fn people(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<PersonItem>, Vec<UnsureFace>), Stopped> {
-        let faces: Vec<(usize, usize, &[f32])> = self.faces.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
-        let known = &self.known;
-        let known_people: Vec<Known> = known
-            .exemplars
-            .iter()
-            .map(|exemplars| Known { exemplars: exemplars.iter().map(Vec::as_slice).collect() })
-            .collect();
-        let found = people_until(&faces, &known_people, &self.rules, stop)?;
-        let at = |(photo, face): (usize, usize)| [photo, face];
-        let people = found
-            .people
+        let (groups, unsure) = self.0.groups(stop)?;
+        let people = groups
             .into_iter()
-            .map(|person| PersonItem {
-                id: person.known.map(|k| known.ids[k].clone()),
-                faces: person.faces.into_iter().map(at).collect(),
-                representative: at(person.representative),
-                exemplars: person.exemplars.into_iter().map(at).collect(),
-                maybe: person.maybe.map(|(k, distance)| Maybe { id: known.ids[k].clone(), distance }),
+            .map(|Group { id, members, representative, exemplars, maybe }| PersonItem {
+                id,
+                faces: members,
+                representative,
+                exemplars,
+                maybe,
             })
-            .collect();
-        let unsure = found
-            .unsure
-            .into_iter()
-            .map(|(face, [a, b])| UnsureFace { face: at(face), between: [known.ids[a].clone(), known.ids[b].clone()] })
             .collect();
         Ok((people, unsure))
     }

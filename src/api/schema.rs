@@ -109,6 +109,17 @@ impl PartialSchema for FaceRef {
 
 impl ToSchema for FaceRef {}
 
+/// An object of the request: `[photo index, object index]`.
+pub struct ObjectRef;
+
+impl PartialSchema for ObjectRef {
+    fn schema() -> RefOr<Schema> {
+        FaceRef::schema()
+    }
+}
+
+impl ToSchema for ObjectRef {}
+
 /// An embedding an earlier answer gave: the model's dim of finite float32 values, not all zero.
 pub struct StoredEmbedding;
 

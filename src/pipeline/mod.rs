@@ -66,6 +66,8 @@ pub struct Wants {
     pub ocr_box_min_score: Option<f32>,
     /// The objects, found on the object detector's view beside the embedding.
     pub objects: bool,
+    /// The pets among them embedded by the image tower, each from its crop.
+    pub pets: bool,
 }
 
 /// Where a photo's bytes come from.
@@ -295,6 +297,7 @@ impl Pipeline {
             canvas: detector.map(|d| d.canvas()),
             ocr: reader.map(|reader| reader.resolution),
             objects: self.worker.objects_info().filter(|_| wants.objects).map(|detector| detector.layout),
+            pet_crops: wants.pets && self.worker.objects_info().is_some_and(|detector| !detector.pets.is_empty()),
         };
         let place = if views.canvas.is_some() || views.ocr.is_some() || views.objects.is_some() {
             Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))

@@ -1,8 +1,16 @@
 //! A photo's objects, after its decode: its view on the object detector, then each box mapped back
-//! to the upright full-size photo's pixels and named by the model folder's classes.
+//! to the upright full-size photo's pixels and named by the model folder's classes; and, where the
+//! request wants pets, each pet cut from the decoded photo on a decode thread and embedded by the
+//! image tower (a photo embedding of a crop: what `album.pets` groups).
+
+use futures::future::join_all;
+use tracing::Span;
 
 use super::{ItemError, Pipeline};
-use crate::{preprocess::ObjectView, sys::budget::Held};
+use crate::{
+    preprocess::{ObjectView, pet_crop},
+    sys::budget::Held,
+};
 
 /// One object, its box `[x1, y1, x2, y2]` in pixels of the upright photo at its full size.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,24 +20,52 @@ pub struct Object {
     pub class: usize,
     pub score: f32,
     pub bbox: [f32; 4],
+    /// For a pet (CLIPFN_PET_LABELS, at least CLIPFN_PET_MIN_SIZE), where the request wants pets:
+    /// the image tower's embedding of its crop.
+    pub embedding: Option<Vec<f32>>,
 }
 
 impl Pipeline {
     /// The objects on `view`, best first; `memory` holds the view's share of the decode budget
-    /// until the detector has answered.
+    /// until the detector has answered and the pets are cut.
     pub(super) async fn find_objects(&self, view: ObjectView, memory: Held) -> Result<Vec<Object>, ItemError> {
-        let placed = view.placed;
+        let (placed, photo) = (view.placed, view.photo.clone());
         let found = self.worker.find_objects(view).await?.output;
-        drop(memory);
-        let labels = &self.worker.objects_info().expect("a view only for a detector").labels;
-        Ok(found
+        let info = self.worker.objects_info().expect("a view only for a detector");
+        let mut objects: Vec<Object> = found
             .into_iter()
             .map(|found| {
                 let [x1, y1] = placed.to_photo([found.bbox[0], found.bbox[1]]);
                 let [x2, y2] = placed.to_photo([found.bbox[2], found.bbox[3]]);
-                let label = labels.get(found.class).map_or_else(|| format!("class {}", found.class), String::clone);
-                Object { label, class: found.class, score: found.score, bbox: [x1, y1, x2, y2] }
+                let label =
+                    info.labels.get(found.class).map_or_else(|| format!("class {}", found.class), String::clone);
+                Object { label, class: found.class, score: found.score, bbox: [x1, y1, x2, y2], embedding: None }
             })
-            .collect())
+            .collect();
+        let min_side = info.pet_min_size as f32;
+        let pets: Vec<usize> = (0..objects.len())
+            .filter(|&i| info.pets.contains(&objects[i].class))
+            .filter(|&i| {
+                (objects[i].bbox[2] - objects[i].bbox[0]).min(objects[i].bbox[3] - objects[i].bbox[1]) >= min_side
+            })
+            .collect();
+        let Some(photo) = photo.filter(|_| !pets.is_empty()) else { return Ok(objects) };
+        let boxes: Vec<[f32; 4]> = pets.iter().map(|&i| objects[i].bbox).collect();
+        let (square, full_size) = (self.square.clone(), placed.full_size);
+        let (_, crops) = self
+            .decoders
+            .run(move || {
+                let crops: Result<Vec<_>, _> =
+                    boxes.iter().map(|&bbox| pet_crop(&photo, full_size, bbox, &square)).collect();
+                crops.map_err(ItemError::from)
+            })
+            .await;
+        // The crops wait for the image tower holding their own pixels; the decode goes.
+        drop(memory);
+        let embedded = join_all(crops?.into_iter().map(|crop| self.worker.embed(crop, Span::none()))).await;
+        for (i, embedded) in pets.into_iter().zip(embedded) {
+            objects[i].embedding = Some(embedded?.output);
+        }
+        Ok(objects)
     }
 }

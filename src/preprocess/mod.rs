@@ -22,7 +22,7 @@ pub use self::{
     faces::{
         ARCFACE_CHIP, CHIP_RULE, CanvasLayout, Chip, DLIB_CHIP, FaceCanvas, KeptBytes, Letterbox, chips, finer_decode,
     },
-    objects::{ObjectLayout, ObjectView, Placed, object_view},
+    objects::{ObjectLayout, ObjectView, Placed, object_view, pet_crop},
     ocr::{
         CLASSIFIER_WIDTH, LINE_HEIGHT, LineInput, MAX_VIEW_SIDE, MIN_RECOGNIZER_WIDTH, OcrView, RECOGNIZER_WIDTHS,
         classifier_input, line_crop, ocr_view, recognizer_input, view_size,
@@ -138,6 +138,8 @@ pub struct Views {
     pub ocr: Option<u32>,
     /// The object detector's view, when objects are wanted.
     pub objects: Option<ObjectLayout>,
+    /// Whether the object view keeps the decoded photo, to cut pets from.
+    pub pet_crops: bool,
 }
 
 /// One photo's views.
@@ -175,9 +177,14 @@ pub fn decode_views(bytes: impl AsRef<[u8]>, views: &Views, max_pixels: u64) -> 
         SquareFor::NoPhoto => false,
     };
     let square = square.then(|| preprocess(&decoded, &views.square)).transpose()?;
-    let objects = views.objects.map(|layout| object_view(&decoded.image, decoded.full_size, layout)).transpose()?;
-    // Last: it keeps the decoded pixels.
-    let ocr = views.ocr.map(|resolution| ocr_view(std::sync::Arc::new(decoded.image), decoded.full_size, resolution));
+    let mut objects = views.objects.map(|layout| object_view(&decoded.image, decoded.full_size, layout)).transpose()?;
+    // Last: they keep the decoded pixels.
+    let pets = objects.as_mut().filter(|_| views.pet_crops);
+    let photo = (views.ocr.is_some() || pets.is_some()).then(|| std::sync::Arc::new(decoded.image));
+    if let Some(view) = pets {
+        view.photo = photo.clone();
+    }
+    let ocr = views.ocr.zip(photo).map(|(resolution, photo)| ocr_view(photo, decoded.full_size, resolution));
     Ok(Viewed { square, luma, canvas, ocr, objects, full_size: decoded.full_size, metadata: decoded.metadata })
 }
 
@@ -194,6 +201,7 @@ pub fn decode_square(
         canvas: None,
         ocr: None,
         objects: None,
+        pet_crops: false,
     };
     decode_views(bytes, &views, max_pixels).map(|viewed| viewed.square.expect("made for every photo"))
 }

@@ -7,9 +7,11 @@
 //!
 //! The view keeps where the photo lies on it ([`Placed`]), to map boxes back to the photo's pixels.
 
+use std::sync::Arc;
+
 use image::RgbImage;
 
-use super::{CanvasLayout, Letterbox, PreprocessError, faces};
+use super::{CanvasLayout, Letterbox, PreprocessError, Transform, faces, resize_and_crop_scaled};
 
 /// How a detector wants the photo on its square input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -35,12 +37,16 @@ pub struct ObjectView {
     /// `side` x `side` x 3 values, 0 to 255, in rows.
     pub pixels: Vec<f32>,
     pub placed: Placed,
+    /// The decoded photo, upright, kept until the detector has answered where pets are cut from
+    /// it (at the DCT scale that covers the view: finer than the view wherever the photo is larger).
+    pub photo: Option<Arc<RgbImage>>,
 }
 
 impl ObjectView {
     /// The bytes it keeps while it waits for the detector.
     pub fn kept_bytes(&self) -> u64 {
-        (self.pixels.len() * size_of::<f32>()) as u64
+        let photo = self.photo.as_ref().map_or(0, |photo| photo.as_raw().len());
+        (self.pixels.len() * size_of::<f32>() + photo) as u64
     }
 }
 
@@ -77,15 +83,36 @@ pub fn object_view(
         ObjectLayout::Stretched(side) => Ok(ObjectView {
             pixels: resize_bilinear(image, side),
             placed: Placed { scale: [side as f32 / width, side as f32 / height], offset: [0.0; 2], full_size },
+            photo: None,
         }),
         ObjectLayout::Letterboxed(side) => {
             let canvas = faces::canvas(image, full_size, CanvasLayout { side, letterbox: Letterbox::Centred })?;
             Ok(ObjectView {
                 pixels: canvas.image.as_raw().iter().map(|&v| f32::from(v)).collect(),
                 placed: Placed { scale: [canvas.scale; 2], offset: canvas.offset, full_size },
+                photo: None,
             })
         }
     }
+}
+
+/// A pet's crop as the image tower's square: the square around `bbox` (in pixels of the upright
+/// `full_size` photo) whose side is the box's long side, moved inside the photo where it would leave
+/// it, cut from `photo` (the decode of that photo, at whatever DCT scale) and resized as a photo is.
+pub fn pet_crop(
+    photo: &RgbImage,
+    full_size: (u32, u32),
+    bbox: [f32; 4],
+    transform: &Transform,
+) -> Result<RgbImage, PreprocessError> {
+    let scale = photo.width() as f32 / full_size.0 as f32;
+    let side =
+        ((bbox[2] - bbox[0]).max(bbox[3] - bbox[1]) * scale).clamp(1.0, photo.width().min(photo.height()) as f32);
+    let centre = [(bbox[0] + bbox[2]) / 2.0 * scale, (bbox[1] + bbox[3]) / 2.0 * scale];
+    let at = |centre: f32, len: u32| (centre - side / 2.0).clamp(0.0, len as f32 - side) as u32;
+    let (x, y, side) = (at(centre[0], photo.width()), at(centre[1], photo.height()), side as u32);
+    let crop = image::imageops::crop_imm(photo, x, y, side, side).to_image();
+    resize_and_crop_scaled(&crop, crop.dimensions(), 1, transform)
 }
 
 /// tfjs's `resizeBilinear` to `side` x `side` (its CPU kernel's arithmetic, in f64 as JavaScript's
@@ -129,6 +156,17 @@ mod tests {
         assert_eq!(view.placed.to_photo([512.0, 512.0]), [300.0, 100.0]);
         // Output column 256 reads source column 150 exactly: no blending, no antialiasing.
         assert_eq!(view.pixels[(10 * 512 + 256) * 3], 150.0);
+    }
+
+    #[test]
+    fn a_pet_crop_is_the_square_around_its_box_inside_the_photo() {
+        // Left half red, right half blue; a tall box at the right edge: its square is moved inside,
+        // and is all blue.
+        let photo = RgbImage::from_fn(400, 200, |x, _| image::Rgb(if x < 200 { [255, 0, 0] } else { [0, 0, 255] }));
+        let crop = pet_crop(&photo, (800, 400), [700.0, 0.0, 800.0, 300.0], &Transform::clip(224)).unwrap();
+        assert_eq!(crop.dimensions(), (224, 224));
+        assert_eq!(crop.get_pixel(0, 0).0, [0, 0, 255]);
+        assert_eq!(crop.get_pixel(223, 223).0, [0, 0, 255]);
     }
 
     #[test]

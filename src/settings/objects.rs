@@ -9,8 +9,15 @@ use super::{
 };
 
 /// The variables of [`ObjectSettings`], one per field and in the fields' order (see `variables`).
-pub(super) const VARIABLES: &[&str] =
-    &["CLIPFN_OBJECT_MODEL", "CLIPFN_OBJECT_MIN_SCORE", "CLIPFN_MAX_OBJECTS", "CLIPFN_OBJECT_PROVIDER"];
+pub(super) const VARIABLES: &[&str] = &[
+    "CLIPFN_OBJECT_MODEL",
+    "CLIPFN_OBJECT_MIN_SCORE",
+    "CLIPFN_MAX_OBJECTS",
+    "CLIPFN_OBJECT_PROVIDER",
+    "CLIPFN_PET_LABELS",
+    "CLIPFN_PET_MIN_SIZE",
+    "CLIPFN_PET_MAX_DISTANCE",
+];
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ObjectSettings {
@@ -29,6 +36,19 @@ pub struct ObjectSettings {
     /// costs the CUDA provider one search) or `cpu`.
     #[serde(default = "defaults::object_provider", deserialize_with = "choices::object_provider")]
     pub object_provider: Placement,
+    /// The classes that are pets, comma-separated: their crops are embedded and grouped into
+    /// `album.pets`. Unset: `cat` and `dog`, where the model has them; set, every name must be one
+    /// of the model's classes.
+    #[serde(default)]
+    pub pet_labels: Option<String>,
+    /// Pets whose box is smaller than this on its short side, in the photo's pixels, are answered
+    /// as objects and join no pet: a crop that small is mostly the image tower's upscaling.
+    #[serde(default = "defaults::pet_min_size")]
+    pub pet_min_size: u32,
+    /// `album.pets`: the cosine distance between two crops' image embeddings within which they are
+    /// one pet (DBSCAN's eps, one crop a core), and the reach of a known pet's exemplars.
+    #[serde(default = "defaults::pet_max_distance")]
+    pub pet_max_distance: f32,
 }
 
 mod defaults {
@@ -41,6 +61,12 @@ mod defaults {
     }
     pub fn object_provider() -> Placement {
         Placement::Auto
+    }
+    pub fn pet_min_size() -> u32 {
+        64
+    }
+    pub fn pet_max_distance() -> f32 {
+        0.15
     }
 }
 
@@ -55,6 +81,20 @@ impl ObjectSettings {
                 self.max_objects
             )));
         }
+        if !(0.0..=2.0).contains(&self.pet_max_distance) {
+            return Err(ConfigError(format!(
+                "CLIPFN_PET_MAX_DISTANCE must be 0 to 2 (a cosine distance), got {}",
+                self.pet_max_distance
+            )));
+        }
         Ok(())
+    }
+
+    /// The pet classes' names: CLIPFN_PET_LABELS', else cat and dog; and whether they were named.
+    pub fn pet_labels(&self) -> (Vec<&str>, bool) {
+        match &self.pet_labels {
+            Some(named) => (named.split(',').map(str::trim).filter(|name| !name.is_empty()).collect(), true),
+            None => (vec!["cat", "dog"], false),
+        }
     }
 }

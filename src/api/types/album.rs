@@ -53,6 +53,11 @@ pub struct Album {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub unsure: Option<Vec<UnsureFace>>,
+    /// The pets (CLIPFN_PET_LABELS' objects) grouped by their crops' image embeddings, as faces
+    /// into people, largest first (when objects were found for the request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub pets: Option<Vec<PetItem>>,
 }
 
 /// A group of photos and its best shot (README, "The best shot and the cover").
@@ -103,6 +108,24 @@ pub struct EventItem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub centre: Option<LocationItem>,
+}
+
+/// One pet: objects as `[photo index, object index]`; the rest as a person's.
+#[derive(Serialize, ToSchema)]
+pub struct PetItem {
+    /// The known pet's id (`known_pets`) these objects are; absent for a new pet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub id: Option<String>,
+    #[schema(value_type = Vec<schema::ObjectRef>)]
+    pub objects: Vec<[usize; 2]>,
+    #[schema(value_type = schema::ObjectRef)]
+    pub representative: [usize; 2],
+    #[schema(value_type = Vec<schema::ObjectRef>)]
+    pub exemplars: Vec<[usize; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub maybe: Option<Maybe>,
 }
 
 /// One person: faces as `[photo index, face index]`.

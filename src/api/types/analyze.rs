@@ -41,6 +41,16 @@ pub struct AnalyzeRequest {
     #[serde(default)]
     #[schema(value_type = Option<Vec<KnownPerson>>)]
     pub known_people: Option<Vec<KnownPerson>>,
+    /// The pets the app already knows, each with exemplar embeddings of their crops from earlier
+    /// answers (`"pet_embeddings": true`): pets near one take its `id` in `album.pets`. Limits as
+    /// `known_people`'s.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<KnownPet>>)]
+    pub known_pets: Option<Vec<KnownPet>>,
+    /// `true` gives each pet its `embedding`: the image model's embedding of its crop (a photo
+    /// embedding of the crop, which `known_pets` takes back).
+    #[serde(default)]
+    pub pet_embeddings: Option<bool>,
     /// The recognizer id the `known_people` embeddings came with (every face answer carries one);
     /// another than this server's is refused, so that embeddings of two recognizers never meet.
     #[serde(default)]
@@ -57,6 +67,18 @@ pub struct KnownPerson {
     /// Their exemplar face embeddings, from earlier answers: the recognizer's dim, finite, not
     /// all zero.
     #[schema(min_items = 1, value_type = Vec<schema::FaceEmbedding>)]
+    pub embeddings: Vec<Vec<f32>>,
+}
+
+/// A pet the app already knows.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct KnownPet {
+    /// The app's own id for it, given back on its pet; an id given twice is one pet.
+    #[schema(min_length = 1, max_length = 256)]
+    pub id: String,
+    /// Its exemplar crop embeddings, from earlier answers' pets: the image model's dim, finite,
+    /// not all zero.
+    #[schema(min_items = 1, value_type = Vec<schema::StoredEmbedding>)]
     pub embeddings: Vec<Vec<f32>>,
 }
 
@@ -210,11 +232,17 @@ pub struct ObjectItem {
     #[serde(rename = "box")]
     #[schema(min_items = 4, max_items = 4)]
     pub bbox: [f32; 4],
+    /// A pet's, with `"pet_embeddings": true`: the image model's embedding of its crop, of unit
+    /// length (a photo embedding of the crop; the pet's identity, as far as the image model tells).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub embedding: Option<Vec<f32>>,
 }
 
-impl From<crate::pipeline::Object> for ObjectItem {
-    fn from(crate::pipeline::Object { label, score, bbox, .. }: crate::pipeline::Object) -> Self {
-        ObjectItem { label, score, bbox }
+impl ObjectItem {
+    pub fn new(object: crate::pipeline::Object, with_embedding: bool) -> Self {
+        let crate::pipeline::Object { label, score, bbox, embedding, .. } = object;
+        ObjectItem { label, score, bbox, embedding: embedding.filter(|_| with_embedding) }
     }
 }
 

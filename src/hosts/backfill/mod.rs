@@ -157,6 +157,7 @@ async fn embed(
                 ocr_min_score: None,
                 ocr_box_min_score: None,
                 objects: pipeline.objects().is_some(),
+                pets: false,
             },
         )?
         .map(row)

@@ -59,6 +59,13 @@ pub struct ObjectInfo {
     pub min_score: f32,
     /// The most objects a photo answers (CLIPFN_MAX_OBJECTS).
     pub max_objects: usize,
+    /// The classes that are pets (CLIPFN_PET_LABELS), by index.
+    #[serde(skip)]
+    pub pets: Vec<usize>,
+    /// Their names.
+    pub pet_labels: Vec<String>,
+    /// A pet's box's short side at least, in the photo's pixels (CLIPFN_PET_MIN_SIZE).
+    pub pet_min_size: u32,
     pub batch_size: usize,
 }
 
@@ -116,6 +123,21 @@ impl ObjectDetector {
                 format!("{labels_from} names {} classes, the model has {classes}", labels.len()),
             ));
         }
+        let (named, explicit) = objects.pet_labels();
+        let mut pets = Vec::new();
+        for name in named {
+            match labels.iter().position(|label| label == name) {
+                Some(class) => pets.push(class),
+                None if explicit => {
+                    return Err(refuse(
+                        &file,
+                        format!("CLIPFN_PET_LABELS names '{name}', which is none of its classes"),
+                    ));
+                }
+                None => {}
+            }
+        }
+        let pet_labels = pets.iter().map(|&class| labels[class].clone()).collect();
         let max_batch = read.batch.unwrap_or(batch_size);
         let buckets = Buckets::powers_of_two(max_batch, settings.pads(runtime.device()));
         let side = i64::from(read.layout.side());
@@ -137,6 +159,9 @@ impl ObjectDetector {
                 provider: runtime.device(),
                 min_score: objects.object_min_score,
                 max_objects: objects.max_objects,
+                pets,
+                pet_labels,
+                pet_min_size: objects.pet_min_size,
                 batch_size: max_batch,
             },
         };
@@ -200,7 +225,7 @@ impl ObjectDetector {
     fn filler(&self) -> ObjectView {
         let side = self.info.layout.side();
         let placed = Placed { scale: [1.0; 2], offset: [0.0; 2], full_size: (side, side) };
-        ObjectView { pixels: vec![114.0; (side * side * 3) as usize], placed }
+        ObjectView { pixels: vec![114.0; (side * side * 3) as usize], placed, photo: None }
     }
 }
 
