@@ -19,7 +19,8 @@
 //!   real SCRFD-2.5G and dlib recognizer at detector sizes 640, 480 and 320 (also on the real face
 //!   photos) and, when setup wrote CLIPFN_BENCH_FACE_MODEL (`tools/setup.sh --bench`), with
 //!   SCRFD-10G + IResNet-50 (the buffalo_l architectures, random weights): the detector's and the
-//!   recognizer's share of a photo.
+//!   recognizer's share of a photo;
+//! - `/v1/analyze`'s CPU with objects against without, with Human's CenterNet (real weights).
 //!
 //! The alone runs take turns with the server's phases (`measure`), so that the machine's drift in
 //! speed falls on both sides of each ratio.
@@ -30,7 +31,8 @@
 //! Knobs: CLIPFN_BENCH_SECONDS (20 of server phases per row), CLIPFN_BENCH_CLIENTS (4),
 //! CLIPFN_BENCH_PHOTOS_PER_REQUEST (40), CLIPFN_BENCH_BATCH (8, the CPU default),
 //! CLIPFN_BENCH_SERVER_ENV (more server settings, `NAME=value,NAME=value`), CLIPFN_BENCH_ONLY_FACES
-//! (1: only the face architectures' and real models' rows).
+//! (1: only the face architectures' and real models' rows), CLIPFN_BENCH_ONLY_OBJECTS (1: only the
+//! objects' rows).
 //! Writes `per_core.md` to CLIPFN_BENCH_OUT (default target/bench-report).
 
 #[path = "support/coarse_scale.rs"]
@@ -171,6 +173,7 @@ enum Endpoint {
     Embed,
     Analyze,
     AnalyzeFaces,
+    AnalyzeObjects,
 }
 
 /// One request of `per_request` photos from `keys`, starting at `offset`; all must embed. Returns
@@ -184,15 +187,17 @@ fn request(
     let images: Vec<&str> = (0..per_request).map(|i| keys[(offset + i) % keys.len()].as_str()).collect();
     let (path, body) = match endpoint {
         Endpoint::Embed => ("/v1/embed", json!({ "images": images })),
-        Endpoint::Analyze | Endpoint::AnalyzeFaces => {
-            ("/v1/analyze", json!({ "images": images, "faces": endpoint == Endpoint::AnalyzeFaces }))
+        Endpoint::Analyze | Endpoint::AnalyzeFaces | Endpoint::AnalyzeObjects => {
+            let (faces, objects) = (endpoint == Endpoint::AnalyzeFaces, endpoint == Endpoint::AnalyzeObjects);
+            ("/v1/analyze", json!({ "images": images, "faces": faces, "objects": objects }))
         }
     };
     let (status, body) = server.post_json(path, &body);
     assert_eq!(status, 200, "{body}");
     let items = body["data"].as_array().unwrap();
     assert!(items.iter().all(|item| item["embedding"].is_array()), "{body}");
-    (per_request, items.iter().filter_map(|item| item["faces"].as_array()).map(Vec::len).sum())
+    let found = |field: &str| items.iter().filter_map(|item| item[field].as_array()).map(Vec::len).sum::<usize>();
+    (per_request, found("faces") + found("objects"))
 }
 
 #[derive(Default)]
@@ -215,11 +220,16 @@ impl ServerRun {
 /// The seconds in the face stages (the detector and the recognizer on the worker, the chips on the
 /// decode threads) since `before`, their totals when it was taken (`[0.0; 3]`: so far).
 fn face_stages(server: &Server, before: [f64; 3]) -> [f64; 3] {
+    stage_seconds(server, ["face_detection", "face_chips", "face_recognition"], before)
+}
+
+/// The seconds in each of `stages` since `before` (`clipfn_stage_duration_seconds`).
+fn stage_seconds<const N: usize>(server: &Server, stages: [&str; N], before: [f64; N]) -> [f64; N] {
     let metrics = common::scrape(server);
-    let mut stages = ["face_detection", "face_chips", "face_recognition"]
-        .map(|stage| common::series(&metrics, "clipfn_stage_duration_seconds_sum", &[("stage", stage)]));
-    stages.iter_mut().zip(before).for_each(|(stage, before)| *stage -= before);
-    stages
+    let mut seconds =
+        stages.map(|stage| common::series(&metrics, "clipfn_stage_duration_seconds_sum", &[("stage", stage)]));
+    seconds.iter_mut().zip(before).for_each(|(stage, before)| *stage -= before);
+    seconds
 }
 
 /// A row of the faces table: `/v1/analyze` without faces and with, the face stages' seconds over the
@@ -255,11 +265,22 @@ fn face_row(
 const FACE_ARCH_PER_REQUEST: usize = 4;
 
 fn face_cost(server: &Server, keys: &[String], clients: usize, seconds: f64) -> (ServerRun, ServerRun, [f64; 3]) {
-    let per_request = FACE_ARCH_PER_REQUEST;
-    let (plain, faces) = ((keys, Endpoint::Analyze), (keys, Endpoint::AnalyzeFaces));
+    let before = face_stages(server, [0.0; 3]);
+    let (without, with) = cost(server, (keys, Endpoint::AnalyzeFaces), (clients, FACE_ARCH_PER_REQUEST), seconds);
+    (without, with, face_stages(server, before))
+}
+
+/// `/v1/analyze` without and with what `with` asks, in turns on one server (each kind's first
+/// request before, as it pays for lazy set-up).
+fn cost(
+    server: &Server,
+    (keys, with_endpoint): (&[String], Endpoint),
+    (clients, per_request): (usize, usize),
+    seconds: f64,
+) -> (ServerRun, ServerRun) {
+    let (plain, faces) = ((keys, Endpoint::Analyze), (keys, with_endpoint));
     request(server, plain, 0, per_request);
     request(server, faces, 0, per_request);
-    let before = face_stages(server, [0.0; 3]);
     let phase = seconds / (2 * ROUNDS) as f64;
     let (mut without, mut with) = (ServerRun::default(), ServerRun::default());
     for _ in 0..ROUNDS {
@@ -268,7 +289,35 @@ fn face_cost(server: &Server, keys: &[String], clients: usize, seconds: f64) -> 
         with.add(server_phase(server, faces, clients, per_request, phase));
         without.add(server_phase(server, plain, clients, per_request, phase));
     }
-    (without, with, face_stages(server, before))
+    (without, with)
+}
+
+/// A row of the objects table: `/v1/analyze` without objects and with (Human's CenterNet, the real
+/// weights), in turns on one server: CPU per photo both ways, the detector's worker time per photo.
+fn objects_row(
+    label: &str,
+    bucket: &Path,
+    keys: &[String],
+    (clients, per_request, batch): (usize, usize, usize),
+    seconds: f64,
+) -> String {
+    let server = server_env(ServerConfig::local(bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
+        .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS"))
+        .env("CLIPFN_MAX_IMAGES", &per_request.to_string())
+        .start();
+    let [before] = stage_seconds(&server, ["object_detection"], [0.0]);
+    let (without, with) = cost(&server, (keys, Endpoint::AnalyzeObjects), (clients, per_request), seconds);
+    let [detector] = stage_seconds(&server, ["object_detection"], [before]);
+    let (plain, objects) = (without.work.per_cpu_second(), with.work.per_cpu_second());
+    let per_photo = with.faces / with.work.photos;
+    eprintln!("objects, {label}: {plain:.0} -> {objects:.1} photos/CPU-s, {per_photo:.2} objects a photo");
+    format!(
+        "| {label} | {:.1} | {:.1} | {:.2} | {:.1} | {per_photo:.2} |\n",
+        1000.0 / plain,
+        1000.0 / objects,
+        plain / objects,
+        detector * 1000.0 / with.work.photos,
+    )
 }
 
 /// Both sides of the comparison for one photo set and store, summed over their phases.
@@ -408,6 +457,14 @@ fn main() {
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let only_faces = env_or("CLIPFN_BENCH_ONLY_FACES", 0) == 1;
+    let only_objects = env_or("CLIPFN_BENCH_ONLY_OBJECTS", 0) == 1;
+    let mut objects_md = String::from(
+        "\n## `/v1/analyze` with objects\n\nThe same closed loop with `\"objects\": true` and `false` in turns on one \
+         server with Human's CenterNet (the real weights, tools/setup-objects.sh; docs/objects.md), file store: CPU \
+         per photo (utime + stime) both ways, and the worker's wall time on the detector per photo.\n\n\
+         | photos | CPU ms per photo | with objects | with / without | detector ms/photo | objects/photo |\n\
+         |---|---|---|---|---|---|\n",
+    );
     let local = |bucket: &Path, faces: &str| {
         server_env(ServerConfig::local(bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
             .env("CLIPFN_FACE_MODEL", faces)
@@ -416,6 +473,12 @@ fn main() {
     let sets: &[(&str, &[PathBuf])] = &[("camera", &camera), ("seed-size", &seed), ("face photos", &face_photos)];
     for &(label, photos) in sets {
         let (data, bucket, keys) = photo_bucket(photos);
+        if !only_faces && label != "face photos" {
+            objects_md.push_str(&objects_row(label, &bucket, &keys, (clients, per_request, batch), seconds));
+        }
+        if only_objects {
+            continue;
+        }
         for (models, folder, det_size) in real_face_models() {
             let mut config = local(&bucket, &folder).env("CLIPFN_MAX_IMAGES", &FACE_ARCH_PER_REQUEST.to_string());
             if let Some(side) = det_size {
@@ -475,13 +538,23 @@ fn main() {
             faces_md.push_str(&face_row(&row, &m.analyze, &m.faces, m.face_stages, &server));
         }
     }
-    if only_faces {
-        md = format!("# Per-core capacity: faces only (CLIPFN_BENCH_ONLY_FACES)\n\nMachine: {cpus} CPUs.\n");
+    if only_faces || only_objects {
+        let only = if only_faces {
+            "faces only (CLIPFN_BENCH_ONLY_FACES)"
+        } else {
+            "objects only (CLIPFN_BENCH_ONLY_OBJECTS)"
+        };
+        md = format!("# Per-core capacity: {only}\n\nMachine: {cpus} CPUs.\n");
     } else {
         md.push_str(&analyze_md);
     }
-    md.push_str(&faces_md);
+    if !only_objects {
+        md.push_str(&faces_md);
+    }
     if !only_faces {
+        md.push_str(&objects_md);
+    }
+    if !only_faces && !only_objects {
         coarse_scale::write(&mut md, &coarse_scale::measure(&camera, &mut model)).unwrap();
     }
     std::fs::write(out.join("per_core.md"), &md).unwrap();

@@ -19,6 +19,11 @@
 # within 2 px, scores within 0.02): the CUDA side with CLIPFN_OCR_PROVIDER=auto, since OCR runs on
 # the CPU by default (docs/bench/gpu.md), as Immich ML keeps its OCR on the CPU under CUDA (immich#23951).
 #
+# With OBJECT_MODEL (an object model folder, e.g. .cache/models/objects-centernet) it replays the
+# photos of OBJECT_PHOTOS (default PHOTOS) through /v1/analyze with objects on CPU and on CUDA, and
+# fails unless every photo has the same objects both ways (labels in order, boxes within 2 px or 2%
+# of their size, scores within 0.02).
+#
 # It replays one request of up to 64 photos through `clipfn replay` four ways (CPU, CUDA with host
 # normalisation, CUDA with in-model normalisation, and CUDA at batch 64 twice for timing) and
 # fails unless CUDA was used, every photo embedded, and CUDA's embeddings match CPU's (cosine
@@ -96,6 +101,21 @@ for folder in $face_models; do  # none: no faces to check
   python3 tools/gpu_compare.py faces "$work"
 done
 [[ -z "$face_models" ]] || echo "gpu-check: CUDA faces match CPU"
+
+if [[ -n "${OBJECT_MODEL:-}" ]]; then
+  object_photos=${OBJECT_PHOTOS:-$photos}
+  analyze_event "$object_photos" objects objects
+  objects() {  # objects NAME PROVIDER DYLIB
+    env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$object_photos")" \
+      CLIPFN_OBJECT_MODEL="$(realpath "$OBJECT_MODEL")" CLIPFN_PROVIDER="$2" CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
+      "$bin" replay "$work/objects.json" >"$work/$1.jsonl"
+  }
+  echo "gpu-check: objects of $OBJECT_MODEL"
+  objects objects-cpu cpu "$ORT_CPU_DYLIB"
+  objects objects-cuda cuda "$ORT_GPU_DYLIB"
+  python3 tools/gpu_compare.py objects "$work"
+  echo "gpu-check: CUDA objects match CPU"
+fi
 
 [[ -n "${OCR_MODEL:-}" ]] || exit 0
 ocr_photos=${OCR_PHOTOS:-$photos}

@@ -20,6 +20,7 @@
 #              check-vit   60 s  the same with the ViT-B/32-architecture model
 #              check-faces 60 s  faces on CUDA against CPU (generated SCRFD; SCRFD-2.5G + dlib)
 #              check-ocr   90 s  PP-OCRv4 on CUDA (CLIPFN_OCR_PROVIDER=auto) against CPU
+#              check-objects 45 s  Human's CenterNet on CUDA against CPU (the face photos)
 #              bench       what is left (>= 170 s): tools/gpu-bench.sh, 8 rows of ~21 s
 #            GPU_RUN_PHASES (names, default all) runs some. The whole run keeps to GPU_RUN_BUDGET_S
 #            (300; ~240 s expected): the phases before the bench stop short of the last
@@ -161,6 +162,8 @@ run() {
     FACE_PHOTOS="$CLIPFN_TEST_FACE_PHOTOS" FACE_MODELS="$CLIPFN_TEST_FACES_SCRFD $CLIPFN_TEST_FACES_REAL" tools/gpu-check.sh
   phase check-ocr 90 env CHECK_EMBEDDINGS=0 CLIPFN_MODEL="$CLIPFN_TEST_MODEL" PHOTOS="$CLIPFN_PHOTOS_DIR/wallpapers" \
     OCR_PHOTOS="$CLIPFN_TEST_OCR_PHOTOS" OCR_MODEL="$CLIPFN_TEST_OCR" tools/gpu-check.sh
+  phase check-objects 45 env CHECK_EMBEDDINGS=0 CLIPFN_MODEL="$CLIPFN_TEST_MODEL" PHOTOS="$CLIPFN_PHOTOS_DIR/wallpapers" \
+    OBJECT_PHOTOS="$CLIPFN_TEST_FACE_PHOTOS" OBJECT_MODEL="$root/models/objects-centernet" tools/gpu-check.sh
   # The bench gets what is left, less 10 s for stopping its last server and writing the report.
   GPU_BENCH_BUDGET_S=$((deadline - $(date +%s) - 10)) phase bench 600 tools/gpu-bench.sh
   [[ -f $out/gpu-bench.md ]] && cat "$out/gpu-bench.md"

@@ -90,6 +90,7 @@ dav1d=$(syslib libdav1d.so.6)
   printf 'need\t%s\t%s\n' bin/clipfn "$gpu/clipfn" lib/libde265.so.0 "$de265" lib/libdav1d.so.6 "$dav1d" \
     models/clip-test.onnx "$CLIPFN_TEST_MODEL" models/faces-scrfd-test "$CLIPFN_TEST_FACES_SCRFD" \
     models/faces-real "$CLIPFN_TEST_FACES_REAL" models/ocr-ppocrv4 "$CLIPFN_TEST_OCR" \
+    models/objects-centernet "$CLIPFN_TEST_OBJECTS" \
     models/vit-b32-random.onnx.sha256 "$gpu/vit/vit-b32-random.onnx.sha256"
   printf 'photo\t%s\t%s\n' photos/faces "$CLIPFN_TEST_FACE_PHOTOS" photos/ocr "$CLIPFN_TEST_OCR_PHOTOS" \
     photos/wallpapers "$CLIPFN_PHOTOS_DIR/wallpapers"

@@ -7,6 +7,8 @@ into WORK (WORK/NAME.jsonl, one `clipfn replay` line a request):
                                    of their size, embeddings at cosine >= 0.99
   gpu_compare.py ocr WORK          ocr-cpu, ocr-cuda: the same lines, corners within 2 px, scores
                                    within 0.02
+  gpu_compare.py objects WORK      objects-cpu, objects-cuda: the same objects (labels, in order),
+                                   boxes within 2 px or 2% of their size, scores within 0.02
 
 Prints what it compared and exits 1 on a mismatch.
 """
@@ -85,6 +87,25 @@ def ocr(work):
     return not bad
 
 
+def objects(work):
+    bad, total, worst = [], 0, 0.0
+    for cpu, cuda in zip(items(work, "objects-cpu"), items(work, "objects-cuda")):
+        a, b = cpu.get("objects"), cuda.get("objects")
+        if a is None or b is None or [o["label"] for o in a] != [o["label"] for o in b]:
+            bad.append((cpu["image"], a and [o["label"] for o in a], b and [o["label"] for o in b]))
+            continue
+        for oa, ob in zip(a, b):
+            total += 1
+            size = max(oa["box"][2] - oa["box"][0], oa["box"][3] - oa["box"][1])
+            off = max(abs(x - y) for x, y in zip(oa["box"], ob["box"]))
+            gap = abs(oa["score"] - ob["score"])
+            worst = max(worst, gap)
+            if off > max(2, 0.02 * size) or gap > 0.02:
+                bad.append((cpu["image"], oa["label"], off, gap))
+    print(f"objects: {total} on CPU and CUDA alike, scores within {worst:.4f}, mismatches {bad}")
+    return total > 0 and not bad
+
+
 if __name__ == "__main__":
-    check = {"embeddings": embeddings, "faces": faces, "ocr": ocr}[sys.argv[1]]
+    check = {"embeddings": embeddings, "faces": faces, "ocr": ocr, "objects": objects}[sys.argv[1]]
     sys.exit(0 if check(sys.argv[2]) else 1)
