@@ -292,17 +292,23 @@ fn cost(
     (without, with)
 }
 
-/// A row of the objects table: `/v1/analyze` without objects and with (Human's CenterNet, the real
-/// weights), in turns on one server: CPU per photo both ways, the detector's worker time per photo.
+/// The object models of the objects table: Human's CenterNet (the real weights: a CPU-only
+/// deployment's cost) and the generated YOLO-format model (inference nearly free, as the test image
+/// model's: the host's share where the detector runs on a GPU).
+const OBJECT_MODELS: [(&str, &str); 2] =
+    [("CenterNet (real)", "CLIPFN_TEST_OBJECTS"), ("YOLO format, generated", "CLIPFN_TEST_OBJECTS_YOLO")];
+
+/// A row of the objects table: `/v1/analyze` without objects and with (the model `variable` names),
+/// in turns on one server: CPU per photo both ways, the detector's worker time per photo.
 fn objects_row(
-    label: &str,
+    (label, model, variable): (&str, &str, &str),
     bucket: &Path,
     keys: &[String],
     (clients, per_request, batch): (usize, usize, usize),
     seconds: f64,
 ) -> String {
     let server = server_env(ServerConfig::local(bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
-        .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS"))
+        .env("CLIPFN_OBJECT_MODEL", &setup_var(variable))
         .env("CLIPFN_MAX_IMAGES", &per_request.to_string())
         .start();
     let [before] = stage_seconds(&server, ["object_detection"], [0.0]);
@@ -310,9 +316,9 @@ fn objects_row(
     let [detector] = stage_seconds(&server, ["object_detection"], [before]);
     let (plain, objects) = (without.work.per_cpu_second(), with.work.per_cpu_second());
     let per_photo = with.faces / with.work.photos;
-    eprintln!("objects, {label}: {plain:.0} -> {objects:.1} photos/CPU-s, {per_photo:.2} objects a photo");
+    eprintln!("objects, {label}, {model}: {plain:.0} -> {objects:.1} photos/CPU-s, {per_photo:.2} objects a photo");
     format!(
-        "| {label} | {:.1} | {:.1} | {:.2} | {:.1} | {per_photo:.2} |\n",
+        "| {label} | {model} | {:.1} | {:.1} | {:.2} | {:.1} | {per_photo:.2} |\n",
         1000.0 / plain,
         1000.0 / objects,
         plain / objects,
@@ -460,10 +466,12 @@ fn main() {
     let only_objects = env_or("CLIPFN_BENCH_ONLY_OBJECTS", 0) == 1;
     let mut objects_md = String::from(
         "\n## `/v1/analyze` with objects\n\nThe same closed loop with `\"objects\": true` and `false` in turns on one \
-         server with Human's CenterNet (the real weights, tools/setup-objects.sh; docs/objects.md), file store: CPU \
-         per photo (utime + stime) both ways, and the worker's wall time on the detector per photo.\n\n\
-         | photos | CPU ms per photo | with objects | with / without | detector ms/photo | objects/photo |\n\
-         |---|---|---|---|---|---|\n",
+         server, file store, with Human's CenterNet (the real weights, tools/setup-objects.sh; docs/objects.md) and \
+         with the generated YOLO-format model (tools/models/objects.py: inference nearly free, what the host pays \
+         where the detector runs on a GPU): CPU per photo (utime + stime) both ways, and the worker's wall time on \
+         the detector per photo.\n\n\
+         | photos | object model | CPU ms per photo | with objects | with / without | detector ms/photo | objects/photo |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     let local = |bucket: &Path, faces: &str| {
         server_env(ServerConfig::local(bucket).env("CLIPFN_BATCH_SIZE", &batch.to_string()))
@@ -474,7 +482,10 @@ fn main() {
     for &(label, photos) in sets {
         let (data, bucket, keys) = photo_bucket(photos);
         if !only_faces && label != "face photos" {
-            objects_md.push_str(&objects_row(label, &bucket, &keys, (clients, per_request, batch), seconds));
+            for (model, variable) in OBJECT_MODELS {
+                let row = objects_row((label, model, variable), &bucket, &keys, (clients, per_request, batch), seconds);
+                objects_md.push_str(&row);
+            }
         }
         if only_objects {
             continue;

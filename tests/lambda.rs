@@ -150,6 +150,16 @@ fn ocr_comes_through_replay() {
     assert!(body["data"][1].get("ocr").is_none() && body["data"][1]["error"].is_object(), "{body}");
 }
 
+/// `/v1/analyze` with objects through the Lambda path: each photo's objects (and the album's pets),
+/// none for the missing one.
+#[test]
+fn objects_come_through_replay() {
+    let body = analyze_by_replay(("CLIPFN_OBJECT_MODEL", "CLIPFN_TEST_OBJECTS"));
+    assert!(body["data"][0]["objects"].is_array() && body["data"][2]["objects"].is_array(), "{body}");
+    assert!(body["data"][1].get("objects").is_none() && body["data"][1]["error"].is_object(), "{body}");
+    assert!(body["album"]["pets"].is_array(), "{body}");
+}
+
 // ---- /v1/analyze's album through the Lambda path, against plain HTTP -------------------------
 
 /// `body` as an HTTP API (v2) event for POST /v1/analyze: the sample analyze event with its body
