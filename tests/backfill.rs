@@ -77,19 +77,7 @@ fn finish(task: &mut Proc, log: &Path) -> Value {
 
 /// Every row under `dir`, read by tools/read_backfill.py (pyarrow and DuckDB).
 fn read_back(dir: &Path) -> Value {
-    read_back_with(dir, &[])
-}
-
-/// As `read_back`, with docs/deploy.md's query variables `NAME=VALUE` replaced.
-fn read_back_with(dir: &Path, settings: &[&str]) -> Value {
-    let output = Command::new(setup_var("CLIPFN_PYTHON"))
-        .arg(common::repo().join("tools/read_backfill.py"))
-        .arg(dir)
-        .args(settings)
-        .output()
-        .expect("running tools/read_backfill.py");
-    assert!(output.status.success(), "read_backfill.py: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
+    common::read_backfill(dir, &[])
 }
 
 fn own_files(dir: &Path, task: Task) -> usize {
@@ -376,7 +364,7 @@ fn the_librarys_events_and_bursts_by_docs_queries_are_the_albums() {
     names.sort();
     assert_eq!(done["embedded"].as_u64(), Some(names.len() as u64), "{done}");
     // The test model is not CLIP: its burst frames agree at about 0.6 (tests/analyze.rs).
-    let read = read_back_with(out.path(), &["similarity=0.5"]);
+    let read = common::read_backfill(out.path(), &["similarity=0.5"]);
     let row = read["rows"].as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().ends_with("day2-0.jpg"));
     let row = row.unwrap();
     assert_eq!(

@@ -205,30 +205,12 @@ fn backfill_writes_the_objects_and_the_docs_query_finds_photos_by_a_label() {
     let photos = photos_in(&folder, |name| name != "objects-noise.png");
     let store = store_named(&photos);
     let out = tempfile::tempdir().unwrap();
-    let manifest = out.path().join("manifest.txt");
     let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
-    std::fs::write(&manifest, keys.join("\n")).unwrap();
-    let parquet = out.path().join("rows");
     let model = setup_var("CLIPFN_TEST_OBJECTS_YOLO");
-    let mut command = common::with_settings(std::process::Command::new(env!("CARGO_BIN_EXE_clipfn")), store.path());
-    let status = command
-        .args(["backfill", "--manifest", manifest.to_str().unwrap(), "--out", parquet.to_str().unwrap()])
-        .env("CLIPFN_OBJECT_MODEL", &model)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let parquet = common::backfill_local(store.path(), &keys, ("CLIPFN_OBJECT_MODEL", &model), out.path());
     let server = ServerConfig::local(store.path()).env("CLIPFN_OBJECT_MODEL", &model).start();
     let answered = analyze(&server, &photos);
-    let read = |label: &str| {
-        let output = std::process::Command::new(setup_var("CLIPFN_PYTHON"))
-            .arg(common::repo().join("tools/read_backfill.py"))
-            .arg(&parquet)
-            .arg(format!("label='{label}'"))
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        serde_json::from_slice::<Value>(&output.stdout).unwrap()
-    };
+    let read = |label: &str| common::read_backfill(&parquet, &[&format!("label='{label}'")]);
     let read_back = read("red");
     let rows = read_back["rows"].as_array().unwrap();
     assert_eq!(rows.len(), keys.len(), "a row per photo: {read_back}");

@@ -294,29 +294,12 @@ fn backfill_writes_the_lines_and_the_docs_query_finds_photos_by_a_word() {
         photos().into_iter().filter(|p| ["sign.jpg", "colours.png", "notext.jpg"].contains(&file_name(p))).collect();
     let store = store_named(&photos);
     let out = tempfile::tempdir().unwrap();
-    let manifest = out.path().join("manifest.txt");
     let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
-    std::fs::write(&manifest, keys.join("\n")).unwrap();
-    let parquet = out.path().join("rows");
-    let mut command = common::with_settings(std::process::Command::new(env!("CARGO_BIN_EXE_clipfn")), store.path());
-    let status = command
-        .args(["backfill", "--manifest", manifest.to_str().unwrap(), "--out", parquet.to_str().unwrap()])
-        .env("CLIPFN_OCR_MODEL", setup_var("CLIPFN_TEST_OCR"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let server = serve(store.path(), &setup_var("CLIPFN_TEST_OCR"));
+    let model = setup_var("CLIPFN_TEST_OCR");
+    let parquet = common::backfill_local(store.path(), &keys, ("CLIPFN_OCR_MODEL", &model), out.path());
+    let server = serve(store.path(), &model);
     let body = analyze(&server, &photos);
-    let read = |word: &str| {
-        let output = std::process::Command::new(setup_var("CLIPFN_PYTHON"))
-            .arg(repo().join("tools/read_backfill.py"))
-            .arg(&parquet)
-            .arg(format!("word='{word}'"))
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        serde_json::from_slice::<Value>(&output.stdout).unwrap()
-    };
+    let read = |word: &str| common::read_backfill(&parquet, &[&format!("word='{word}'")]);
     let read_back = read("BREAD");
     let rows = read_back["rows"].as_array().unwrap();
     assert_eq!(rows.len(), keys.len(), "a row per photo: {read_back}");

@@ -62,8 +62,9 @@ fn a_ready_server_adds_its_dim_and_label_sets() {
     // No OCR models: `"ocr": true` is refused, as a rule of its own.
     let rules = schemas["AnalyzeRequest"]["allOf"].as_array_mut().unwrap();
     rules.push(json!({"anyOf": [{"type": "object", "properties": {"ocr": {"enum": [false, null]}}}]}));
-    // No object model: `"objects": true` is refused, the same way.
-    rules.push(json!({"anyOf": [{"type": "object", "properties": {"objects": {"enum": [false, null]}}}]}));
+    // No object model: `"objects": true` and `known_pets` are refused, the same way.
+    let no_objects = json!({"objects": {"enum": [false, null]}, "known_pets": {"enum": [null]}});
+    rules.push(json!({"anyOf": [{"type": "object", "properties": no_objects}]}));
     // No heads: stored embeddings need labels or a label set, as a rule of its own.
     rules.push(json!({"anyOf": [
         {"type": "object", "properties": {"embeddings": {"enum": [null]}}},

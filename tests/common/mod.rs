@@ -272,6 +272,34 @@ pub fn failed_start(envs: &[(&str, &str)]) -> String {
 
 /// `command` with nothing but the settings clipfn needs to serve the local store at `store` (the
 /// test model, batches of 4, warnings only): how the Lambda and replay tests run the binary.
+/// `clipfn backfill` of `keys` from `store`, with `env` set, into a folder under `out`: that folder.
+pub fn backfill_local(store: &Path, keys: &[&str], env: (&str, &str), out: &Path) -> PathBuf {
+    let manifest = out.join("manifest.txt");
+    std::fs::write(&manifest, keys.join("\n")).unwrap();
+    let parquet = out.join("rows");
+    let mut command = with_settings(Command::new(env!("CARGO_BIN_EXE_clipfn")), store);
+    let status = command
+        .args(["backfill", "--manifest", manifest.to_str().unwrap(), "--out", parquet.to_str().unwrap()])
+        .env(env.0, env.1)
+        .status()
+        .unwrap();
+    assert!(status.success(), "clipfn backfill with {}", env.0);
+    parquet
+}
+
+/// Every row under `dir`, read by tools/read_backfill.py (pyarrow and DuckDB), with docs/deploy.md's
+/// query variables `NAME=VALUE` replaced.
+pub fn read_backfill(dir: &Path, settings: &[&str]) -> Value {
+    let output = Command::new(setup_var("CLIPFN_PYTHON"))
+        .arg(repo().join("tools/read_backfill.py"))
+        .arg(dir)
+        .args(settings)
+        .output()
+        .expect("running tools/read_backfill.py");
+    assert!(output.status.success(), "read_backfill.py: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 pub fn with_settings(mut command: Command, store: &Path) -> Command {
     command
         .env_clear()
