@@ -3,7 +3,7 @@
 //! faces, the text and the objects), and the request's album (`album`). Stored embeddings in place of photos get the labels
 //! and the scores.
 
-use std::time::Instant;
+use std::{borrow::Cow, time::Instant};
 
 use axum::{extract::State, response::Response};
 
@@ -11,7 +11,7 @@ use super::{
     AppState,
     album::{AlbumInput, album_stage},
     error::ApiError,
-    labels,
+    labels::{self, Scored},
     people::{AlbumFaces, KnownPeople, known_people, same_recognizer},
     pets::{AlbumPets, known_pets},
     photos::{photo_error, with_server_timing},
@@ -20,13 +20,16 @@ use super::{
     schema::{CannotClassify, NotFound, Refusals},
     subjects::Subjects,
     types::{
-        AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, LocationItem, ObjectItem, OcrItem, Quality, TimingsMs,
-        millis,
+        AnalyzeItem, AnalyzeRequest, AnalyzeResponse, FaceItem, KnownPerson, KnownPet, LocationItem, ObjectItem,
+        OcrItem, Quality, TimingsMs, millis,
     },
 };
 use crate::{
     decode::TakenAt,
-    pipeline::{SquareFor, Wants},
+    model::HeadsInfo,
+    pipeline::{ItemError, Pipeline, Signals, SquareFor, Wants},
+    service::Service,
+    settings::Settings,
     text::TextError,
 };
 
@@ -76,43 +79,16 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         return Err(ApiError::Text(TextError::NotConfigured));
     }
     let stored = subjects.are_stored();
-    let face_models = service.pipeline.faces().is_some();
-    detector_asked(request.faces, face_models, stored, "faces", "face models (CLIPFN_FACE_MODEL)")?;
-    detector_asked(request.ocr, service.pipeline.ocr().is_some(), stored, "ocr", "OCR models (CLIPFN_OCR_MODEL)")?;
-    let objects = service.pipeline.objects().is_some();
-    detector_asked(request.objects, objects, stored, "objects", "an object model (CLIPFN_OBJECT_MODEL)")?;
+    let asked_of = DetectorsAsked {
+        faces: request.faces,
+        ocr: request.ocr,
+        objects: request.objects,
+        recognizer: request.recognizer,
+        known_people: request.known_people,
+        known_pets: request.known_pets,
+    };
+    let (known, known_pets) = checked(asked_of, (stored, asked.is_some()), service, &state.settings)?;
     let faces_info = service.pipeline.faces();
-    if let Some((_, recognizer)) = faces_info {
-        same_recognizer(request.recognizer.as_deref(), recognizer)?;
-    }
-    let known = match (request.known_people, faces_info) {
-        (None, _) => KnownPeople::none(),
-        (Some(_), _) if subjects.are_stored() || request.faces == Some(false) => {
-            return Err(ApiError::BadRequest("known_people need the photos' faces".into()));
-        }
-        (Some(_), None) => {
-            return Err(ApiError::BadRequest(
-                "known_people need face models (CLIPFN_FACE_MODEL), and this server has none".into(),
-            ));
-        }
-        (Some(given), Some((_, recognizer))) => known_people(given, recognizer, &state.settings.faces)?,
-    };
-    let known_pets = match request.known_pets {
-        None => KnownPeople::none(),
-        Some(_) if stored || request.objects == Some(false) || !objects => {
-            return Err(ApiError::BadRequest(
-                "known_pets need the photos' objects, and an object model (CLIPFN_OBJECT_MODEL)".into(),
-            ));
-        }
-        Some(given) => known_pets(given, service.pipeline.model().dim, &state.settings.faces)?,
-    };
-    if subjects.are_stored() && asked.is_none() && heads.is_none() {
-        return Err(ApiError::BadRequest(
-            "stored embeddings get labels and head scores only: name labels or a label_set (this server has no \
-             heads, CLIPFN_HEADS)"
-                .into(),
-        ));
-    }
     let deadline = deadline(&state.settings);
     // Labels before photos, as /v1/classify: a bad set answers before any fetch.
     let scored = match &asked {
@@ -129,21 +105,8 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
     // (the best shot reads the heads' scores only where there are heads).
     let embedding =
         if with_embedding || asked.is_some() || heads.is_some() { SquareFor::Every } else { SquareFor::Timed };
-    let wants = Wants {
-        embedding,
-        pixels: photos,
-        scores: heads.is_some(),
-        faces: photos && face_models && request.faces != Some(false),
-        face_min_score: None,
-        ocr: photos && service.pipeline.ocr().is_some() && request.ocr != Some(false),
-        ocr_min_score: None,
-        ocr_box_min_score: None,
-        objects: photos && objects && request.objects != Some(false),
-        pets: photos && objects && request.objects != Some(false),
-    };
-    let with_pet_embeddings = request.pet_embeddings == Some(true);
+    let wants = photo_wants(&service.pipeline, (photos, embedding), [request.faces, request.ocr, request.objects]);
     let (results, timings) = subjects.results(state, service, deadline, wants).await?;
-    let signals = &state.settings.signals;
     let with_location = request.location != Some(false);
     let recognizer = faces_info.filter(|_| wants.faces).map(|(_, recognizer)| recognizer);
     let (album, album_ms) = if photos {
@@ -157,68 +120,17 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         (None, None)
     };
     let counts = subjects.counts(&results);
+    let answering = Answering {
+        scored: scored.as_ref(),
+        with_embedding,
+        blur_threshold: state.settings.signals.blur_threshold,
+        heads,
+        recognizer: recognizer.map_or("", |r| r.id.as_str()),
+        with_location,
+        with_pet_embeddings: request.pet_embeddings == Some(true),
+    };
     let data = subjects.answers(results, |index, image, result| match result {
-        Ok(photo) => {
-            let (faces, faces_left_out, faces_error) = match photo.faces {
-                Some(Ok(found)) => {
-                    let left_out = Some(found.left_out).filter(|&n| n > 0);
-                    let recognizer = recognizer.map_or("", |r| r.id.as_str());
-                    (
-                        Some(found.faces.into_iter().map(|face| FaceItem::new(face, recognizer)).collect()),
-                        left_out,
-                        None,
-                    )
-                }
-                Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
-                None => (None, None, None),
-            };
-            let (ocr, ocr_left_out, ocr_error) = match photo.ocr {
-                Some(Ok(found)) => (
-                    Some(found.lines.into_iter().map(OcrItem::from).collect()),
-                    Some(found.left_out).filter(|&n| n > 0),
-                    None,
-                ),
-                Some(Err(e)) => (None, None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
-                None => (None, None, None),
-            };
-            let (objects, objects_error) = match photo.objects {
-                Some(Ok(found)) => {
-                    (Some(found.into_iter().map(|object| ObjectItem::new(object, with_pet_embeddings)).collect()), None)
-                }
-                Some(Err(e)) => (None, Some(photo_error(index, image.as_deref().unwrap_or_default(), &e))),
-                None => (None, None),
-            };
-            let metadata = photo.metadata.unwrap_or_default();
-            let (width, height) = photo.size.unzip();
-            AnalyzeItem {
-                index,
-                labels: scored.as_ref().zip(photo.embedding.as_deref()).map(|(scored, e)| scored.best(e)),
-                embedding: photo.embedding.filter(|_| with_embedding),
-                quality: photo.pixels.map(|pixels| Quality {
-                    sharpness: pixels.sharpness,
-                    blurry: pixels.sharpness < signals.blur_threshold,
-                }),
-                hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
-                taken_at: metadata.taken_at.as_ref().map(TakenAt::iso8601),
-                taken_at_offset: metadata.taken_at.as_ref().and_then(TakenAt::offset_source),
-                location: metadata.location.filter(|_| with_location).map(LocationItem::from),
-                width,
-                height,
-                scores: heads
-                    .zip(photo.scores)
-                    .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
-                faces,
-                faces_left_out,
-                faces_error,
-                ocr,
-                ocr_left_out,
-                ocr_error,
-                objects,
-                objects_error,
-                image,
-                error: None,
-            }
-        }
+        Ok(photo) => answering.item(index, image, photo),
         Err(error) => AnalyzeItem::failed(index, image, error),
     });
     let timings_ms = TimingsMs { album: album_ms.map(millis), ..TimingsMs::new(&timings, started.elapsed()) };
@@ -241,5 +153,155 @@ fn detector_asked(asked: Option<bool>, loaded: bool, stored: bool, what: &str, n
             Err(ApiError::BadRequest(format!("\"{what}\": true needs the photos, not stored embeddings")))
         }
         _ => Ok(()),
+    }
+}
+
+/// How a request's photos are answered: what it asked for, and what the server has.
+struct Answering<'a> {
+    scored: Option<&'a Scored<'a>>,
+    with_embedding: bool,
+    blur_threshold: f64,
+    heads: Option<&'a HeadsInfo>,
+    /// The recognizer's id, where faces were found.
+    recognizer: &'a str,
+    with_location: bool,
+    with_pet_embeddings: bool,
+}
+
+impl<'a> Answering<'a> {
+    /// One answered photo's item: its signals, and each detector's findings or its error.
+    fn item(&self, index: usize, image: Option<Cow<'a, str>>, photo: Signals) -> AnalyzeItem<'a> {
+        let failed = |e: &ItemError| photo_error(index, image.as_deref().unwrap_or_default(), e);
+        let left_out = |n: usize| Some(n).filter(|&n| n > 0);
+        let (faces, faces_left_out, faces_error) = match photo.faces {
+            Some(Ok(found)) => {
+                let faces = found.faces.into_iter().map(|face| FaceItem::new(face, self.recognizer)).collect();
+                (Some(faces), left_out(found.left_out), None)
+            }
+            Some(Err(e)) => (None, None, Some(failed(&e))),
+            None => (None, None, None),
+        };
+        let (ocr, ocr_left_out, ocr_error) = match photo.ocr {
+            Some(Ok(found)) => {
+                (Some(found.lines.into_iter().map(OcrItem::from).collect()), left_out(found.left_out), None)
+            }
+            Some(Err(e)) => (None, None, Some(failed(&e))),
+            None => (None, None, None),
+        };
+        let (objects, objects_error) = match photo.objects {
+            Some(Ok(found)) => (
+                Some(found.into_iter().map(|object| ObjectItem::new(object, self.with_pet_embeddings)).collect()),
+                None,
+            ),
+            Some(Err(e)) => (None, Some(failed(&e))),
+            None => (None, None),
+        };
+        let metadata = photo.metadata.unwrap_or_default();
+        let (width, height) = photo.size.unzip();
+        AnalyzeItem {
+            index,
+            labels: self.scored.zip(photo.embedding.as_deref()).map(|(scored, e)| scored.best(e)),
+            embedding: photo.embedding.filter(|_| self.with_embedding),
+            quality: photo
+                .pixels
+                .map(|pixels| Quality { sharpness: pixels.sharpness, blurry: pixels.sharpness < self.blur_threshold }),
+            hash: photo.pixels.map(|pixels| format!("{:016x}", pixels.hash)),
+            taken_at: metadata.taken_at.as_ref().map(TakenAt::iso8601),
+            taken_at_offset: metadata.taken_at.as_ref().and_then(TakenAt::offset_source),
+            location: metadata.location.filter(|_| self.with_location).map(LocationItem::from),
+            width,
+            height,
+            scores: self
+                .heads
+                .zip(photo.scores)
+                .map(|(heads, scores)| heads.names.iter().map(String::as_str).zip(scores).collect()),
+            faces,
+            faces_left_out,
+            faces_error,
+            ocr,
+            ocr_left_out,
+            ocr_error,
+            objects,
+            objects_error,
+            image,
+            error: None,
+        }
+    }
+}
+
+/// What a request asks of the detectors, and whom it knows.
+struct DetectorsAsked {
+    faces: Option<bool>,
+    ocr: Option<bool>,
+    objects: Option<bool>,
+    recognizer: Option<String>,
+    known_people: Option<Vec<KnownPerson>>,
+    known_pets: Option<Vec<KnownPet>>,
+}
+
+/// `asked` held to what the server has (`stored`: the request's subjects are stored embeddings,
+/// which have no pixels, and have only labels, where `labels` are asked, and the heads' scores to
+/// give): its known people and pets, checked.
+fn checked(
+    asked: DetectorsAsked,
+    (stored, labels): (bool, bool),
+    service: &Service,
+    settings: &Settings,
+) -> Result<(KnownPeople, KnownPeople), ApiError> {
+    let pipeline = &service.pipeline;
+    let objects = pipeline.objects().is_some();
+    detector_asked(asked.faces, pipeline.faces().is_some(), stored, "faces", "face models (CLIPFN_FACE_MODEL)")?;
+    detector_asked(asked.ocr, pipeline.ocr().is_some(), stored, "ocr", "OCR models (CLIPFN_OCR_MODEL)")?;
+    detector_asked(asked.objects, objects, stored, "objects", "an object model (CLIPFN_OBJECT_MODEL)")?;
+    let faces_info = pipeline.faces();
+    if let Some((_, recognizer)) = faces_info {
+        same_recognizer(asked.recognizer.as_deref(), recognizer)?;
+    }
+    let people = match (asked.known_people, faces_info) {
+        (None, _) => KnownPeople::none(),
+        (Some(_), _) if stored || asked.faces == Some(false) => {
+            return Err(ApiError::BadRequest("known_people need the photos' faces".into()));
+        }
+        (Some(_), None) => {
+            return Err(ApiError::BadRequest(
+                "known_people need face models (CLIPFN_FACE_MODEL), and this server has none".into(),
+            ));
+        }
+        (Some(given), Some((_, recognizer))) => known_people(given, recognizer, &settings.faces)?,
+    };
+    let pets = match asked.known_pets {
+        None => KnownPeople::none(),
+        Some(_) if stored || asked.objects == Some(false) || !objects => {
+            return Err(ApiError::BadRequest(
+                "known_pets need the photos' objects, and an object model (CLIPFN_OBJECT_MODEL)".into(),
+            ));
+        }
+        Some(given) => known_pets(given, pipeline.model().dim, &settings.faces)?,
+    };
+    if stored && !labels && pipeline.heads().is_none() {
+        return Err(ApiError::BadRequest(
+            "stored embeddings get labels and head scores only: name labels or a label_set (this server has no \
+             heads, CLIPFN_HEADS)"
+                .into(),
+        ));
+    }
+    Ok((people, pets))
+}
+
+/// What `/v1/analyze` wants of its photos (when it has `photos`, not stored embeddings): `embedding`'s
+/// squares, the pixel signals, the heads' scores where there are heads, and each detector the
+/// server has unless the request said `false` (`[faces, ocr, objects]`).
+fn photo_wants(pipeline: &Pipeline, (photos, embedding): (bool, SquareFor), asked: [Option<bool>; 3]) -> Wants {
+    let [faces, ocr, objects] = asked.map(|asked| photos && asked != Some(false));
+    let objects = objects && pipeline.objects().is_some();
+    Wants {
+        embedding,
+        pixels: photos,
+        scores: pipeline.heads().is_some(),
+        faces: faces && pipeline.faces().is_some(),
+        ocr: ocr && pipeline.ocr().is_some(),
+        objects,
+        pets: objects,
+        ..Wants::default()
     }
 }

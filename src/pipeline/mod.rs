@@ -10,10 +10,12 @@
 
 mod admission;
 mod decode_pool;
+mod detectors;
 mod faces;
 mod item;
 mod objects;
 mod ocr;
+mod stored;
 mod timings;
 
 use std::time::Instant;
@@ -21,7 +23,6 @@ use std::time::Instant;
 use futures::{Stream, StreamExt};
 use tracing::{Instrument, field::Empty, info_span};
 
-use self::decode_pool::DecodePool;
 pub use self::{
     admission::{Admission, Overloaded},
     faces::{Face, Faces},
@@ -30,17 +31,17 @@ pub use self::{
     ocr::{Ocr, OcrLine},
     timings::{Interval, Timings},
 };
+use self::{decode_pool::DecodePool, detectors::Detectors};
 pub use crate::preprocess::SquareFor;
 use crate::{
     decode,
-    embedding::l2_normalized,
     model::{DetectorInfo, HeadsInfo, ImageModelInfo, ObjectInfo, OcrInfo, RecognizerInfo, ShapeCounts, TowerKind},
     observe::metrics::{Metrics, Stage},
-    preprocess::{FaceCanvas, KeptBytes, ObjectView, OcrView, Transform, Views, decode_options, decode_views},
+    preprocess::{KeptBytes, Transform, Views, decode_options, decode_views},
     settings::Limits,
     signals::PixelSignals,
     source::Source,
-    sys::budget::{Budget, Held},
+    sys::budget::Budget,
     worker::Worker,
 };
 
@@ -223,33 +224,6 @@ impl Pipeline {
         Ok((photo.result, photo.timings))
     }
 
-    /// Labels and scores for embeddings the caller stored earlier, in place of photos: no fetch,
-    /// no decode, no image tower. Each is L2-normalised as the image tower's are; the heads run on
-    /// it when `wants.scores`, under `deadline` as photos are.
-    pub async fn stored(
-        &self,
-        embeddings: Vec<Vec<f32>>,
-        deadline: tokio::time::Instant,
-        wants: Wants,
-    ) -> (Vec<ItemResult>, Timings) {
-        let started = Instant::now();
-        let scored = embeddings.into_iter().map(|embedding| async move {
-            let embedding = l2_normalized(embedding);
-            let scores = if wants.scores {
-                let scored = tokio::time::timeout_at(deadline, self.worker.score(embedding.clone()));
-                Some(scored.await.map_err(|_| ItemError::DeadlineExceeded)??.output)
-            } else {
-                None
-            };
-            let embedding = Some(embedding);
-            let (pixels, faces, ocr, objects, size, metadata) = (None, None, None, None, None, None);
-            Ok(Signals { embedding, pixels, scores, faces, ocr, objects, size, metadata })
-        });
-        let results = futures::future::join_all(scored).await;
-        let timings = Timings { inference: Interval::new(started, Instant::now()), ..Timings::default() };
-        (results, timings)
-    }
-
     /// One photo through the stages, by `deadline` when there is one. A photo cut off by it keeps
     /// what was measured until then.
     async fn embed_one(
@@ -361,36 +335,8 @@ impl Pipeline {
             viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
-        // The faces and the text beside the embedding: a face or OCR model that trips on the photo
-        // fails its faces or its text alone, and the photo keeps its other signals.
-        let faces = async {
-            match canvas {
-                Some((memory, canvas)) => {
-                    let detector = detector.expect("a canvas only for a detector");
-                    let min_score = wants.face_min_score.unwrap_or(detector.min_score);
-                    Some(self.find_faces(canvas, memory, min_score, detector.max_faces).await)
-                }
-                None => None,
-            }
-        };
-        let text = async {
-            match (view, reader) {
-                (Some((memory, view)), Some(reader)) => {
-                    let box_min_score = wants.ocr_box_min_score.unwrap_or(reader.box_min_score);
-                    let min_score = wants.ocr_min_score.unwrap_or(reader.min_score);
-                    Some(self.read_text(view, memory, (box_min_score, min_score), reader.max_lines).await)
-                }
-                _ => None,
-            }
-        };
-        let things = async {
-            match objects {
-                Some((memory, view)) => Some(self.find_objects(view, memory).await),
-                None => None,
-            }
-        };
         let detected = async {
-            let detected = futures::join!(faces, text, things);
+            let detected = self.detect(Detectors { canvas, ocr: view, objects }, wants).await;
             drop(place);
             detected
         };
@@ -421,13 +367,6 @@ impl Pipeline {
         let (size, metadata) = (Some(size), Some(metadata));
         Ok(Signals { embedding, pixels, scores, faces, ocr, objects, size, metadata })
     }
-}
-
-/// A photo's views that wait for a detector, each with its share of the decode's hold.
-struct Detectors {
-    canvas: Option<(Held, FaceCanvas)>,
-    ocr: Option<(Held, OcrView)>,
-    objects: Option<(Held, ObjectView)>,
 }
 
 /// Marks a stage span as the one where its photo failed.

@@ -9,6 +9,7 @@
 //! (`CLIPFN_BACKFILL_CHUNK`; [`sink`]). A photo that fails gets an error row; only a listing that
 //! cannot be read or an output that cannot be written fails the task.
 
+mod face_columns;
 mod listing;
 mod object_columns;
 mod progress;

@@ -7,8 +7,8 @@ use std::{collections::HashSet, sync::Arc};
 use arrow_array::{
     ArrayRef, RecordBatch, StructArray,
     builder::{
-        ArrayBuilder, FixedSizeListBuilder, Float32Builder, Float64Builder, Int32Builder, Int64Builder, ListBuilder,
-        StringBuilder, StructBuilder, TimestampMillisecondBuilder,
+        Float32Builder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
+        TimestampMillisecondBuilder,
     },
     cast::AsArray,
 };
@@ -33,14 +33,12 @@ use parquet::{
 
 use super::{
     BackfillError,
+    face_columns::{self, FaceColumn},
     object_columns::{self, ObjectColumn},
     shard::Task,
     text_columns::{self, TextColumns},
 };
-use crate::{
-    pipeline::{Face, Signals},
-    storage::Prefix,
-};
+use crate::{pipeline::Signals, storage::Prefix};
 
 /// File metadata keys: the model that made the embeddings, and their length; with face models,
 /// the recognizer that made the `faces` embeddings (its id, as every face answer gives it).
@@ -251,7 +249,7 @@ fn schema(columns: &Columns) -> Schema {
         fields.push(Field::new("scores", DataType::Struct(score_fields(heads)), true));
     }
     if faces {
-        fields.push(Field::new("faces", faces_type(), true));
+        fields.push(face_columns::field());
     }
     if columns.ocr {
         fields.extend(text_columns::fields());
@@ -264,45 +262,6 @@ fn schema(columns: &Columns) -> Schema {
 
 fn location_fields() -> Fields {
     ["lat", "lon", "alt"].map(|name| Field::new(name, DataType::Float64, true)).into_iter().collect()
-}
-
-fn face_fields() -> Fields {
-    let float = || Arc::new(Field::new_list_field(DataType::Float32, true));
-    Fields::from(vec![
-        Field::new("box", DataType::FixedSizeList(float(), 4), true),
-        Field::new("score", DataType::Float32, true),
-        Field::new("embedding", DataType::List(float()), true),
-    ])
-}
-
-fn faces_type() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Struct(face_fields()), true)))
-}
-
-/// The `faces` column's builder, its fields as `face_fields` names them.
-fn faces_builder() -> ListBuilder<StructBuilder> {
-    let fields: Vec<Box<dyn ArrayBuilder>> = vec![
-        Box::new(FixedSizeListBuilder::new(Float32Builder::new(), 4)),
-        Box::new(Float32Builder::new()),
-        Box::new(ListBuilder::new(Float32Builder::new())),
-    ];
-    ListBuilder::new(StructBuilder::new(face_fields(), fields))
-}
-
-fn append_faces(builder: &mut ListBuilder<StructBuilder>, faces: Option<&[Face]>) {
-    let Some(faces) = faces else { return builder.append_null() };
-    let face_builder = builder.values();
-    for face in faces {
-        let boxes = face_builder.field_builder::<FixedSizeListBuilder<Float32Builder>>(0).expect("box");
-        boxes.values().append_slice(&face.bbox);
-        boxes.append(true);
-        face_builder.field_builder::<Float32Builder>(1).expect("score").append_value(face.score);
-        let embedding = face_builder.field_builder::<ListBuilder<Float32Builder>>(2).expect("embedding");
-        embedding.values().append_slice(&face.embedding);
-        embedding.append(true);
-        face_builder.append(true);
-    }
-    builder.append(true);
 }
 
 fn score_fields(heads: &[String]) -> Fields {
@@ -323,7 +282,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
     let mut places: [Float64Builder; 3] = std::array::from_fn(|_| Float64Builder::with_capacity(rows.len()));
     let (mut widths, mut heights) = (Int32Builder::with_capacity(rows.len()), Int32Builder::with_capacity(rows.len()));
     let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
-    let mut found = faces_builder();
+    let mut found = FaceColumn::new();
     let mut text = TextColumns::new();
     let mut objects = ObjectColumn::new();
     for row in rows {
@@ -357,7 +316,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
         for (head, builder) in scores.iter_mut().enumerate() {
             builder.append_option(row_scores.map(|scores| scores[head]));
         }
-        append_faces(&mut found, signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
+        found.append(signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
         text.append(signals.and_then(|signals| signals.ocr.as_ref()?.as_ref().ok()));
         objects.append(signals.and_then(|signals| Some(&signals.objects.as_ref()?.as_ref().ok()?[..])));
     }
@@ -388,7 +347,7 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
         arrays.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
     }
     if recognizer.is_some() {
-        arrays.push(Arc::new(found.finish()));
+        arrays.push(found.finish());
     }
     if columns.ocr {
         arrays.extend(text.finish());
@@ -419,7 +378,7 @@ mod tests {
     use super::*;
     use crate::{
         decode::{Location, Metadata, TakenAt},
-        pipeline::{Faces, Object, Ocr, OcrLine},
+        pipeline::{Face, Faces, Object, Ocr, OcrLine},
         signals::PixelSignals,
     };
 
