@@ -286,7 +286,7 @@ fn pet_photos(folder: &Path) -> Vec<(PathBuf, Vec<&'static str>)> {
     let mut two = image::RgbImage::from_pixel(902, 902, image::Rgb([128; 3]));
     image::imageops::replace(&mut two, &chelsea, 0, 0);
     image::imageops::replace(&mut two, &mirrored, 451, 601);
-    let horse = image::open(common::repo().join(".venv/lib/python3.11/site-packages/skimage/data/horse.png"));
+    let horse = image::open(skimage_data().join("horse.png"));
     let horse = horse.map(|h| h.to_rgb8()).unwrap_or_else(|e| panic!("scikit-image's horse.png: {e}"));
     vec![
         (save("chelsea.png", &chelsea), vec!["chelsea"]),
@@ -297,6 +297,14 @@ fn pet_photos(folder: &Path) -> Vec<(PathBuf, Vec<&'static str>)> {
         (save("two-cats.png", &two), vec!["chelsea", "mirrored"]),
         (save("horse.png", &horse), vec!["horse"]),
     ]
+}
+
+/// scikit-image's bundled data folder, in the project's Python (tools/requirements.txt installs it).
+fn skimage_data() -> PathBuf {
+    let script = "import os, skimage.data; print(os.path.dirname(skimage.data.__file__))";
+    let output = std::process::Command::new(setup_var("CLIPFN_PYTHON")).args(["-c", script]).output().unwrap();
+    assert!(output.status.success(), "scikit-image: {}", String::from_utf8_lossy(&output.stderr));
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
 }
 
 /// Pets: each pet's crop embedded by the image tower and grouped across the album as faces are

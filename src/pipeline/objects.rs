@@ -28,7 +28,7 @@ pub struct Object {
 impl Pipeline {
     /// The objects on `view`, best first; `memory` holds the view's share of the decode budget
     /// until the detector has answered and the pets are cut.
-    pub(super) async fn find_objects(&self, view: ObjectView, memory: Held) -> Result<Vec<Object>, ItemError> {
+    pub(super) async fn find_objects(&self, view: ObjectView, mut memory: Held) -> Result<Vec<Object>, ItemError> {
         let (placed, photo) = (view.placed, view.photo.clone());
         let found = self.worker.find_objects(view).await?.output;
         let info = self.worker.objects_info().expect("a view only for a detector");
@@ -61,8 +61,10 @@ impl Pipeline {
             })
             .await;
         // The crops wait for the image tower holding their own pixels; the decode goes.
+        let crops = crops?;
+        memory.keep(crops.iter().map(|crop| crop.as_raw().len() as u64).sum());
+        let embedded = join_all(crops.into_iter().map(|crop| self.worker.embed(crop, Span::none()))).await;
         drop(memory);
-        let embedded = join_all(crops?.into_iter().map(|crop| self.worker.embed(crop, Span::none()))).await;
         for (i, embedded) in pets.into_iter().zip(embedded) {
             objects[i].embedding = Some(embedded?.output);
         }
