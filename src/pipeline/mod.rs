@@ -331,12 +331,11 @@ impl Pipeline {
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels, Detectors { canvas, ocr: view, objects }, size, metadata) =
-            viewed.inspect_err(|_| failed(&span))?;
+        let (square, pixels, detectors, size, metadata) = viewed.inspect_err(|_| failed(&span))?;
 
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let detected = async {
-            let detected = self.detect(Detectors { canvas, ocr: view, objects }, wants).await;
+            let detected = self.detect(detectors, wants).await;
             drop(place);
             detected
         };

@@ -8,8 +8,8 @@
 //! used as (decode once, at the scale the largest view needs, then each view of those pixels): the
 //! model's square for the photos that need an embedding ([`SquareFor`]), the luma that pixel
 //! signals are measured on (`signals`), the face detector's canvas (`faces`), the text
-//! detector's view (`ocr`) and the object detector's (`objects`) when the request asks for them. The pipeline runs it on its decode threads; the benches run it as
-//! [`decode_square`].
+//! detector's view (`ocr`) and the object detector's (`objects`) when the request asks for them.
+//! The pipeline runs it on its decode threads; the benches run it as [`decode_square`].
 
 mod faces;
 mod objects;

@@ -12,6 +12,13 @@ pub enum ObjectFormat {
     Yolo,
 }
 
+impl ObjectFormat {
+    /// Whether its input is rows, channels last (CenterNet's), rather than planes (YOLO's).
+    pub fn channels_last(self) -> bool {
+        self == ObjectFormat::CenterNet
+    }
+}
+
 /// What a graph's declared shapes say of it.
 #[derive(Debug, PartialEq)]
 pub(super) struct Read {
@@ -19,8 +26,6 @@ pub(super) struct Read {
     /// The output the boxes are read from.
     pub output: usize,
     pub layout: ObjectLayout,
-    /// Its input's channels last (CenterNet's rows) rather than planes (YOLO's).
-    pub channels_last: bool,
     /// Its classes, where the graph says (CenterNet's class heatmap, YOLO's rows past 4).
     pub classes: Option<usize>,
     /// Its batch dimension, where fixed.
@@ -49,7 +54,7 @@ pub(super) fn read(graph: &Graph) -> Result<Read, String> {
             });
             let layout = ObjectLayout::Stretched(height as u32);
             let (format, batch) = (ObjectFormat::CenterNet, fixed(batch));
-            Ok(Read { format, output, layout, channels_last: true, classes, batch })
+            Ok(Read { format, output, layout, classes, batch })
         }
         [batch, 3, height, width] if height == width || height < 1 || width < 1 => {
             let [[_, rows, _]] = outputs[..] else {
@@ -61,7 +66,7 @@ pub(super) fn read(graph: &Graph) -> Result<Read, String> {
             let side = if height > 0 { height } else { YOLO_SIDE };
             let layout = ObjectLayout::Letterboxed(side as u32);
             let (format, batch) = (ObjectFormat::Yolo, fixed(batch));
-            Ok(Read { format, output: 0, layout, channels_last: false, classes: Some(classes), batch })
+            Ok(Read { format, output: 0, layout, classes: Some(classes), batch })
         }
         _ => Err(format!("{NEITHER} (it takes {input:?})")),
     }

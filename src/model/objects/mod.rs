@@ -87,8 +87,6 @@ pub struct ObjectDetector {
     buckets: Buckets,
     /// The output the boxes are read from.
     output: usize,
-    /// The input's layout, channels last (CenterNet) or planes (YOLO).
-    channels_last: bool,
     pub info: ObjectInfo,
 }
 
@@ -141,14 +139,13 @@ impl ObjectDetector {
         let max_batch = read.batch.unwrap_or(batch_size);
         let buckets = Buckets::powers_of_two(max_batch, settings.pads(runtime.device()));
         let side = i64::from(read.layout.side());
-        let dims = if read.channels_last { [side, side, 3] } else { [3, side, side] };
+        let dims = if read.format.channels_last() { [side, side, 3] } else { [3, side, side] };
         let mut graph = graph;
         graph.shapes = Shapes::batches(&buckets, &dims);
         let mut detector = ObjectDetector {
             graph,
             buckets,
             output: read.output,
-            channels_last: read.channels_last,
             info: ObjectInfo {
                 file,
                 format: read.format,
@@ -172,7 +169,7 @@ impl ObjectDetector {
 
     /// `views` laid out as the graph takes them: rows of 0-255 (CenterNet), or planes of 0-1 (YOLO).
     fn lay_out(&self, views: &[&ObjectView]) -> Vec<f32> {
-        if self.channels_last {
+        if self.info.format.channels_last() {
             return views.iter().flat_map(|view| view.pixels.iter().copied()).collect();
         }
         let mut batch = Vec::with_capacity(views.iter().map(|view| view.pixels.len()).sum());
@@ -196,7 +193,7 @@ impl Tower for ObjectDetector {
     fn run(&mut self, views: &[&ObjectView]) -> Result<Vec<Vec<Found>>, ModelError> {
         let side = i64::from(self.info.layout.side());
         let n = views.len() as i64;
-        let shape = if self.channels_last { [n, side, side, 3] } else { [n, 3, side, side] };
+        let shape = if self.info.format.channels_last() { [n, side, side, 3] } else { [n, 3, side, side] };
         let batch = self.lay_out(views);
         let output = self.graph.run(shape, &batch, self.output)?;
         let (min_score, max) = (self.info.min_score, self.info.max_objects);
