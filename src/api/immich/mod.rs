@@ -200,84 +200,22 @@ fn form_error(e: FormError, limit: usize) -> ApiError {
 /// server has no model for is a 400 (or 404 for text, as `/v1/embed` answers). A model name that
 /// is not the one held is answered by the one held, and said in the log.
 fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
-    let bad = |why: String| ApiError::BadEntries(format!("entries must be JSON like {EXAMPLE}: {why}"));
     let parsed: BTreeMap<String, BTreeMap<String, Entry>> =
-        serde_json::from_str(entries).map_err(|e| bad(e.to_string()))?;
-    let mut tasks = Tasks::default();
-    let (mut recognition, mut reading) = (false, false);
-    let min_score = |entry: &Entry| match entry.options.get("minScore") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(Some(n.as_f64().unwrap_or_default() as f32)),
-        Some(other) => Err(bad(format!("minScore must be a number, not {other}"))),
-    };
+        serde_json::from_str(entries).map_err(|e| bad_entries(e.to_string()))?;
+    let mut asked = Asked::default();
     for (task, types) in &parsed {
         for (kind, entry) in types {
-            let held = match (task.as_str(), kind.as_str()) {
-                ("clip", "visual") => {
-                    tasks.visual = true;
-                    Some(service.pipeline.model().id.clone())
-                }
-                ("clip", "textual") => {
-                    tasks.textual = true;
-                    service.text.as_ref().map(|text| text.model().id.clone())
-                }
-                ("facial-recognition", "detection") => {
-                    tasks.face_min_score = min_score(entry)?;
-                    tasks.faces = true;
-                    service.pipeline.faces().map(|(detector, _)| folder_of(&detector.file))
-                }
-                ("facial-recognition", "recognition") => {
-                    recognition = true;
-                    service.pipeline.faces().map(|(_, recognizer)| folder_of(&recognizer.file))
-                }
-                ("ocr", "detection") => {
-                    tasks.ocr_box_min_score = min_score(entry)?;
-                    tasks.ocr = true;
-                    let ocr = service.pipeline.ocr();
-                    let asked = entry.options.get("maxResolution").and_then(Value::as_u64);
-                    if let Some((asked, held)) = asked.zip(ocr.map(|ocr| ocr.resolution))
-                        && asked != u64::from(held)
-                    {
-                        tracing::warn!(
-                            asked,
-                            held,
-                            "ocr.detection asks another maxResolution; CLIPFN_OCR_RESOLUTION's answers"
-                        );
-                    }
-                    ocr.map(|ocr| folder_of(&ocr.detector))
-                }
-                ("ocr", "recognition") => {
-                    tasks.ocr_min_score = min_score(entry)?;
-                    reading = true;
-                    service.pipeline.ocr().map(|ocr| folder_of(&ocr.recognizer))
-                }
-                _ => {
-                    return Err(ApiError::BadRequest(format!(
-                        "this server answers clip (visual, textual), facial-recognition (detection, recognition) and \
-                         ocr (detection, recognition), not {task}.{kind}"
-                    )));
-                }
-            };
-            match held {
+            match asked.add(task, kind, entry, service)? {
                 Some(held) if clean_name(&entry.model_name) != held => tracing::warn!(
                     asked = %entry.model_name, held = %held,
                     "{task}.{kind} names a model this server does not hold; the one it holds answers"
                 ),
                 Some(_) => {}
-                None if task == "clip" => return Err(ApiError::Text(crate::text::TextError::NotConfigured)),
-                None if task == "ocr" => {
-                    return Err(ApiError::BadRequest(
-                        "ocr needs OCR models (CLIPFN_OCR_MODEL), and this server has none".into(),
-                    ));
-                }
-                None => {
-                    return Err(ApiError::BadRequest(
-                        "facial-recognition needs face models (CLIPFN_FACE_MODEL), and this server has none".into(),
-                    ));
-                }
+                None => return Err(not_held(task)),
             }
         }
     }
+    let Asked { tasks, recognition, reading } = asked;
     if tasks.faces != recognition {
         return Err(ApiError::BadRequest("facial-recognition takes both its detection and its recognition".into()));
     }
@@ -285,9 +223,94 @@ fn tasks(entries: &str, service: &Service) -> Result<Tasks, ApiError> {
         return Err(ApiError::BadRequest("ocr takes both its detection and its recognition".into()));
     }
     if tasks == Tasks::default() {
-        return Err(bad("it names no task".into()));
+        return Err(bad_entries("it names no task".into()));
     }
     Ok(tasks)
+}
+
+/// The tasks read so far, and the halves of the two-part tasks that `Tasks` does not keep.
+#[derive(Default)]
+struct Asked {
+    tasks: Tasks,
+    recognition: bool,
+    reading: bool,
+}
+
+impl Asked {
+    /// Takes in one entry; the name of the model this server holds for it, if any.
+    fn add(&mut self, task: &str, kind: &str, entry: &Entry, service: &Service) -> Result<Option<String>, ApiError> {
+        let tasks = &mut self.tasks;
+        Ok(match (task, kind) {
+            ("clip", "visual") => {
+                tasks.visual = true;
+                Some(service.pipeline.model().id.clone())
+            }
+            ("clip", "textual") => {
+                tasks.textual = true;
+                service.text.as_ref().map(|text| text.model().id.clone())
+            }
+            ("facial-recognition", "detection") => {
+                tasks.face_min_score = min_score(entry)?;
+                tasks.faces = true;
+                service.pipeline.faces().map(|(detector, _)| folder_of(&detector.file))
+            }
+            ("facial-recognition", "recognition") => {
+                self.recognition = true;
+                service.pipeline.faces().map(|(_, recognizer)| folder_of(&recognizer.file))
+            }
+            ("ocr", "detection") => {
+                tasks.ocr_box_min_score = min_score(entry)?;
+                tasks.ocr = true;
+                let ocr = service.pipeline.ocr();
+                let asked = entry.options.get("maxResolution").and_then(Value::as_u64);
+                if let Some((asked, held)) = asked.zip(ocr.map(|ocr| ocr.resolution))
+                    && asked != u64::from(held)
+                {
+                    tracing::warn!(
+                        asked,
+                        held,
+                        "ocr.detection asks another maxResolution; CLIPFN_OCR_RESOLUTION's answers"
+                    );
+                }
+                ocr.map(|ocr| folder_of(&ocr.detector))
+            }
+            ("ocr", "recognition") => {
+                tasks.ocr_min_score = min_score(entry)?;
+                self.reading = true;
+                service.pipeline.ocr().map(|ocr| folder_of(&ocr.recognizer))
+            }
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "this server answers clip (visual, textual), facial-recognition (detection, recognition) and \
+                     ocr (detection, recognition), not {task}.{kind}"
+                )));
+            }
+        })
+    }
+}
+
+/// An entry's `minScore` option, where it gives one.
+fn min_score(entry: &Entry) -> Result<Option<f32>, ApiError> {
+    match entry.options.get("minScore") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(Some(n.as_f64().unwrap_or_default() as f32)),
+        Some(other) => Err(bad_entries(format!("minScore must be a number, not {other}"))),
+    }
+}
+
+fn bad_entries(why: String) -> ApiError {
+    ApiError::BadEntries(format!("entries must be JSON like {EXAMPLE}: {why}"))
+}
+
+/// A task this server holds no model for.
+fn not_held(task: &str) -> ApiError {
+    match task {
+        "clip" => ApiError::Text(crate::text::TextError::NotConfigured),
+        "ocr" => ApiError::BadRequest("ocr needs OCR models (CLIPFN_OCR_MODEL), and this server has none".into()),
+        _ => ApiError::BadRequest(
+            "facial-recognition needs face models (CLIPFN_FACE_MODEL), and this server has none".into(),
+        ),
+    }
 }
 
 const EXAMPLE: &str = r#"{"clip": {"visual": {"modelName": "ViT-B-32__openai"}}}"#;
