@@ -1,10 +1,11 @@
 //! Every tower runs only its declared input shapes (issue 47; src/model/shapes.rs), and padding a
-//! run up to its bucket changes no answer. The real face stack (SCRFD-2.5G + dlib) and PP-OCRv4,
-//! the test image model and a head, on a workload the other tests do not send: photos of many sizes
-//! and aspects (a 200 px thumbnail, a 16,000 px panorama), 0 to 29 faces, text lines of many widths
-//! and counts, one photo a request and fourteen. On a GPU each shape outside the set would cost cuDNN a
-//! search; here /readyz's counts show that none ran, on a server that pads every run (as CUDA does)
-//! and on one that splits runs into buckets (as CPU does), and both answer alike.
+//! run up to its bucket changes no answer. The real face stack (SCRFD-2.5G + dlib), PP-OCRv4, the
+//! real CenterNet object detector, the test image model and a head, on a workload the other tests
+//! do not send: photos of many sizes and aspects (a 200 px thumbnail, a 16,000 px panorama), 0 to 29
+//! faces, text lines of many widths and counts, objects, one photo a request and fourteen. On a GPU
+//! each shape outside the set would cost cuDNN a search; here /readyz's counts show that none ran,
+//! on a server that pads every run (as CUDA does) and on one that splits runs into buckets (as CPU
+//! does), and both answer alike.
 
 mod common;
 
@@ -51,6 +52,7 @@ fn serve(store: &Path, padding: &str) -> Server {
         .env("CLIPFN_BATCH_PADDING", padding)
         .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_REAL"))
         .env("CLIPFN_OCR_MODEL", &setup_var("CLIPFN_TEST_OCR"))
+        .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS"))
         .env("CLIPFN_HEADS", &format!("flat={}", model("head-flat.onnx")))
         .env("CLIPFN_MAX_FACES", "60")
         // Faces and OCR of 14 photos in one request on 2 cores, in a debug build.
@@ -62,7 +64,7 @@ fn serve(store: &Path, padding: &str) -> Server {
 fn answers(server: &Server, photos: &[PathBuf]) -> Vec<Value> {
     let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
     let analyze = |keys: &[&str]| {
-        let body = json!({"images": keys, "faces": true, "ocr": true});
+        let body = json!({"images": keys, "faces": true, "ocr": true, "objects": true});
         let (status, body) = server.post_json("/v1/analyze", &body);
         assert_eq!(status, 200, "{body}");
         body["data"].as_array().unwrap().clone()
@@ -91,6 +93,16 @@ fn same(a: &Value, b: &Value, how: &str) {
         let similar = cosine(&floats(&x["embedding"]), &floats(&y["embedding"]));
         assert!(similar > 0.999, "{image} {how}: a face's embedding at cosine {similar}");
     }
+    let (oa, ob) = (a["objects"].as_array().unwrap(), b["objects"].as_array().unwrap());
+    assert_eq!(oa.len(), ob.len(), "{image} {how}: objects");
+    for (x, y) in oa.iter().zip(ob) {
+        assert_eq!(x["label"], y["label"], "{image} {how}: an object's label");
+        let gap = (x["score"].as_f64().unwrap() - y["score"].as_f64().unwrap()).abs();
+        assert!(gap < 1e-3, "{image} {how}: an object's score moved {gap}");
+        let corners = |o: &Value| floats(&o["box"]);
+        let apart = corners(x).iter().zip(corners(y)).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+        assert!(apart < 1.0, "{image} {how}: an object's box moved {apart} px");
+    }
     let text = |v: &Value| v["ocr"].as_array().unwrap().iter().map(|l| l["text"].clone()).collect::<Vec<_>>();
     assert_eq!(text(a), text(b), "{image} {how}: OCR lines");
     for (x, y) in a["ocr"].as_array().unwrap().iter().zip(b["ocr"].as_array().unwrap()) {
@@ -105,8 +117,16 @@ fn shapes_held(server: &Server) -> Value {
     let (status, ready) = server.get("/readyz");
     assert_eq!(status, 200, "{ready}");
     let shapes = ready["shapes"].as_object().unwrap_or_else(|| panic!("no shapes: {ready}")).clone();
-    let towers =
-        ["image", "heads", "face_detector", "face_recognizer", "text_detector", "line_classifier", "text_recognizer"];
+    let towers = [
+        "image",
+        "heads",
+        "face_detector",
+        "face_recognizer",
+        "text_detector",
+        "line_classifier",
+        "text_recognizer",
+        "object_detector",
+    ];
     for tower in towers {
         let counts = &shapes[tower];
         let (allowed, run) = (counts["allowed"].as_u64().unwrap(), counts["run"].as_u64().unwrap());
@@ -132,7 +152,9 @@ fn a_varied_workload_runs_only_declared_shapes_and_padding_changes_no_answer() {
     let lines: Vec<usize> = a.iter().map(|answer| answer["ocr"].as_array().unwrap().len()).collect();
     assert!(faces.contains(&0) && faces.iter().max() >= Some(&20), "faces a photo: {faces:?}");
     assert!(lines.contains(&0) && lines.iter().max() >= Some(&20), "lines a photo: {lines:?}");
-    println!("faces a photo {faces:?}; lines a photo {lines:?}");
+    let objects: Vec<usize> = a.iter().map(|answer| answer["objects"].as_array().unwrap().len()).collect();
+    assert!(objects.iter().any(|&n| n >= 2), "objects a photo: {objects:?}");
+    println!("faces a photo {faces:?}; lines a photo {lines:?}; objects a photo {objects:?}");
     println!("padded: {}", shapes_held(&padded));
     println!("split: {}", shapes_held(&split));
 }

@@ -21,6 +21,8 @@ mod timings;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
+use image::RgbImage;
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument, field::Empty, info_span};
 
 pub use self::{
@@ -34,13 +36,13 @@ pub use self::{
 use self::{decode_pool::DecodePool, detectors::Detectors};
 pub use crate::preprocess::SquareFor;
 use crate::{
-    decode,
+    decode::{self, Metadata},
     model::{DetectorInfo, HeadsInfo, ImageModelInfo, ObjectInfo, OcrInfo, RecognizerInfo, ShapeCounts, TowerKind},
     observe::metrics::{Metrics, Stage},
     preprocess::{KeptBytes, Transform, Views, decode_options, decode_views},
     settings::Limits,
     signals::PixelSignals,
-    source::Source,
+    source::{Fetched, Source},
     sys::budget::Budget,
     worker::Worker,
 };
@@ -262,22 +264,34 @@ impl Pipeline {
         // them. The memory reservation moves into the job with the bytes, and both are let go as
         // the job goes on (the bytes once decoded, or with faces once the detector has answered),
         // even if the photo stopped waiting for it; the place once the detectors have answered.
-        let detector = self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector);
-        let reader = self.worker.ocr_info().filter(|_| wants.ocr);
-        let views = Views {
-            square: self.square.clone(),
-            square_for: if wants.scores { SquareFor::Every } else { wants.embedding },
-            luma: wants.pixels,
-            canvas: detector.map(|d| d.canvas()),
-            ocr: reader.map(|reader| reader.resolution),
-            objects: self.worker.objects_info().filter(|_| wants.objects).map(|detector| detector.layout),
-            pet_crops: wants.pets && self.worker.objects_info().is_some_and(|detector| !detector.pets.is_empty()),
-        };
+        let views = self.views(wants);
         let place = if views.canvas.is_some() || views.ocr.is_some() || views.objects.is_some() {
             Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))
         } else {
             None
         };
+        let fetched = self.fetch(index, image, timings).await?;
+        *size = Some(fetched.bytes.len() as u64);
+        let decoded = self.decode(index, fetched, views, timings).await?;
+        self.infer(index, decoded, place, wants, timings).await
+    }
+
+    /// The views of its decode that a photo needs for what `wants` asks of it.
+    fn views(&self, wants: Wants) -> Views {
+        let objects = self.worker.objects_info();
+        Views {
+            square: self.square.clone(),
+            square_for: if wants.scores { SquareFor::Every } else { wants.embedding },
+            luma: wants.pixels,
+            canvas: self.worker.faces_info().filter(|_| wants.faces).map(|(detector, _)| detector.canvas()),
+            ocr: self.worker.ocr_info().filter(|_| wants.ocr).map(|reader| reader.resolution),
+            objects: objects.filter(|_| wants.objects).map(|detector| detector.layout),
+            pet_crops: wants.pets && objects.is_some_and(|detector| !detector.pets.is_empty()),
+        }
+    }
+
+    /// The photo's bytes, from its store or from the request.
+    async fn fetch(&self, index: usize, image: Input<'_>, timings: &mut Timings) -> Result<Fetched, ItemError> {
         // Spans name the photo by its index in the request, never by its key. Numbers go in as
         // i64: tracing-opentelemetry turns u64 fields into strings.
         let span = info_span!(
@@ -295,17 +309,25 @@ impl Pipeline {
         self.metrics.stage(Stage::Fetch, start.elapsed());
         let fetched = fetched.inspect_err(|_| failed(&span))?;
         span.record("clipfn.photo.bytes", fetched.bytes.len() as i64);
-        *size = Some(fetched.bytes.len() as u64);
+        Ok(fetched)
+    }
 
+    /// The views, and the signals measured on them, on a decode thread under the decode budget:
+    /// what the pipeline keeps of a photo until its embedding comes is its square (if it gets
+    /// one), a few numbers and, for faces, the detector's canvas and the photo's bytes, for OCR the
+    /// text detector's view and the decoded pixels, for objects their view.
+    async fn decode(
+        &self,
+        index: usize,
+        fetched: Fetched,
+        views: Views,
+        timings: &mut Timings,
+    ) -> Result<Decoded, ItemError> {
         let working_memory = || decode::working_memory(&fetched.bytes, &decode_options(&views, self.max_pixels));
         let memory = Budget::hold(self.decode_memory.as_ref(), working_memory).await;
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
-        // The views, and the signals measured on them, on the decode thread: what the pipeline
-        // keeps of a photo until its embedding comes is its square (if it gets one), a few numbers and, for faces,
-        // the detector's canvas and the photo's bytes, for OCR the text detector's view and the
-        // decoded pixels.
         let (in_job, max_pixels) = (span.clone(), self.max_pixels);
-        let (decode_start, viewed) = self
+        let (decode_start, decoded) = self
             .decoders
             .run(move || {
                 let (mut memory, _entered) = (memory, in_job.enter());
@@ -325,14 +347,28 @@ impl Pipeline {
                 let ocr = viewed.ocr.map(|view| (memory.split_off(view.kept_bytes()), view));
                 let objects = viewed.objects.map(|view| (memory.split_off(view.kept_bytes()), view));
                 let detectors = Detectors { canvas, ocr, objects };
-                Ok::<_, ItemError>((viewed.square, pixels, detectors, viewed.full_size, viewed.metadata))
+                let (square, size, metadata) = (viewed.square, viewed.full_size, viewed.metadata);
+                Ok::<_, ItemError>(Decoded { square, pixels, detectors, size, metadata })
             })
             .await;
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        let (square, pixels, detectors, size, metadata) = viewed.inspect_err(|_| failed(&span))?;
+        decoded.inspect_err(|_| failed(&span))
+    }
 
+    /// The worker's part: the embedding (then the heads' scores on it) beside the detectors,
+    /// whose place goes back once they have answered.
+    async fn infer(
+        &self,
+        index: usize,
+        decoded: Decoded,
+        place: Option<OwnedSemaphorePermit>,
+        wants: Wants,
+        timings: &mut Timings,
+    ) -> ItemResult {
+        let Decoded { square, pixels, detectors, size, metadata } = decoded;
+        let queued = Instant::now();
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let detected = async {
             let detected = self.detect(detectors, wants).await;
@@ -366,6 +402,16 @@ impl Pipeline {
         let (size, metadata) = (Some(size), Some(metadata));
         Ok(Signals { embedding, pixels, scores, faces, ocr, objects, size, metadata })
     }
+}
+
+/// What a photo's decode leaves for the worker.
+struct Decoded {
+    square: Option<RgbImage>,
+    pixels: Option<PixelSignals>,
+    detectors: Detectors,
+    /// The upright photo's width and height at its full size.
+    size: (u32, u32),
+    metadata: Metadata,
 }
 
 /// Marks a stage span as the one where its photo failed.
