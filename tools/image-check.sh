@@ -23,7 +23,8 @@
 #
 # Settings: CLIPFN_BIN (the test build, default target/debug/clipfn), the .cache/clipfn.env
 # variables from tools/setup.sh (ORT_DYLIB_PATH, CLIPFN_FAKE_GCS_BIN, CLIPFN_TEST_MODEL,
-# CLIPFN_TEST_FOLDER, CLIPFN_PHOTOS_DIR, CLIPFN_PYTHON), CLIPFN_IMAGES_ONLY=cpu,cuda12,cuda13.
+# CLIPFN_TEST_FOLDER, CLIPFN_PHOTOS_DIR, CLIPFN_PYTHON, the real faces and OCR with their photos),
+# CLIPFN_IMAGES_ONLY=cpu,cuda12,cuda13.
 #
 # The host's extra CA certificates (/usr/local/share/ca-certificates, where an inspecting proxy's
 # CA is installed) reach the downloading RUN steps as a build secret only; no layer of any image
@@ -69,7 +70,8 @@ if ((${#need[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-for v in CLIPFN_FAKE_GCS_BIN ORT_DYLIB_PATH CLIPFN_TEST_MODEL CLIPFN_TEST_FOLDER CLIPFN_PHOTOS_DIR; do
+for v in CLIPFN_FAKE_GCS_BIN ORT_DYLIB_PATH CLIPFN_TEST_MODEL CLIPFN_TEST_FOLDER CLIPFN_PHOTOS_DIR \
+  CLIPFN_TEST_FACES_REAL CLIPFN_TEST_OCR CLIPFN_TEST_FACE_PHOTOS CLIPFN_TEST_OCR_PHOTOS; do
   [[ -n ${!v:-} ]] || { echo "image-check: $v is not set: run tools/setup.sh first" >&2; exit 1; }
 done
 # The test build is the checks' reference; a --then command does without it.
