@@ -1,8 +1,12 @@
 //! A tower's ONNX graph that takes one float tensor: its session, its input and outputs as
-//! declared, and a run. The OCR towers and the object detector share it; each checks the outputs
-//! its format needs and names its own file in a refusal.
+//! declared, and a run. The face, OCR and object towers share it; each checks the outputs its
+//! format needs and names its own file in a refusal.
 
-use ort::{environment::Environment, session::Session, value::TensorRef};
+use ort::{
+    environment::Environment,
+    session::{Session, SessionOutputs},
+    value::TensorRef,
+};
 
 use super::{ModelData, ModelError, Runtime, Shapes};
 use crate::settings::ModelSettings;
@@ -43,10 +47,22 @@ impl Graph {
 
     /// Runs `pixels`, laid out as `shape`: output `output`'s shape and values.
     pub fn run(&mut self, shape: [i64; 4], pixels: &[f32], output: usize) -> Result<(Vec<i64>, Vec<f32>), ModelError> {
+        self.run_with(shape, pixels, |outputs| {
+            let (shape, values) = outputs[output].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+            Ok((shape.to_vec(), values.to_vec()))
+        })
+    }
+
+    /// Runs `pixels`, laid out as `shape`, and reads the outputs with `read` where they lie.
+    pub fn run_with<T>(
+        &mut self,
+        shape: [i64; 4],
+        pixels: &[f32],
+        read: impl FnOnce(&SessionOutputs) -> Result<T, ModelError>,
+    ) -> Result<T, ModelError> {
         self.shapes.ran(&shape);
         let input = TensorRef::from_array_view((shape, pixels)).map_err(ModelError::inference)?;
         let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
-        let (shape, values) = outputs[output].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
-        Ok((shape.to_vec(), values.to_vec()))
+        read(&outputs)
     }
 }

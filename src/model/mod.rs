@@ -4,9 +4,10 @@
 //!   session uses, through [`Runtime::session`].
 //! - `tower`: the one trait the worker serves every tower through.
 //! - `image`: the image tower and its batch layout; `text`: the text tower; `heads`: the heads on
-//!   the image embedding; `faces`: the face detector and recognizer; `ocr`: the text detector, line classifier and recognizer;
-//!   `objects`: the object detector; `graph`: the session helper OCR's towers and the object detector share; `normalizer`: the image tower's normalisation as a graph, for
-//!   `CLIPFN_NORMALIZE=model`.
+//!   the image embedding; `faces`: the face detector and recognizer; `ocr`: the text detector, line
+//!   classifier and recognizer; `objects`: the object detector; `graph`: the session helper the
+//!   face, OCR and object towers share; `normalizer`: the image tower's normalisation as a graph,
+//!   for `CLIPFN_NORMALIZE=model`.
 //! - `files`, `folder`, `preprocessor`, `family`, `initializers`: reading a model (one file or a
 //!   folder, over storage), its preprocessing and its family's scoring.
 //! - `outputs`: which output is the embedding, read as unit vectors for every tower.

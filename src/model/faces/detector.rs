@@ -6,11 +6,9 @@
 //! - `yunet`: OpenCV Zoo's YuNet, 12;
 //! - `yolov5_face`: deepcam-cn's YOLOv5-face, one `[1, N, 16]`, the one on a centred grey canvas.
 
-use ort::{session::Session, value::TensorRef};
-
 use super::{Detection, nms::suppress, refuse, scrfd, square_side, yolov5_face, yunet};
 use crate::{
-    model::{Canvases, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo},
+    model::{Canvases, Graph, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo},
     preprocess::{CanvasLayout, FaceCanvas, Letterbox},
     settings::{Device, FaceSettings, ModelSettings},
 };
@@ -127,16 +125,13 @@ impl TowerInfo for DetectorInfo {
 }
 
 pub struct FaceDetector {
-    session: Session,
-    input: String,
+    /// Its shapes: one, a canvas at a time, of one side.
+    graph: Graph,
     /// In the order the format's decoder reads them.
     outputs: Vec<String>,
     pub info: DetectorInfo,
     /// The input tensor, kept from canvas to canvas.
     pixels: Vec<f32>,
-    /// One: a canvas at a time, of one side.
-    shapes: Shapes,
-    _environment: ort::environment::Environment,
 }
 
 impl FaceDetector {
@@ -147,19 +142,14 @@ impl FaceDetector {
         file: String,
         faces: &FaceSettings,
     ) -> Result<Self, ModelError> {
-        let session = runtime.session(&settings.with_cpu_arena(), data).map_err(|e| refuse("detector", &file, e))?;
-        let [input] = session.inputs() else {
-            return Err(refuse("detector", &file, format!("has {} inputs, not one image", session.inputs().len())));
-        };
-        let shape = input.dtype().tensor_shape().map(|s| s.to_vec());
-        let (side, side_from) =
-            canvas_side(shape.as_deref(), faces.face_det_size).map_err(|why| refuse("detector", &file, why))?;
-        let outputs =
-            session.outputs().iter().map(|o| (o.name().to_string(), o.dtype().tensor_shape().map(|s| s.to_vec())));
-        let (format, outputs) = recognise(outputs.collect()).map_err(|why| refuse("detector", &file, why))?;
+        // The shape is known once the graph is read: declared below.
+        let mut graph = Graph::open(runtime, &settings.with_cpu_arena(), data, Shapes::new([]))
+            .map_err(|why| refuse("detector", &file, why))?;
+        let (side, side_from) = canvas_side(graph.input_shape.as_deref(), faces.face_det_size)
+            .map_err(|why| refuse("detector", &file, why))?;
+        let (format, outputs) = recognise(graph.outputs.clone()).map_err(|why| refuse("detector", &file, why))?;
         let (min_score, min_score_from, score_floor) =
             scores(&format, faces).map_err(|why| refuse("detector", &file, why))?;
-        let input = input.name().to_string();
         let info = DetectorInfo {
             provider: runtime.device(),
             file,
@@ -172,9 +162,8 @@ impl FaceDetector {
             max_faces: faces.max_faces,
         };
         let pixels = vec![0.0; 3 * (side * side) as usize];
-        let shapes = Shapes::new([vec![1, 3, i64::from(side), i64::from(side)]]);
-        let _environment = runtime.environment();
-        let mut detector = FaceDetector { session, input, outputs, info, pixels, shapes, _environment };
+        graph.shapes = Shapes::new([vec![1, 3, i64::from(side), i64::from(side)]]);
+        let mut detector = FaceDetector { graph, outputs, info, pixels };
         detector.check().map_err(|e| refuse("detector", &detector.info.file, format!("the warm-up failed: {e}")))?;
         Ok(detector)
     }
@@ -192,17 +181,15 @@ impl FaceDetector {
 
     fn detect(&mut self, canvas: &FaceCanvas) -> Result<Detections, ModelError> {
         self.lay_out(canvas);
-        let side = i64::from(self.info.side);
-        self.shapes.ran(&[1, 3, side, side]);
-        let input =
-            TensorRef::from_array_view(([1, 3, side, side], &self.pixels[..])).map_err(ModelError::inference)?;
-        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
-        let mut tensors = Vec::with_capacity(self.outputs.len());
-        for name in &self.outputs {
-            let (_, values) = outputs[name.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
-            tensors.push(values);
-        }
-        let (mut found, iou, plus_one) = self.info.format.decode(&tensors, self.info.side, self.info.score_floor)?;
+        let (side, info, names) = (i64::from(self.info.side), &self.info, &self.outputs);
+        let (mut found, iou, plus_one) = self.graph.run_with([1, 3, side, side], &self.pixels, |outputs| {
+            let mut tensors = Vec::with_capacity(names.len());
+            for name in names {
+                let (_, values) = outputs[name.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+                tensors.push(values);
+            }
+            info.format.decode(&tensors, info.side, info.score_floor)
+        })?;
         if found.len() > MAX_CANDIDATES {
             found.select_nth_unstable_by(MAX_CANDIDATES, |a, b| b.score.total_cmp(&a.score));
             found.truncate(MAX_CANDIDATES);
@@ -233,7 +220,7 @@ impl Tower for FaceDetector {
     }
 
     fn shapes(&self) -> &Shapes {
-        &self.shapes
+        &self.graph.shapes
     }
 }
 

@@ -5,11 +5,10 @@
 //! every tower's (`outputs::unit_rows`). Chips from many photos and requests batch together.
 
 use image::RgbImage;
-use ort::{session::Session, value::TensorRef};
 
 use super::{refuse, square_side};
 use crate::{
-    model::{Buckets, FaceCrops, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, outputs::unit_rows},
+    model::{Buckets, FaceCrops, Graph, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, outputs::unit_rows},
     preprocess::{ARCFACE_CHIP, CHIP_RULE, Chip, DLIB_CHIP},
     settings::{FaceSettings, ModelSettings},
 };
@@ -97,13 +96,10 @@ impl TowerInfo for RecognizerInfo {
 }
 
 pub struct FaceRecognizer {
-    session: Session,
-    input: String,
+    graph: Graph,
     output: String,
     buckets: Buckets,
-    shapes: Shapes,
     pub info: RecognizerInfo,
-    _environment: ort::environment::Environment,
 }
 
 impl FaceRecognizer {
@@ -114,18 +110,14 @@ impl FaceRecognizer {
         file: String,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let session = runtime.session(settings, data).map_err(|e| refuse("recognizer", &file, e))?;
-        let (input, output) = match (session.inputs(), session.outputs()) {
-            ([input], [output]) => (input, output),
-            (inputs, outputs) => {
-                return Err(refuse(
-                    "recognizer",
-                    &file,
-                    format!("has {} inputs and {} outputs, not [N, 3, S, S] -> [N, D]", inputs.len(), outputs.len()),
-                ));
-            }
+        // The shapes are known once the graph is read: declared below.
+        let mut graph =
+            Graph::open(runtime, settings, data, Shapes::new([])).map_err(|why| refuse("recognizer", &file, why))?;
+        let [(output, output_shape)] = &graph.outputs[..] else {
+            let outputs = graph.outputs.len();
+            return Err(refuse("recognizer", &file, format!("has {outputs} outputs, not [N, 3, S, S] -> [N, D]")));
         };
-        let shape = input.dtype().tensor_shape().map(|s| s.to_vec());
+        let shape = &graph.input_shape;
         let side = square_side(shape.as_deref(), ARCFACE_CHIP.side);
         let Some(format) = side.and_then(RecognizerFormat::of_side) else {
             return Err(refuse(
@@ -134,20 +126,19 @@ impl FaceRecognizer {
                 format!("takes {shape:?}, not [N, 3, 112, 112] (ArcFace) or [N, 3, 150, 150] (dlib) aligned faces"),
             ));
         };
-        let dim = match output.dtype().tensor_shape().map(|s| s.to_vec()).as_deref() {
+        let dim = match output_shape.as_deref() {
             Some([_, dim]) if *dim > 0 => *dim as usize,
             shape => return Err(refuse("recognizer", &file, format!("gives {shape:?}, not [N, D] embeddings"))),
         };
-        let (input, output) = (input.name().to_string(), output.name().to_string());
+        let output = output.clone();
         let hash = data.hash().map_err(|e| refuse("recognizer", &file, format!("cannot be read: {e}")))?;
         let id = format!("{}:{hash:016x}:chips-{CHIP_RULE}", format.name());
         let info = RecognizerInfo { id, file, format, dim, batch_size };
         let device = runtime.device();
         let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
         let side = i64::from(format.chip().side);
-        let shapes = Shapes::batches(&buckets, &[3, side, side]);
-        let _environment = runtime.environment();
-        let mut recognizer = FaceRecognizer { session, input, output, buckets, shapes, info, _environment };
+        graph.shapes = Shapes::batches(&buckets, &[3, side, side]);
+        let mut recognizer = FaceRecognizer { graph, output, buckets, info };
         Tower::warm_up(&mut recognizer, device.is_cuda())
             .map_err(|e| refuse("recognizer", &recognizer.info.file, format!("the warm-up failed: {e}")))?;
         Ok(recognizer)
@@ -182,10 +173,8 @@ impl Tower for FaceRecognizer {
             }
         }
         let (n, side) = (crops.len() as i64, i64::from(side));
-        self.shapes.ran(&[n, 3, side, side]);
-        let input = TensorRef::from_array_view(([n, 3, side, side], &batch[..])).map_err(ModelError::inference)?;
-        let outputs = self.session.run(ort::inputs![self.input.as_str() => input]).map_err(ModelError::inference)?;
-        unit_rows(&outputs, &self.output, crops.len())
+        let output = &self.output;
+        self.graph.run_with([n, 3, side, side], &batch, |outputs| unit_rows(outputs, output, crops.len()))
     }
 
     fn check(&mut self) -> Result<(), ModelError> {
@@ -193,7 +182,7 @@ impl Tower for FaceRecognizer {
     }
 
     fn shapes(&self) -> &Shapes {
-        &self.shapes
+        &self.graph.shapes
     }
 
     fn batching(&self) -> Option<(&Buckets, RgbImage)> {
