@@ -247,10 +247,49 @@ fn apart(
     let core: Vec<usize> = (0..members.len()).filter(|&m| cluster.core[m]).collect();
     let photo = |m: usize| faces.photos[members[m]];
     let words = members.iter().map(|&i| faces.photos[i]).max().unwrap_or(0) / 64 + 1;
-    // Each member's nearest core face of each other photo within reach, as (distance, core
-    // position): a scratch slot per photo, cleared after each row.
+    let nearest = nearest_cores(faces, members, &core, words, max_distance, stop)?;
+    let (mut sets, mut photos) = join_cores(&core, &nearest, |m| PhotoSet::of(photo(m), words), stop)?;
+    // The border faces, nearest first, each into the part of its nearest core face that lacks
+    // its photo.
+    let mut part_of: Vec<Option<usize>> = vec![None; members.len()];
+    for (position, &m) in core.iter().enumerate() {
+        part_of[m] = Some(sets.root(position));
+    }
+    let mut border: Vec<usize> = (0..members.len()).filter(|&m| !cluster.core[m]).collect();
+    border.sort_by(|&a, &b| {
+        let first = |m: usize| nearest[m].first().map_or(f32::INFINITY, |n| n.0);
+        first(a).total_cmp(&first(b)).then(a.cmp(&b))
+    });
+    for m in border {
+        let part = nearest[m].iter().map(|&(_, c)| sets.root(c)).find(|&root| !photos[root].has(photo(m)));
+        if let Some(root) = part {
+            photos[root].add(&PhotoSet::of(photo(m), words));
+            part_of[m] = Some(root);
+        }
+    }
+    let mut parts: Vec<Vec<usize>> = vec![Vec::new(); core.len()];
+    for (m, part) in part_of.into_iter().enumerate() {
+        if let Some(root) = part {
+            parts[root].push(members[m]);
+        }
+    }
+    Ok(parts.into_iter().filter(|part| part.len() >= min_faces.max(1)).collect())
+}
+
+/// Each member's nearest core face of each other photo within reach, as (distance, core
+/// position), nearest first; `words` is the photo sets' length in 64-bit words.
+fn nearest_cores(
+    faces: &Faces,
+    members: &[usize],
+    core: &[usize],
+    words: usize,
+    max_distance: f32,
+    stop: &dyn Fn() -> bool,
+) -> Result<Vec<Vec<(f32, usize)>>, Stopped> {
+    let photo = |m: usize| faces.photos[members[m]];
+    // A scratch slot per photo, cleared after each row.
     let member_rows = rows_of(faces, members);
-    let core_rows = member_rows.select(Axis(0), &core);
+    let core_rows = member_rows.select(Axis(0), core);
     let mut nearest: Vec<Vec<(f32, usize)>> = vec![Vec::new(); members.len()];
     let mut slot: Vec<Option<(f32, usize)>> = vec![None; words * 64];
     let mut touched: Vec<usize> = Vec::new();
@@ -282,8 +321,17 @@ fn apart(
         }
     })?;
     flush(row_now, &mut slot, &mut touched);
+    Ok(nearest)
+}
 
-    // The core faces joined nearest link first, where their parts share no photo.
+/// The core faces joined nearest link first, where their parts share no photo: the parts, and
+/// each part's photos at its root.
+fn join_cores(
+    core: &[usize],
+    nearest: &[Vec<(f32, usize)>],
+    photo_of: impl Fn(usize) -> PhotoSet,
+    stop: &dyn Fn() -> bool,
+) -> Result<(Sets, Vec<PhotoSet>), Stopped> {
     let mut links: Vec<(f32, usize, usize)> = Vec::new();
     for (position, &m) in core.iter().enumerate() {
         for &(distance, c) in &nearest[m] {
@@ -293,7 +341,7 @@ fn apart(
     links.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     links.dedup_by(|a, b| (a.1, a.2) == (b.1, b.2));
     let mut sets = Sets::new(core.len());
-    let mut photos: Vec<PhotoSet> = core.iter().map(|&m| PhotoSet::of(photo(m), words)).collect();
+    let mut photos: Vec<PhotoSet> = core.iter().map(|&m| photo_of(m)).collect();
     for (done, &(_, a, b)) in links.iter().enumerate() {
         if done % LINKS_BETWEEN_STOPS == 0 && stop() {
             return Err(Stopped);
@@ -305,31 +353,7 @@ fn apart(
             photos[kept].add(&moved);
         }
     }
-    // The border faces, nearest first, each into the part of its nearest core face that lacks
-    // its photo.
-    let mut part_of: Vec<Option<usize>> = vec![None; members.len()];
-    for (position, &m) in core.iter().enumerate() {
-        part_of[m] = Some(sets.root(position));
-    }
-    let mut border: Vec<usize> = (0..members.len()).filter(|&m| !cluster.core[m]).collect();
-    border.sort_by(|&a, &b| {
-        let first = |m: usize| nearest[m].first().map_or(f32::INFINITY, |n| n.0);
-        first(a).total_cmp(&first(b)).then(a.cmp(&b))
-    });
-    for m in border {
-        let part = nearest[m].iter().map(|&(_, c)| sets.root(c)).find(|&root| !photos[root].has(photo(m)));
-        if let Some(root) = part {
-            photos[root].add(&PhotoSet::of(photo(m), words));
-            part_of[m] = Some(root);
-        }
-    }
-    let mut parts: Vec<Vec<usize>> = vec![Vec::new(); core.len()];
-    for (m, part) in part_of.into_iter().enumerate() {
-        if let Some(root) = part {
-            parts[root].push(members[m]);
-        }
-    }
-    Ok(parts.into_iter().filter(|part| part.len() >= min_faces.max(1)).collect())
+    Ok((sets, photos))
 }
 
 #[cfg(test)]
