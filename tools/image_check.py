@@ -497,6 +497,17 @@ class Checks:
             done.set()
             server.shutdown()
 
+    def under_memory(self, cid: str, port: int, path: str, body: dict) -> tuple[int, object, float, dict, int | None]:
+        """One request to a container started under --memory: its status, its answer, its seconds,
+        the container's state after it and the cgroup's peak memory."""
+        t0 = time.monotonic()
+        try:
+            status, answer = http_call(port, "POST", path, body, timeout=900)
+        except OSError as e:
+            status, answer = 0, str(e)
+        took = time.monotonic() - t0
+        return status, answer, took, self.docker.inspect(cid)["State"], cgroup_peak(cid)
+
     def memory_1g(self, big: list[str]) -> None:
         """The CPU image with the int8 file of a model folder, --memory 1g (no swap), 100 photos of
         about 20 MB in one request: no out-of-memory kill, every photo embedded."""
@@ -507,16 +518,9 @@ class Checks:
             if not check("cpu: int8 model folder under --memory 1g becomes ready", ready and body["model"]["precision"] == "int8",
                          str(body)[:300] if not ready else body["model"]["file"]):
                 return
-            t0 = time.monotonic()
-            try:
-                status, answer = http_call(port, "POST", "/v1/embed", {"images": big}, timeout=900)
-            except OSError as e:
-                status, answer = 0, str(e)
-            took = time.monotonic() - t0
-            state = self.docker.inspect(cid)["State"]
+            status, answer, took, state, peak = self.under_memory(cid, port, "/v1/embed", {"images": big})
             embedded = sum("embedding" in d for d in answer.get("data", [])) if isinstance(answer, dict) else 0
             errors = sorted({d["error"]["code"] for d in answer.get("data", []) if "error" in d}) if isinstance(answer, dict) else []
-            peak = cgroup_peak(cid)
             check(f"cpu: {len(big)} photos of ~20 MB under --memory 1g, no OOM kill, all embedded",
                   status == 200 and embedded == len(big) and state["Running"] and not state["OOMKilled"],
                   f"status {status}, {embedded} embedded, errors {errors}, OOMKilled {state['OOMKilled']}, "
@@ -540,17 +544,10 @@ class Checks:
             if not check("cpu: faces and OCR under --memory 512m become ready", ready,
                          "" if ready else f"{body}; logs: {self.docker.logs(cid)[-800:]}"):
                 return
-            t0 = time.monotonic()
-            try:
-                status, answer = http_call(port, "POST", "/v1/analyze", {"images": large, "faces": True, "ocr": True},
-                                           timeout=900)
-            except OSError as e:
-                status, answer = 0, str(e)
-            took = time.monotonic() - t0
-            state = self.docker.inspect(cid)["State"]
+            body = {"images": large, "faces": True, "ocr": True}
+            status, answer, took, state, peak = self.under_memory(cid, port, "/v1/analyze", body)
             data = answer.get("data", []) if isinstance(answer, dict) else []
             both = sum(bool(d.get("faces")) and bool(d.get("ocr")) for d in data)
-            peak = cgroup_peak(cid)
             check(f"cpu: {len(large)} photos of 12 MP PNG with faces and OCR under --memory 512m and a 96 MiB "
                   "decode budget, no OOM kill, each with its face and its text",
                   status == 200 and len(large) > 0 and both == len(large) and state["Running"] and not state["OOMKilled"],
