@@ -33,27 +33,13 @@ FILES_SHA256=(bfb942eaacc5becf738d536663bc4580a0ae9e560722306e6d4dd7fe4a09de05
 sha() { sha256sum "$@" | cut -d' ' -f1 | sha256sum | cut -c1-16; }
 fail() { echo "setup-objects: $*" >&2; exit 1; }
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  fail "node and npm (>= 18) are needed (apt-get install nodejs npm)"
-fi
-node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' \
-  || fail "node $(node --version) is too old: Human's reference needs node >= 18"
+# shellcheck disable=SC1091 # linted on its own (tests/infra)
+source "$REPO/tools/npm-pinned.sh"
+need_node "Human's reference"
 [[ -x "$PY" ]] || fail "no Python at $PY (run tools/setup.sh first, or set CLIPFN_PYTHON)"
 
-# 1. Human and tfjs from the npm registry; stamp = hash of the package files
-LOCK_HASH="$(sha "$REPO/tools/objects/package.json" "$REPO/tools/objects/package-lock.json")"
-if [[ -d "$NODE_DIR/node_modules" && "$(cat "$NODE_DIR/.lock.sha" 2>/dev/null)" == "$LOCK_HASH" ]]; then
-  echo "setup-objects: .cache/node-objects up to date"
-else
-  t=$(date +%s)
-  rm -rf "$NODE_DIR"
-  mkdir -p "$NODE_DIR"
-  cp "$REPO/tools/objects/package.json" "$REPO/tools/objects/package-lock.json" "$NODE_DIR/"
-  (cd "$NODE_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
-    || fail "npm ci of tools/objects (@vladmandic/human 3.3.6, @tensorflow/tfjs-* 4.22.0) from the npm registry failed"
-  echo "$LOCK_HASH" >"$NODE_DIR/.lock.sha"
-  echo "setup-objects: .cache/node-objects installed in $(( $(date +%s) - t ))s"
-fi
+# 1. Human and tfjs from the npm registry
+npm_ci_pinned objects "$NODE_DIR" "@vladmandic/human 3.3.6, @tensorflow/tfjs-* 4.22.0"
 
 # 2. the weights and labels, checked where npm put them
 for i in "${!FILES[@]}"; do

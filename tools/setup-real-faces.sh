@@ -35,27 +35,13 @@ WEIGHTS_SHA256=(cbaffa501b0b9275a12b63357a6843e7e30c054e1c9151e1a5f879b26e32986b
 sha() { sha256sum "$@" | cut -d' ' -f1 | sha256sum | cut -c1-16; }
 fail() { echo "setup-real-faces: $*" >&2; exit 1; }
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  fail "node and npm (>= 18) are needed (apt-get install nodejs npm)"
-fi
-node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' \
-  || fail "node $(node --version) is too old: face-api's reference needs node >= 18"
+# shellcheck disable=SC1091 # linted on its own (tests/infra)
+source "$REPO/tools/npm-pinned.sh"
+need_node "face-api's reference"
 [[ -x "$PY" ]] || fail "no Python at $PY (run tools/setup.sh first, or set CLIPFN_PYTHON)"
 
-# 1. face-api and tfjs from the npm registry; stamp = hash of the package files
-LOCK_HASH="$(sha "$REPO/tools/faceapi/package.json" "$REPO/tools/faceapi/package-lock.json")"
-if [[ -d "$NODE_DIR/node_modules" && "$(cat "$NODE_DIR/.lock.sha" 2>/dev/null)" == "$LOCK_HASH" ]]; then
-  echo "setup-real-faces: .cache/node up to date"
-else
-  t=$(date +%s)
-  rm -rf "$NODE_DIR"
-  mkdir -p "$NODE_DIR"
-  cp "$REPO/tools/faceapi/package.json" "$REPO/tools/faceapi/package-lock.json" "$NODE_DIR/"
-  (cd "$NODE_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
-    || fail "npm ci of tools/faceapi (@vladmandic/face-api 1.7.15, @tensorflow/tfjs 4.22.0) from the npm registry failed"
-  echo "$LOCK_HASH" >"$NODE_DIR/.lock.sha"
-  echo "setup-real-faces: .cache/node installed in $(( $(date +%s) - t ))s"
-fi
+# 1. face-api and tfjs from the npm registry
+npm_ci_pinned faceapi "$NODE_DIR" "@vladmandic/face-api 1.7.15, @tensorflow/tfjs 4.22.0"
 
 # 2. the weights: checked, then copied beside the model (the parity check's reference reads them there)
 mkdir -p "$OUT/faceapi"
