@@ -394,4 +394,20 @@ fn pets_are_grouped_across_the_album_and_known_pets_are_recognised() {
     // The copies within reach of the exemplar (the cropped one, 0.44 from it, is a pet of its own).
     assert_eq!(objects, [[0, 0], [1, 0], [2, 0]]);
     assert!(again["data"][0]["objects"][0].get("embedding").is_none(), "crop embeddings only when asked");
+    assert_eq!(again["album"]["unsure_pets"], json!([]), "one known pet leaves none unsure");
+
+    // Two known pets with the same exemplar: the crop is as near one as the other, so it goes to
+    // neither, and album.unsure_pets says so, as album.unsure does for people.
+    let twins = json!([{ "id": "chelsea", "embeddings": [pets[0].1] }, { "id": "twin", "embeddings": [pets[0].1] }]);
+    let (status, torn) = server.post_json("/v1/analyze", &json!({ "images": keys, "known_pets": twins }));
+    assert_eq!(status, 200, "{torn}");
+    let unsure = torn["album"]["unsure_pets"].as_array().unwrap();
+    assert!(unsure.iter().any(|u| u["object"] == json!([0, 0])), "{unsure:?}");
+    for u in unsure {
+        let between: Vec<&str> = u["between"].as_array().unwrap().iter().map(|id| id.as_str().unwrap()).collect();
+        assert_eq!(between.len(), 2, "{u}");
+        assert!(between.contains(&"chelsea") && between.contains(&"twin"), "{u}");
+    }
+    let taken = torn["album"]["pets"].as_array().unwrap().iter().filter(|p| !p["id"].is_null()).count();
+    assert_eq!(taken, 0, "an unsure pet goes to neither: {}", torn["album"]["pets"]);
 }

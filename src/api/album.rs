@@ -176,9 +176,16 @@ fn album(input: &AlbumInput, stop: &dyn Fn() -> bool) -> Result<Album, Stopped> 
         }
         None => (None, None),
     };
-    let pets = input.pets.as_ref().map(|pets| pets.pets(stop)).transpose()?;
+    let (pets, unsure_pets) = match &input.pets {
+        Some(pets) => {
+            let (pets, unsure) = pets.pets(stop)?;
+            (Some(pets), Some(unsure))
+        }
+        None => (None, None),
+    };
     Ok(Album {
         pets,
+        unsure_pets,
         duplicates: duplicates.into_iter().map(GroupItem::from).collect(),
         bursts: bursts.into_iter().map(GroupItem::from).collect(),
         events,

@@ -117,9 +117,15 @@ pub(super) struct Group {
     pub maybe: Option<Maybe>,
 }
 
+/// A member about equally near two known ones: `[photo, index]` and their ids, nearer first.
+pub(super) struct Unsure {
+    pub member: [usize; 2],
+    pub between: [String; 2],
+}
+
 impl Grouping {
     /// The groups and the members about equally near two known ones; `Err` once `stop` says to stop.
-    pub(super) fn groups(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<Group>, Vec<UnsureFace>), Stopped> {
+    pub(super) fn groups(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<Group>, Vec<Unsure>), Stopped> {
         let members: Vec<(usize, usize, &[f32])> = self.members.iter().map(|(p, f, v)| (*p, *f, &v[..])).collect();
         let known = &self.known;
         let known_ones: Vec<Known> = known
@@ -143,7 +149,10 @@ impl Grouping {
         let unsure = found
             .unsure
             .into_iter()
-            .map(|(face, [a, b])| UnsureFace { face: at(face), between: [known.ids[a].clone(), known.ids[b].clone()] })
+            .map(|(member, [a, b])| Unsure {
+                member: at(member),
+                between: [known.ids[a].clone(), known.ids[b].clone()],
+            })
             .collect();
         Ok((groups, unsure))
     }
@@ -190,6 +199,8 @@ impl AlbumFaces {
     /// distance; `Err` once `stop` says to stop.
     pub(super) fn people(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<PersonItem>, Vec<UnsureFace>), Stopped> {
         let (groups, unsure) = self.0.groups(stop)?;
+        let unsure =
+            unsure.into_iter().map(|Unsure { member, between }| UnsureFace { face: member, between }).collect();
         let people = groups
             .into_iter()
             .map(|Group { id, members, representative, exemplars, maybe }| PersonItem {

@@ -4,9 +4,9 @@
 
 use super::{
     error::ApiError,
-    people::{Group, Grouping, KnownPeople, known_ones},
+    people::{Group, Grouping, KnownPeople, Unsure, known_ones},
     photos::PhotoResult,
-    types::{KnownPerson, KnownPet, PetItem},
+    types::{KnownPerson, KnownPet, PetItem, UnsurePet},
 };
 use crate::{
     album::{Rules, Stopped},
@@ -49,10 +49,11 @@ impl AlbumPets {
         AlbumPets(Grouping { members, known, rules })
     }
 
-    /// The album's pets; `Err` once `stop` says to stop.
-    pub(super) fn pets(&self, stop: &dyn Fn() -> bool) -> Result<Vec<PetItem>, Stopped> {
-        let (groups, _unsure) = self.0.groups(stop)?;
-        Ok(groups
+    /// The album's pets, and the pets about equally near two known ones; `Err` once `stop` says
+    /// to stop.
+    pub(super) fn pets(&self, stop: &dyn Fn() -> bool) -> Result<(Vec<PetItem>, Vec<UnsurePet>), Stopped> {
+        let (groups, unsure) = self.0.groups(stop)?;
+        let pets = groups
             .into_iter()
             .map(|Group { id, members, representative, exemplars, maybe }| PetItem {
                 id,
@@ -61,6 +62,9 @@ impl AlbumPets {
                 exemplars,
                 maybe,
             })
-            .collect())
+            .collect();
+        let unsure =
+            unsure.into_iter().map(|Unsure { member, between }| UnsurePet { object: member, between }).collect();
+        Ok((pets, unsure))
     }
 }

@@ -58,6 +58,11 @@ pub struct Album {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub pets: Option<Vec<PetItem>>,
+    /// Pets about equally near two known pets (within a tenth of CLIPFN_PET_MAX_DISTANCE of each
+    /// other), given to neither (when objects were found for the request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub unsure_pets: Option<Vec<UnsurePet>>,
 }
 
 /// A group of photos and its best shot (README, "The best shot and the cover").
@@ -84,6 +89,15 @@ pub struct UnsureFace {
     #[schema(value_type = schema::FaceRef)]
     pub face: [usize; 2],
     /// The two known people's ids, nearer first.
+    pub between: [String; 2],
+}
+
+/// A pet that two known pets are about equally near.
+#[derive(Serialize, ToSchema)]
+pub struct UnsurePet {
+    #[schema(value_type = schema::ObjectRef)]
+    pub object: [usize; 2],
+    /// The two known pets' ids, nearer first.
     pub between: [String; 2],
 }
 
