@@ -168,7 +168,7 @@ impl Metrics {
                 .build(),
             queue_depth: meter
                 .i64_up_down_counter("clipfn_queue_depth_photos")
-                .with_description("Preprocessed photos waiting for the model worker")
+                .with_description("Preprocessed photos (and pet crops) waiting for the image tower")
                 .with_unit("{photo}")
                 .build(),
             batch_size: meter
@@ -226,7 +226,7 @@ impl Metrics {
         self.stage_duration.record(duration.as_secs_f64(), &[KeyValue::new("stage", stage.as_str())]);
     }
 
-    /// `delta` photos entered (positive) or left (negative) the model worker's queue.
+    /// `delta` photos (or pet crops) entered (positive) or left (negative) the image lane.
     pub fn queued(&self, delta: i64) {
         self.queue_depth.add(delta, &[]);
     }
