@@ -78,6 +78,50 @@ pub struct TextModel {
     _environment: Environment,
 }
 
+/// What the text graph takes: its token ids' input (by name and type), its attention mask if any,
+/// and the one length every text is padded to, where there is one (the graph's, else the
+/// tokenizer's padding).
+struct TextInputs {
+    ids: String,
+    mask_name: Option<String>,
+    ids_type: IdType,
+    context: Option<usize>,
+}
+
+impl TextInputs {
+    /// The inputs of `session`, or why clipfn cannot feed them.
+    fn of(session: &Session, padding: &Padding) -> Result<TextInputs, ModelError> {
+        let inputs = session.inputs();
+        let ids = inputs
+            .iter()
+            .find(|i| i.name() == "input_ids")
+            .or_else(|| inputs.iter().find(|i| i.name() != "attention_mask"))
+            .ok_or_else(|| ModelError::Load("the text graph has no token id input".into()))?;
+        let mask_name = inputs.iter().find(|i| i.name() == "attention_mask").map(|i| i.name().to_string());
+        if let Some(other) = inputs.iter().find(|i| i.name() != ids.name() && Some(i.name()) != mask_name.as_deref()) {
+            return Err(ModelError::Load(format!("the text graph has an input '{}' clipfn cannot feed", other.name())));
+        }
+        let ids_type = match ids.dtype().tensor_type() {
+            Some(TensorElementType::Int64) => IdType::Int64,
+            Some(TensorElementType::Int32) => IdType::Int32,
+            other => return Err(ModelError::Load(format!("text input ids must be int64 or int32, not {other:?}"))),
+        };
+        let context = match ids.dtype().tensor_shape().map(|s| &s[..]) {
+            Some(&[_, fixed]) if fixed > 0 => Some(fixed as usize),
+            _ => padding.length,
+        };
+        if context.is_none() && mask_name.is_none() {
+            return Err(ModelError::Load(format!(
+                "the text graph takes no attention_mask, so every text must be padded to one fixed length (or its \
+                     vector would depend on the texts batched with it), but the tokenizer's padding is {}: give \
+                     tokenizer.json a Fixed padding strategy, or tokenizer_config.json a pad_token and model_max_length",
+                padding.from
+            )));
+        }
+        Ok(TextInputs { ids: ids.name().to_string(), mask_name, ids_type, context })
+    }
+}
+
 impl TextModel {
     /// Builds the session beside the `image` tower's (same runtime, so the same provider) and runs
     /// warm-up batches of empty texts, which also reveal the embedding size; the full batch's last
@@ -95,39 +139,13 @@ impl TextModel {
         let session = runtime.session(settings, &data)?;
         // As for the image model: no copy of the weights beside the session's.
         drop(data);
-        let inputs = session.inputs();
-        let ids = inputs
-            .iter()
-            .find(|i| i.name() == "input_ids")
-            .or_else(|| inputs.iter().find(|i| i.name() != "attention_mask"))
-            .ok_or_else(|| ModelError::Load("the text graph has no token id input".into()))?;
-        let mask_name = inputs.iter().find(|i| i.name() == "attention_mask").map(|i| i.name().to_string());
-        if let Some(other) = inputs.iter().find(|i| i.name() != ids.name() && Some(i.name()) != mask_name.as_deref()) {
-            return Err(ModelError::Load(format!("the text graph has an input '{}' clipfn cannot feed", other.name())));
-        }
-        let ids_type = match ids.dtype().tensor_type() {
-            Some(TensorElementType::Int64) => IdType::Int64,
-            Some(TensorElementType::Int32) => IdType::Int32,
-            other => return Err(ModelError::Load(format!("text input ids must be int64 or int32, not {other:?}"))),
-        };
         let padding = tokenizer.padding();
-        let context = match ids.dtype().tensor_shape().map(|s| &s[..]) {
-            Some(&[_, fixed]) if fixed > 0 => Some(fixed as usize),
-            _ => padding.length,
-        };
-        if context.is_none() && mask_name.is_none() {
-            return Err(ModelError::Load(format!(
-                "the text graph takes no attention_mask, so every text must be padded to one fixed length (or its \
-                 vector would depend on the texts batched with it), but the tokenizer's padding is {}: give \
-                 tokenizer.json a Fixed padding strategy, or tokenizer_config.json a pad_token and model_max_length",
-                padding.from
-            )));
-        }
+        let TextInputs { ids, mask_name, ids_type, context } = TextInputs::of(&session, &padding)?;
         let output_name = super::outputs::embedding_output(session.outputs(), "text_embeds")?;
         let info = TextModelInfo {
             id,
             provider,
-            input_name: ids.name().to_string(),
+            input_name: ids,
             mask_name,
             ids_type,
             output_name,

@@ -330,21 +330,12 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
         Arc::new(sharpness.finish()),
         Arc::new(taken_at.finish()),
         Arc::new(taken_at_utc.finish()),
-        Arc::new(StructArray::try_new(
-            location_fields(),
-            places.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect(),
-            Some(NullBuffer::from_iter(rows.iter().map(|row| {
-                row.signals.as_ref().is_some_and(|s| s.metadata.as_ref().is_some_and(|m| m.location.is_some()))
-            }))),
-        )?),
+        location_column(rows, &mut places)?,
         Arc::new(widths.finish()),
         Arc::new(heights.finish()),
     ];
     if !heads.is_empty() {
-        let scored =
-            NullBuffer::from_iter(rows.iter().map(|row| row.signals.as_ref().is_some_and(|s| s.scores.is_some())));
-        let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
-        arrays.push(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?));
+        arrays.push(score_column(rows, heads, &mut scores)?);
     }
     if recognizer.is_some() {
         arrays.push(found.finish());
@@ -359,11 +350,32 @@ fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Ve
     let mut metadata =
         vec![KeyValue::new(MODEL_KEY.into(), model.to_string()), KeyValue::new(DIM_KEY.into(), dim.to_string())];
     metadata.extend(recognizer.map(|id| KeyValue::new(FACE_RECOGNIZER_KEY.into(), id.to_string())));
+    parquet(&batch, metadata)
+}
+
+/// The place's three columns as one struct, null where a photo has no place.
+fn location_column(rows: &[Row], places: &mut [Float64Builder; 3]) -> Result<ArrayRef, ParquetError> {
+    let located = rows
+        .iter()
+        .map(|row| row.signals.as_ref().is_some_and(|s| s.metadata.as_ref().is_some_and(|m| m.location.is_some())));
+    let fields = places.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
+    Ok(Arc::new(StructArray::try_new(location_fields(), fields, Some(NullBuffer::from_iter(located)))?))
+}
+
+/// The heads' scores as one struct column, null where a photo has none.
+fn score_column(rows: &[Row], heads: &[String], scores: &mut [Float32Builder]) -> Result<ArrayRef, ParquetError> {
+    let scored = NullBuffer::from_iter(rows.iter().map(|row| row.signals.as_ref().is_some_and(|s| s.scores.is_some())));
+    let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
+    Ok(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?))
+}
+
+/// `batch` as one Parquet file (Snappy) with `metadata` in its footer.
+fn parquet(batch: &RecordBatch, metadata: Vec<KeyValue>) -> Result<Vec<u8>, ParquetError> {
     let properties =
         WriterProperties::builder().set_compression(Compression::SNAPPY).set_key_value_metadata(Some(metadata)).build();
     let mut buffer = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut buffer, batch.schema(), Some(properties))?;
-    writer.write(&batch)?;
+    writer.write(batch)?;
     writer.close()?;
     Ok(buffer)
 }
