@@ -47,8 +47,8 @@ impl Pipeline {
         };
         let fetched = self.fetch(index, image, timings).await?;
         *size = Some(fetched.bytes.len() as u64);
-        let decoded = self.decode(index, fetched, views, timings).await?;
-        self.infer(index, decoded, place, wants, timings).await
+        let (decoded, queued) = self.decode(index, fetched, views, timings).await?;
+        self.infer(index, decoded, queued, place, wants, timings).await
     }
 
     /// The views of its decode that a photo needs for what `wants` asks of it.
@@ -90,14 +90,15 @@ impl Pipeline {
     /// The views, and the signals measured on them, on a decode thread under the decode budget:
     /// what the pipeline keeps of a photo until its embedding comes is its square (if it gets
     /// one), a few numbers and, for faces, the detector's canvas and the photo's bytes, for OCR the
-    /// text detector's view and the decoded pixels, for objects their view.
+    /// text detector's view and the decoded pixels, for objects their view; and when it was
+    /// handed on, where its decode ends and its queue begins.
     async fn decode(
         &self,
         index: usize,
         fetched: Fetched,
         views: Views,
         timings: &mut Timings,
-    ) -> Result<Decoded, ItemError> {
+    ) -> Result<(Decoded, Instant), ItemError> {
         let working_memory = || decode::working_memory(&fetched.bytes, &decode_options(&views, self.max_pixels));
         let memory = Budget::hold(self.decode_memory.as_ref(), working_memory).await;
         let span = info_span!("decode", clipfn.photo.index = index as i64, otel.status_code = Empty);
@@ -129,7 +130,7 @@ impl Pipeline {
         let queued = Instant::now();
         timings.decode = Interval::new(decode_start, queued);
         self.metrics.stage(Stage::Decode, queued - decode_start);
-        decoded.inspect_err(|_| failed(&span))
+        decoded.map(|decoded| (decoded, queued)).inspect_err(|_| failed(&span))
     }
 
     /// The worker's part: the embedding (then the heads' scores on it) beside the detectors,
@@ -138,12 +139,12 @@ impl Pipeline {
         &self,
         index: usize,
         decoded: Decoded,
+        queued: Instant,
         place: Option<OwnedSemaphorePermit>,
         wants: Wants,
         timings: &mut Timings,
     ) -> ItemResult {
         let Decoded { square, pixels, detectors, size, metadata } = decoded;
-        let queued = Instant::now();
         let span = info_span!("queue", clipfn.photo.index = index as i64, clipfn.batch.id = Empty);
         let detected = async {
             let detected = self.detect(detectors, wants).await;
