@@ -6,7 +6,8 @@
 For each round, each binary in turn: `clipfn serve` with the test image model and the real models
 the workload needs (.cache/clipfn.env, tools/setup.sh), photos from a file:// store; one warm-up
 `/v1/analyze` of every photo of the workload's folder, then 3 more, and the server's utime + stime
-(/proc/PID/stat) over those 3, per photo. Prints each round and each binary's median. The servers
+(/proc/PID/stat) over those 3, per photo, with the worker's wall time in each model stage
+(`clipfn_stage_duration_seconds`) over them, per photo. Prints each round and each binary's medians. The servers
 listen on loopback only. Build an older commit's binary with a worktree and a shared target dir:
   git worktree add /tmp/old REV && (cd /tmp/old && CARGO_TARGET_DIR=$PWD/target cargo build --release)
 """
@@ -38,7 +39,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_server(binary: str, env: dict, keys: list, body: dict) -> float:
+STAGES = ["face_detection", "face_recognition", "text_detection", "line_classification", "text_recognition"]
+
+
+def stage_seconds(port: int) -> dict:
+    """Each model stage's seconds so far, from the server's /metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics")
+    seconds = dict.fromkeys(STAGES, 0.0)
+    for line in conn.getresponse().read().decode().splitlines():
+        if line.startswith("clipfn_stage_duration_seconds_sum{"):
+            stage = line.split('stage="', 1)[1].split('"', 1)[0]
+            if stage in seconds:
+                seconds[stage] += float(line.rsplit(" ", 1)[1])
+    return seconds
+
+
+def one_server(binary: str, env: dict, keys: list, body: dict) -> tuple:
     port = 20000 + random.randrange(10000)
     server = subprocess.Popen([binary, "serve"], env={**os.environ, **env, "PORT": str(port)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -63,10 +80,12 @@ def one_server(binary: str, env: dict, keys: list, body: dict) -> float:
             assert len(data) == len(keys) and not failed, failed
 
         analyze()
-        start = cpu_seconds(server.pid)
+        start, stages = cpu_seconds(server.pid), stage_seconds(port)
         for _ in range(3):
             analyze()
-        return (cpu_seconds(server.pid) - start) / (3 * len(keys)) * 1000
+        per_photo = lambda seconds: seconds / (3 * len(keys)) * 1000
+        after = stage_seconds(port)
+        return per_photo(cpu_seconds(server.pid) - start), {s: per_photo(after[s] - stages[s]) for s in STAGES}
     finally:
         server.terminate()
         server.wait()
@@ -95,12 +114,18 @@ def main() -> None:
     results = {name: [] for name in binaries}
     for round_ in range(args.rounds):
         for name, binary in binaries.items():
-            ms = one_server(binary, env, keys, body)
-            results[name].append(ms)
-            print(f"{args.workload} {name} round {round_ + 1}: {ms:.1f} CPU ms a photo", flush=True)
+            ms, stages = one_server(binary, env, keys, body)
+            results[name].append((ms, stages))
+            print(f"{args.workload} {name} round {round_ + 1}: {ms:.1f} CPU ms a photo; {wall(stages)}", flush=True)
     for name, runs in results.items():
-        print(f"{args.workload} {name}: median {statistics.median(runs):.1f} CPU ms a photo "
-              f"({', '.join(f'{ms:.0f}' for ms in runs)}; {len(keys)} photos x 3 a round)")
+        medians = {s: statistics.median(stages[s] for _, stages in runs) for s in STAGES}
+        print(f"{args.workload} {name}: median {statistics.median(ms for ms, _ in runs):.1f} CPU ms a photo "
+              f"({', '.join(f'{ms:.0f}' for ms, _ in runs)}; {len(keys)} photos x 3 a round); {wall(medians)}")
+
+
+def wall(stages: dict) -> str:
+    """The stages that ran, as worker wall ms a photo."""
+    return "worker ms a photo: " + ", ".join(f"{s} {ms:.1f}" for s, ms in stages.items() if ms > 0)
 
 
 if __name__ == "__main__":
