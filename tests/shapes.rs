@@ -52,6 +52,8 @@ fn serve(store: &Path, padding: &str) -> Server {
         .env("CLIPFN_BATCH_PADDING", padding)
         .env("CLIPFN_FACE_MODEL", &setup_var("CLIPFN_TEST_FACES_REAL"))
         .env("CLIPFN_OCR_MODEL", &setup_var("CLIPFN_TEST_OCR"))
+        // OCR's views and lines in their declared sizes, as on CUDA (exact on the CPU by default).
+        .env("CLIPFN_OCR_SIZES", "declared")
         .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS"))
         .env("CLIPFN_HEADS", &format!("flat={}", model("head-flat.onnx")))
         .env("CLIPFN_MAX_FACES", "60")

@@ -17,7 +17,8 @@
 # OCR_PHOTOS (default PHOTOS; e.g. .cache/photos/ocr) through /v1/analyze with OCR on CPU and on
 # CUDA, and fails unless every photo reads the same lines both ways (the same text, box corners
 # within 2 px, scores within 0.02): the CUDA side with CLIPFN_OCR_PROVIDER=auto, since OCR runs on
-# the CPU by default (docs/bench/gpu.md), as Immich ML keeps its OCR on the CPU under CUDA (immich#23951).
+# the CPU by default (docs/bench/gpu.md), as Immich ML keeps its OCR on the CPU under CUDA (immich#23951);
+# both sides with CLIPFN_OCR_SIZES=declared, the sizes CUDA runs (the CPU's default is exact).
 #
 # With OBJECT_MODEL (an object model folder, e.g. .cache/models/objects-centernet) it replays the
 # photos of OBJECT_PHOTOS (default PHOTOS) through /v1/analyze with objects on CPU and on CUDA, and
@@ -122,7 +123,7 @@ ocr_photos=${OCR_PHOTOS:-$photos}
 analyze_event "$ocr_photos" ocr ocr
 ocr() {  # ocr NAME PROVIDER DYLIB
   env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ORT_DYLIB_PATH="$3" CLIPFN_MODEL="$CLIPFN_MODEL" CLIPFN_STORE="file://$(realpath "$ocr_photos")" \
-    CLIPFN_OCR_MODEL="$(realpath "$OCR_MODEL")" CLIPFN_PROVIDER="$2" CLIPFN_OCR_PROVIDER=auto CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
+    CLIPFN_OCR_MODEL="$(realpath "$OCR_MODEL")" CLIPFN_PROVIDER="$2" CLIPFN_OCR_PROVIDER=auto CLIPFN_OCR_SIZES=declared CLIPFN_BATCH_SIZE=64 CLIPFN_LOG_FORMAT=text RUST_LOG=warn \
     "$bin" replay "$work/ocr.json" >"$work/$1.jsonl"
 }
 echo "gpu-check: OCR of $OCR_MODEL"

@@ -267,11 +267,12 @@ pub struct Ready {
     #[schema(value_type = Option<Object>, required = true)]
     faces: Value,
     /// The OCR models (`detector`, `classifier`, `recognizer`, `characters`) and their thresholds
-    /// (`resolution`, `min_score`, `box_min_score`, `max_lines`, `upside_down`); null without them.
+    /// (`resolution`, `sizes`, `min_score`, `box_min_score`, `max_lines`, `upside_down`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     ocr: Value,
     /// Per tower (`image`, `text`, `heads`, `face_detector`, ...): its input shapes `allowed` (the
-    /// declared set), `run` so far, and run `outside` the set (none, unless something is wrong).
+    /// declared set; null for OCR's towers with exact sizes, which run any), `run` so far, and run
+    /// `outside` the set (none, unless something is wrong).
     #[schema(value_type = Object)]
     shapes: Value,
     /// On CUDA only: the provider's settings (`conv_search`, `conv_max_workspace`, `arena_extend`, `tf32`).

@@ -7,7 +7,9 @@
 //! [`Buckets`], and for OCR, its view and line-width buckets. A run is padded up to its bucket on
 //! CUDA (the padding's outputs are dropped), and split into buckets on CPU, where padding would be
 //! work and a new shape costs little; both run only declared shapes. [`Shapes`] counts what ran,
-//! for /readyz, and what ran outside the set (a bug: the test workload asserts none).
+//! for /readyz, and what ran outside the set (a bug: the test workload asserts none). OCR's view
+//! and width buckets are declared only with declared sizes (`CLIPFN_OCR_SIZES`, CUDA's); with
+//! exact sizes its towers run any shape ([`Shapes::any`]).
 
 use std::{
     collections::{BTreeSet, HashSet},
@@ -83,9 +85,12 @@ impl Buckets {
     }
 }
 
-/// What /readyz says of a tower's shapes.
+/// What /readyz says of a tower's shapes: `allowed` is null for a tower that runs any shape
+/// ([`Shapes::any`]).
 #[derive(Debug, Default)]
 pub struct ShapeCounts {
+    /// No declared set: nothing runs outside it.
+    open: bool,
     allowed: AtomicUsize,
     run: AtomicUsize,
     outside: AtomicUsize,
@@ -95,7 +100,8 @@ impl serde::Serialize for ShapeCounts {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut counts = serializer.serialize_struct("ShapeCounts", 3)?;
-        counts.serialize_field("allowed", &self.allowed.load(Ordering::Relaxed))?;
+        let allowed = (!self.open).then(|| self.allowed.load(Ordering::Relaxed));
+        counts.serialize_field("allowed", &allowed)?;
         counts.serialize_field("run", &self.run.load(Ordering::Relaxed))?;
         counts.serialize_field("outside", &self.outside.load(Ordering::Relaxed))?;
         counts.end()
@@ -118,6 +124,13 @@ impl Shapes {
         Shapes { declared, seen: HashSet::new(), counts: Arc::new(counts) }
     }
 
+    /// No declared set: any shape may run (OCR's exact sizes, `CLIPFN_OCR_SIZES`), and none counts
+    /// as outside; what ran is still counted.
+    pub fn any() -> Self {
+        let counts = ShapeCounts { open: true, ..ShapeCounts::default() };
+        Shapes { declared: BTreeSet::new(), seen: HashSet::new(), counts: Arc::new(counts) }
+    }
+
     /// Every batch bucket of `buckets` with the rest of the shape `tail`.
     pub fn batches(buckets: &Buckets, tail: &[i64]) -> Self {
         Self::new(buckets.sizes().iter().map(|&n| [&[n as i64][..], tail].concat()))
@@ -130,7 +143,7 @@ impl Shapes {
         }
         self.seen.insert(shape.to_vec());
         self.counts.run.fetch_add(1, Ordering::Relaxed);
-        if !self.declared.contains(shape) {
+        if !self.counts.open && !self.declared.contains(shape) {
             tracing::warn!(?shape, "a tower ran a shape outside its declared set");
             self.counts.outside.fetch_add(1, Ordering::Relaxed);
         }
@@ -187,5 +200,10 @@ mod tests {
         let counts = serde_json::to_value(&*shapes.counts()).unwrap();
         assert_eq!(counts, serde_json::json!({"allowed": 3, "run": 2, "outside": 1}));
         assert_eq!(shapes.declared().count(), 3);
+        let mut any = Shapes::any();
+        any.ran(&[2, 3, 8, 8]);
+        any.ran(&[3, 3, 8, 8]);
+        let counts = serde_json::to_value(&*any.counts()).unwrap();
+        assert_eq!(counts, serde_json::json!({"allowed": null, "run": 2, "outside": 0}));
     }
 }

@@ -50,7 +50,8 @@ impl Pipeline {
         // finer than the detector's view wherever the photo is larger.
         let (pixels, scale, full_size) = (Arc::clone(&view.pixels), view.scale, view.full_size);
         let map = self.worker.find_text(view).await?.output;
-        let classify = self.ocr().is_some_and(|info| info.classifier.is_some());
+        let reader = self.ocr().expect("a view only for OCR models");
+        let (classify, sizes) = (reader.classifier.is_some(), reader.sizes);
         let (_, cut) = self
             .decoders
             .run(move || {
@@ -65,7 +66,7 @@ impl Pipeline {
                     .into_iter()
                     .map(|text_box| {
                         let line = line_crop(&pixels, scale, &text_box.corners);
-                        (text_box, recognizer_input(&line), classify.then(|| classifier_input(&line)))
+                        (text_box, recognizer_input(&line, sizes), classify.then(|| classifier_input(&line)))
                     })
                     .collect();
                 // The lines wait for the recognizer holding their own pixels; the decode goes.

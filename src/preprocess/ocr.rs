@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use image::{Rgb, RgbImage};
 
+use crate::settings::OcrSizes;
+
 /// The detector view's longest side: a 16,000 px panorama would otherwise keep its width at 736
 /// px high (a 47 MB probability map), where RapidOCR caps the long side at 2,000.
 pub const MAX_VIEW_SIDE: u32 = 4096;
@@ -103,11 +105,15 @@ pub fn classifier_input(line: &RgbImage) -> RgbImage {
 }
 
 /// A line for the recognizer: at height 48, padded to the narrowest of [`RECOGNIZER_WIDTHS`] that
-/// holds it.
-pub fn recognizer_input(line: &RgbImage) -> LineInput {
+/// holds it (`Declared` sizes), or to the next 8 px at least [`MIN_RECOGNIZER_WIDTH`] (`Exact`: the
+/// recognizer's stride, which reads as RapidOCR reads a line alone).
+pub fn recognizer_input(line: &RgbImage, sizes: OcrSizes) -> LineInput {
     let widest = RECOGNIZER_WIDTHS[RECOGNIZER_WIDTHS.len() - 1];
     let wanted = fitted_width(line, widest);
-    let width = RECOGNIZER_WIDTHS.into_iter().find(|&width| width >= wanted).unwrap_or(widest);
+    let width = match sizes {
+        OcrSizes::Exact => wanted.next_multiple_of(8).max(MIN_RECOGNIZER_WIDTH),
+        _ => RECOGNIZER_WIDTHS.into_iter().find(|&width| width >= wanted).unwrap_or(widest),
+    };
     LineInput { image: resize_linear(line, wanted, LINE_HEIGHT), width }
 }
 
@@ -264,13 +270,20 @@ mod tests {
     #[test]
     fn lines_go_to_height_48_and_the_narrowest_width_that_holds_them() {
         let line = RgbImage::new(200, 20);
-        let input = recognizer_input(&line);
+        let declared = |line: &RgbImage| recognizer_input(line, OcrSizes::Declared);
+        let input = declared(&line);
         assert_eq!((input.image.dimensions(), input.width), ((480, 48), 496));
-        assert_eq!(recognizer_input(&RgbImage::new(83, 10)).width, 400, "ceil(48 * 83 / 10) = 399");
-        assert_eq!(recognizer_input(&RgbImage::new(84, 10)).width, 496, "ceil(48 * 84 / 10) = 404");
-        assert_eq!(recognizer_input(&RgbImage::new(10, 20)).width, 320);
+        assert_eq!(declared(&RgbImage::new(83, 10)).width, 400, "ceil(48 * 83 / 10) = 399");
+        assert_eq!(declared(&RgbImage::new(84, 10)).width, 496, "ceil(48 * 84 / 10) = 404");
+        assert_eq!(declared(&RgbImage::new(10, 20)).width, 320);
         assert_eq!(classifier_input(&line).dimensions(), (192, 48), "capped at 192");
-        assert_eq!(recognizer_input(&RgbImage::new(5000, 20)).image.width(), 2560, "squeezed into the last");
+        assert_eq!(declared(&RgbImage::new(5000, 20)).image.width(), 2560, "squeezed into the last");
+        // Exact: the next 8 px, at least 320.
+        let exact = |line: &RgbImage| recognizer_input(line, OcrSizes::Exact);
+        assert_eq!((exact(&line).image.width(), exact(&line).width), (480, 480));
+        assert_eq!(exact(&RgbImage::new(84, 10)).width, 408, "ceil(48 * 84 / 10) = 404");
+        assert_eq!(exact(&RgbImage::new(10, 20)).width, 320);
+        assert_eq!(exact(&RgbImage::new(5000, 20)).width, 2560);
     }
 
     #[test]

@@ -96,6 +96,19 @@ pub enum BatchPadding {
     Split,
 }
 
+/// Which sizes the OCR detector's views and the recognizer's lines run at (`CLIPFN_OCR_SIZES`;
+/// docs/ocr.md, "Shapes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OcrSizes {
+    /// Declared where the OCR towers run on CUDA, exact on the CPU.
+    Auto,
+    /// Views padded to the declared sizes, lines to the recognizer's ten widths: a few shapes.
+    Declared,
+    /// Views as the photo makes them, lines padded to the next 8 px: RapidOCR's reading, any shape.
+    Exact,
+}
+
 /// How cuDNN picks a convolution's algorithm for a shape it has not seen (`CLIPFN_CUDA_CONV_SEARCH`):
 /// ONNX Runtime's `cudnn_conv_algo_search`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -157,6 +170,11 @@ pub(super) fn ocr_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Placement,
 
 pub(super) fn object_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Placement, D::Error> {
     one_of(d, "CLIPFN_OBJECT_PROVIDER", &[("auto", Placement::Auto), ("cpu", Placement::Cpu)])
+}
+
+pub(super) fn ocr_sizes<'de, D: Deserializer<'de>>(d: D) -> Result<OcrSizes, D::Error> {
+    let choices = [("auto", OcrSizes::Auto), ("declared", OcrSizes::Declared), ("exact", OcrSizes::Exact)];
+    one_of(d, "CLIPFN_OCR_SIZES", &choices)
 }
 
 pub(super) fn batch_padding<'de, D: Deserializer<'de>>(d: D) -> Result<BatchPadding, D::Error> {

@@ -25,7 +25,8 @@ use serde::de::DeserializeOwned;
 
 pub use self::{
     choices::{
-        ArenaExtend, BatchPadding, ConvSearch, Device, LogFormat, Normalize, Placement, Precision, Provider, Weights,
+        ArenaExtend, BatchPadding, ConvSearch, Device, LogFormat, Normalize, OcrSizes, Placement, Precision, Provider,
+        Weights,
     },
     faces::FaceSettings,
     limits::Limits,

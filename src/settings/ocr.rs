@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::{
     ConfigError,
-    choices::{self, Placement},
+    choices::{self, Device, OcrSizes, Placement},
 };
 
 /// The variables of [`OcrSettings`], one per field and in the fields' order (see `variables`).
@@ -15,6 +15,7 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_OCR_MIN_SCORE",
     "CLIPFN_OCR_MAX_LINES",
     "CLIPFN_OCR_PROVIDER",
+    "CLIPFN_OCR_SIZES",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -40,10 +41,17 @@ pub struct OcrSettings {
     /// CUDA (docs/bench/gpu.md), as Immich keeps its OCR; `auto`: where the image tower runs.
     #[serde(default = "defaults::ocr_provider", deserialize_with = "choices::ocr_provider")]
     pub ocr_provider: Placement,
+    /// The sizes the detector's views and the recognizer's lines run at: declared (a few shapes,
+    /// which CUDA needs) or exact (RapidOCR's reading, and no padding to pay for on the CPU).
+    #[serde(default = "defaults::ocr_sizes", deserialize_with = "choices::ocr_sizes")]
+    pub ocr_sizes: OcrSizes,
 }
 
 mod defaults {
-    use super::Placement;
+    use super::{OcrSizes, Placement};
+    pub fn ocr_sizes() -> OcrSizes {
+        OcrSizes::Auto
+    }
     pub fn ocr_provider() -> Placement {
         Placement::Cpu
     }
@@ -59,6 +67,17 @@ mod defaults {
 }
 
 impl OcrSettings {
+    /// The sizes the OCR towers run at on `device`: `Declared` or `Exact`, never `Auto`. Declared
+    /// where a new shape costs a cuDNN search; on the CPU a new shape costs nothing and padding is
+    /// work (10 to 21% more CPU a photo with OCR, docs/bench/ocr.md).
+    pub fn sizes(&self, device: Device) -> OcrSizes {
+        match self.ocr_sizes {
+            OcrSizes::Auto if device.is_cuda() => OcrSizes::Declared,
+            OcrSizes::Auto => OcrSizes::Exact,
+            sizes => sizes,
+        }
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !(32..=2048).contains(&self.ocr_resolution) {
             return Err(ConfigError(format!(

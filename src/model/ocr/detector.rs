@@ -1,16 +1,17 @@
 //! The text detector tower (PP-OCR's DB): one view at a time, BGR `(p / 255 - 0.5) / 0.5`, its
 //! output the probability of text at each pixel of the view.
 //!
-//! Views differ in size (each side a multiple of 32), so the tower declares the sizes it runs
-//! (model/shapes.rs, [`view_sizes`]) and pads a view at the top-left, with zeros (normalised
-//! mid-grey, what the first convolution pads with itself) up to the smallest that holds it; the
-//! map is cropped back to the view (docs/ocr.md, "Shapes").
+//! Views differ in size (each side a multiple of 32), so with `Declared` sizes (CLIPFN_OCR_SIZES)
+//! the tower declares the sizes it runs (model/shapes.rs, [`view_sizes`]) and pads a view at the
+//! top-left, with zeros (normalised mid-grey, what the first convolution pads with itself) up to
+//! the smallest that holds it; the map is cropped back to the view (docs/ocr.md, "Shapes"). With
+//! `Exact` sizes a view runs as it is.
 
 use super::{Graph, OcrTower, ProbabilityMap, lay_out_lines, open_graph, warmed};
 use crate::{
     model::{ModelData, ModelError, OcrViews, Runtime, Shapes, Tower},
     preprocess::{MAX_VIEW_SIDE, OcrView, view_size},
-    settings::ModelSettings,
+    settings::{ModelSettings, OcrSizes},
 };
 
 /// The aspects whose views at the resolution are declared exactly: 1:1, 5:4, 4:3, 3:2, 8:5, 16:9,
@@ -21,8 +22,10 @@ const SMALL: [(u32, u32); 4] = [(256, 256), (256, 512), (480, 480), (480, 960)];
 
 pub struct OcrDetector {
     graph: Graph,
-    /// The declared (width, height) sizes, smallest first.
+    /// The declared (width, height) sizes, smallest first (warmed up on CUDA in either mode).
     sizes: Vec<(u32, u32)>,
+    /// Whether views are padded to `sizes` (`Declared`), or run as they are.
+    pads: bool,
     pub info: OcrTower,
 }
 
@@ -32,19 +35,25 @@ impl OcrDetector {
         settings: &ModelSettings,
         data: &ModelData,
         file: String,
-        resolution: u32,
+        (resolution, ocr_sizes): (u32, OcrSizes),
     ) -> Result<Self, ModelError> {
         let sizes = view_sizes(resolution);
-        let shapes = Shapes::new(sizes.iter().map(|&(w, h)| vec![1, 3, i64::from(h), i64::from(w)]));
+        let pads = ocr_sizes == OcrSizes::Declared;
+        let shapes = if pads {
+            Shapes::new(sizes.iter().map(|&(w, h)| vec![1, 3, i64::from(h), i64::from(w)]))
+        } else {
+            Shapes::any()
+        };
         let graph = open_graph(runtime, settings, data, ("detector", &file), "[N, 3, H, W] -> [N, 1, H, W]", shapes)?;
         let every = graph.warms_every_shape;
-        warmed(OcrDetector { graph, sizes, info: OcrTower { file, batch_size: 1 } }, "detector", every)
+        warmed(OcrDetector { graph, sizes, pads, info: OcrTower { file, batch_size: 1 } }, "detector", every)
     }
 
     /// The declared size that holds a `width` x `height` view with the fewest pixels; the view's
-    /// own where none does (a bug: counted as a shape outside the set).
+    /// own where none does (a bug: counted as a shape outside the set) or where views run as they are.
     fn padded(&self, (width, height): (u32, u32)) -> (u32, u32) {
-        self.sizes.iter().copied().find(|&(w, h)| w >= width && h >= height).unwrap_or((width, height))
+        let holds = |&(w, h): &(u32, u32)| self.pads && w >= width && h >= height;
+        self.sizes.iter().copied().find(holds).unwrap_or((width, height))
     }
 
     fn detect(&mut self, view: &image::RgbImage) -> Result<ProbabilityMap, ModelError> {

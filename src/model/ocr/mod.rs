@@ -30,7 +30,7 @@ pub use self::{
     recognizer::{Recognized, TextRecognizer},
 };
 use super::{Graph, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo, TowerIo};
-use crate::settings::{Device, ModelSettings, OcrSettings};
+use crate::settings::{Device, ModelSettings, OcrSettings, OcrSizes};
 
 /// One OCR tower, as the worker sees it: its file and its batch size.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -58,6 +58,8 @@ pub struct OcrInfo {
     pub characters: usize,
     /// The detector view's short side at most (CLIPFN_OCR_RESOLUTION).
     pub resolution: u32,
+    /// The sizes the views and lines run at, `declared` or `exact` (CLIPFN_OCR_SIZES).
+    pub sizes: OcrSizes,
     /// The recognizer's score a line needs unless a request asks another (CLIPFN_OCR_MIN_SCORE).
     pub min_score: f32,
     /// The detector's box score a line needs (DB's `box_thresh`).
@@ -75,6 +77,7 @@ pub struct OcrModels {
     pub recognizer: TextRecognizer,
     settings: OcrSettings,
     provider: Device,
+    sizes: OcrSizes,
 }
 
 /// The files of an OCR model folder, read for loading: each with where it came from.
@@ -96,15 +99,17 @@ impl OcrModels {
         ocr: &OcrSettings,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
+        let sizes = ocr.sizes(runtime.device());
         let (location, data) = files.detector;
-        let detector = OcrDetector::load(runtime, settings, &data, location, ocr.ocr_resolution)?;
+        let detector = OcrDetector::load(runtime, settings, &data, location, (ocr.ocr_resolution, sizes))?;
         let classifier = files
             .classifier
             .map(|(location, data)| LineClassifier::load(runtime, settings, &data, location, batch_size))
             .transpose()?;
         let (location, data) = files.recognizer;
-        let recognizer = TextRecognizer::load(runtime, settings, &data, location, files.characters, batch_size)?;
-        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone(), provider: runtime.device() })
+        let recognizer =
+            TextRecognizer::load(runtime, settings, &data, location, files.characters, (batch_size, sizes))?;
+        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone(), provider: runtime.device(), sizes })
     }
 
     pub fn info(&self) -> OcrInfo {
@@ -115,6 +120,7 @@ impl OcrModels {
             recognizer: self.recognizer.info.file.clone(),
             characters: self.recognizer.characters(),
             resolution: self.settings.ocr_resolution,
+            sizes: self.sizes,
             min_score: self.settings.ocr_min_score,
             box_min_score: BOX_THRESHOLD,
             max_lines: self.settings.ocr_max_lines,

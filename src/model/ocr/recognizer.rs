@@ -1,8 +1,8 @@
 //! The text recognizer tower (PP-OCR's SVTR/CRNN recognizers): lines at height 48, BGR
-//! `(p / 255 - 0.5) / 0.5`, each padded to one of the recognizer's widths
-//! (`preprocess::recognizer_input`); a batch runs once per width it holds, so that a line's text
-//! and score never depend on its batch-mates, in runs of a few line counts per width
-//! (model/shapes.rs). The output, [N, T, classes], is decoded by `ctc`.
+//! `(p / 255 - 0.5) / 0.5`, each padded to one of the recognizer's widths, or to the next 8 px
+//! (`preprocess::recognizer_input`, CLIPFN_OCR_SIZES); a batch runs once per width it holds, so
+//! that a line's text and score never depend on its batch-mates, in runs of a few line counts per
+//! width (model/shapes.rs). The output, [N, T, classes], is decoded by `ctc`.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,7 @@ use super::{Charset, Graph, OcrTower, lay_out_lines, open_graph, refuse, warmed}
 use crate::{
     model::{Buckets, ModelData, ModelError, Runtime, Shapes, TextLines, Tower},
     preprocess::{LINE_HEIGHT, LineInput, MIN_RECOGNIZER_WIDTH, RECOGNIZER_WIDTHS},
-    settings::ModelSettings,
+    settings::{ModelSettings, OcrSizes},
 };
 
 /// The most lines of the narrowest width one run takes; a run of wider lines takes fewer.
@@ -34,7 +34,7 @@ pub struct Recognized {
 pub struct TextRecognizer {
     graph: Graph,
     charset: Charset,
-    /// Each width's line counts.
+    /// Each declared width's line counts (none with `Exact` sizes).
     counts: BTreeMap<u32, Buckets>,
     pub info: OcrTower,
 }
@@ -48,14 +48,18 @@ impl TextRecognizer {
         data: &ModelData,
         file: String,
         characters: Option<(String, String)>,
-        batch_size: usize,
+        (batch_size, sizes): (usize, OcrSizes),
     ) -> Result<Self, ModelError> {
         let pads = settings.pads(runtime.device());
-        let counts: BTreeMap<u32, Buckets> =
-            RECOGNIZER_WIDTHS.into_iter().map(|width| (width, line_counts(width, pads))).collect();
-        let shapes = Shapes::new(counts.iter().flat_map(|(&width, lines)| {
-            lines.sizes().iter().map(move |&n| vec![n as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)])
-        }));
+        let widths = RECOGNIZER_WIDTHS.into_iter().filter(|_| sizes == OcrSizes::Declared);
+        let counts: BTreeMap<u32, Buckets> = widths.map(|width| (width, line_counts(width, pads))).collect();
+        let shapes = if counts.is_empty() {
+            Shapes::any()
+        } else {
+            Shapes::new(counts.iter().flat_map(|(&width, lines)| {
+                lines.sizes().iter().map(move |&n| vec![n as i64, 3, i64::from(LINE_HEIGHT), i64::from(width)])
+            }))
+        };
         let graph = open_graph(runtime, settings, data, ("recognizer", &file), "[N, 3, 48, W] -> [N, T, C]", shapes)?;
         let classes = match graph.outputs[0].1.as_deref() {
             Some([_, _, classes]) if *classes > 0 => *classes as usize,
@@ -77,7 +81,8 @@ impl TextRecognizer {
         let charset =
             Charset::new(&list, classes).map_err(|e| refuse("recognizer", &file, format!("{source}: {e}")))?;
         let every = graph.warms_every_shape;
-        warmed(TextRecognizer { graph, charset, counts, info: OcrTower { file, batch_size } }, "recognizer", every)
+        let recognizer = TextRecognizer { graph, charset, counts, info: OcrTower { file, batch_size } };
+        warmed(recognizer, "recognizer", every)
     }
 
     /// The characters it reads (the space RapidOCR appends not counted).
@@ -122,10 +127,14 @@ impl Tower for TextRecognizer {
         }
         let mut read: Vec<Option<Recognized>> = vec![None; lines.len()];
         for (width, indices) in widths {
-            let plan = self
-                .counts
-                .get(&width)
-                .map_or_else(|| vec![(indices.len(), indices.len())], |counts| counts.plan(indices.len()));
+            let plan = match self.counts.get(&width) {
+                Some(counts) => counts.plan(indices.len()),
+                // Exact sizes declare no shapes to keep to: runs as full as the output's memory allows.
+                None => {
+                    let (n, most) = (indices.len(), line_counts(width, false).max());
+                    (0..n).step_by(most).map(|start| (most.min(n - start), most.min(n - start))).collect()
+                }
+            };
             let mut rest = &indices[..];
             for (len, rows) in plan {
                 let (run, after) = rest.split_at(len);
@@ -149,7 +158,7 @@ impl Tower for TextRecognizer {
     }
 
     fn warm_up(&mut self, every: bool) -> Result<(), ModelError> {
-        if !every {
+        if !every || self.counts.is_empty() {
             return self.check();
         }
         let runs: Vec<(u32, usize)> =
