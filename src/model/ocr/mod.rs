@@ -77,7 +77,6 @@ pub struct OcrModels {
     pub recognizer: TextRecognizer,
     settings: OcrSettings,
     provider: Device,
-    sizes: OcrSizes,
 }
 
 /// The files of an OCR model folder, read for loading: each with where it came from.
@@ -109,7 +108,7 @@ impl OcrModels {
         let (location, data) = files.recognizer;
         let recognizer =
             TextRecognizer::load(runtime, settings, &data, location, files.characters, (batch_size, sizes))?;
-        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone(), provider: runtime.device(), sizes })
+        Ok(OcrModels { detector, classifier, recognizer, settings: ocr.clone(), provider: runtime.device() })
     }
 
     pub fn info(&self) -> OcrInfo {
@@ -120,7 +119,7 @@ impl OcrModels {
             recognizer: self.recognizer.info.file.clone(),
             characters: self.recognizer.characters(),
             resolution: self.settings.ocr_resolution,
-            sizes: self.sizes,
+            sizes: self.settings.sizes(self.provider),
             min_score: self.settings.ocr_min_score,
             box_min_score: BOX_THRESHOLD,
             max_lines: self.settings.ocr_max_lines,
