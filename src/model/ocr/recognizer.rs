@@ -16,11 +16,16 @@ use crate::{
 /// The most lines of the narrowest width one run takes; a run of wider lines takes fewer.
 const LINES_PER_RUN: u32 = 32;
 
-/// The line counts a run of `width`-wide lines takes: powers of four up to what its output's memory
-/// allows (its [lines, width / 8, classes] floats are 34 MB for 32 lines of 320 with PP-OCRv4's 6,625
-/// classes), so that the ten widths declare 32 shapes.
+/// The most `width`-wide lines a run takes: what its output's memory allows (its [lines, width / 8,
+/// classes] floats are 34 MB for 32 lines of 320 with PP-OCRv4's 6,625 classes).
+fn most_lines(width: u32) -> usize {
+    (LINES_PER_RUN * MIN_RECOGNIZER_WIDTH / width).max(1) as usize
+}
+
+/// The line counts a run of `width`-wide lines takes: powers of four up to [`most_lines`], so that
+/// the ten widths declare 32 shapes.
 fn line_counts(width: u32, pads: bool) -> Buckets {
-    Buckets::powers((LINES_PER_RUN * MIN_RECOGNIZER_WIDTH / width).max(1) as usize, 4, pads)
+    Buckets::powers(most_lines(width), 4, pads)
 }
 
 /// One line's reading.
@@ -131,8 +136,9 @@ impl Tower for TextRecognizer {
                 Some(counts) => counts.plan(indices.len()),
                 // Exact sizes declare no shapes to keep to: runs as full as the output's memory allows.
                 None => {
-                    let (n, most) = (indices.len(), line_counts(width, false).max());
-                    (0..n).step_by(most).map(|start| (most.min(n - start), most.min(n - start))).collect()
+                    let (n, most) = (indices.len(), most_lines(width));
+                    let run = |start: usize| most.min(n - start);
+                    (0..n).step_by(most).map(|start| (run(start), run(start))).collect()
                 }
             };
             let mut rest = &indices[..];
