@@ -9,23 +9,22 @@
 //! (`CLIPFN_BACKFILL_CHUNK`; [`sink`]). A photo that fails gets an error row; only a listing that
 //! cannot be read or an output that cannot be written fails the task.
 
-mod face_columns;
+mod columns;
 mod listing;
-mod object_columns;
 mod progress;
 pub mod shard;
 pub mod sink;
-mod text_columns;
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 
 use self::{
+    columns::Columns,
     listing::Listing,
     progress::Progress,
     shard::{Task, TaskError},
-    sink::{Columns, Output, Row},
+    sink::{Output, Row},
 };
 use crate::{
     observe::telemetry::Telemetry,
@@ -103,13 +102,7 @@ pub async fn run(settings: Settings, args: Args, telemetry: &Telemetry) -> anyho
     // files there must match.
     let service = Service::load(&settings, telemetry.metrics()).await?;
     let pipeline = &service.pipeline;
-    let columns = Columns {
-        heads: pipeline.heads().map(|heads| heads.names.clone()).unwrap_or_default(),
-        faces: pipeline.faces().map(|(_, recognizer)| recognizer.id.clone()),
-        ocr: pipeline.ocr().is_some(),
-        objects: pipeline.objects().is_some(),
-    };
-    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), columns));
+    let output = Arc::new(Output::new(out_prefix, task, pipeline.model().id.clone(), Columns::of(pipeline)));
     let existing = output.scan(args.incremental).await?;
     let owned = keys.len();
     keys.retain(|key| !existing.done.contains(key));

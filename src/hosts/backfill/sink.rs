@@ -4,16 +4,8 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-use arrow_array::{
-    ArrayRef, RecordBatch, StructArray,
-    builder::{
-        Float32Builder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
-        TimestampMillisecondBuilder,
-    },
-    cast::AsArray,
-};
-use arrow_buffer::NullBuffer;
-use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use arrow_array::{RecordBatch, cast::AsArray};
+use arrow_schema::{Field, Schema};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt, future::BoxFuture};
 use object_store::{ObjectMeta, ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -31,20 +23,13 @@ use parquet::{
     },
 };
 
-use super::{
-    BackfillError,
-    face_columns::{self, FaceColumn},
-    object_columns::{self, ObjectColumn},
-    shard::Task,
-    text_columns::{self, TextColumns},
-};
+use super::{BackfillError, columns::Columns, shard::Task};
 use crate::{pipeline::Signals, storage::Prefix};
 
-/// File metadata keys: the model that made the embeddings, and their length; with face models,
-/// the recognizer that made the `faces` embeddings (its id, as every face answer gives it).
+/// File metadata keys: the model that made the embeddings, and their length (a column group adds
+/// its own: `columns::FACE_RECOGNIZER_KEY`).
 pub const MODEL_KEY: &str = "clipfn.model";
 pub const DIM_KEY: &str = "clipfn.dim";
-pub const FACE_RECOGNIZER_KEY: &str = "clipfn.face_recognizer";
 
 /// Existing files read at once while scanning `--out`.
 const SCAN_CONCURRENCY: usize = 16;
@@ -67,19 +52,6 @@ pub struct Existing {
     pub chunks: usize,
     /// The first chunk number not yet used by this task.
     pub next_chunk: u32,
-}
-
-/// The columns a file has beyond those every file has.
-#[derive(Debug, Clone, Default)]
-pub struct Columns {
-    /// The heads' names, a `scores` field each.
-    pub heads: Vec<String>,
-    /// With face models (and so a `faces` column), the recognizer's id.
-    pub faces: Option<String>,
-    /// With OCR models: the `ocr` and `ocr_text` columns.
-    pub ocr: bool,
-    /// With an object model: the `objects` column.
-    pub objects: bool,
 }
 
 pub struct Output {
@@ -219,154 +191,23 @@ fn parse_file_name(name: &str) -> Option<(Task, u32)> {
     Some((Task { index: index.parse().ok()?, count: count.parse().ok()? }, chunk.parse().ok()?))
 }
 
-/// The columns: `key`, `embedding` (list of float32, null on error), `error_code` and
-/// `error_message` (null when embedded), `bytes` (the photo's size, null when it was not fetched),
-/// `hash` (the perceptual hash's 64 bits as int64: `printf('%016x', hash)` is the API's hex) and
-/// `sharpness` (null on error), `taken_at` (the API's text: ISO 8601, with an offset when the photo
-/// gives one) and `taken_at_utc` (its instant, where the offset is known), `location` (`lat`,
-/// `lon`, `alt` as the API's; null where the photo records none), `width` and `height` (upright,
-/// full size), with heads, `scores` (a float32 field per head), with face models, `faces` (a list
-/// of `box` [x1, y1, x2, y2], `score` and `embedding`; null on error, or when a face model tripped
-/// on the photo; the file's `clipfn.face_recognizer` names the recognizer), and with OCR models,
-/// `ocr` and `ocr_text` (`text_columns`), and with an object model, `objects` (`object_columns`).
-fn schema(columns: &Columns) -> Schema {
-    let (heads, faces) = (&columns.heads, columns.faces.is_some());
-    let mut fields = vec![
-        Field::new("key", DataType::Utf8, false),
-        Field::new("embedding", DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))), true),
-        Field::new("error_code", DataType::Utf8, true),
-        Field::new("error_message", DataType::Utf8, true),
-        Field::new("bytes", DataType::Int64, true),
-        Field::new("hash", DataType::Int64, true),
-        Field::new("sharpness", DataType::Float64, true),
-        Field::new("taken_at", DataType::Utf8, true),
-        Field::new("taken_at_utc", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), true),
-        Field::new("location", DataType::Struct(location_fields()), true),
-        Field::new("width", DataType::Int32, true),
-        Field::new("height", DataType::Int32, true),
-    ];
-    if !heads.is_empty() {
-        fields.push(Field::new("scores", DataType::Struct(score_fields(heads)), true));
-    }
-    if faces {
-        fields.push(face_columns::field());
-    }
-    if columns.ocr {
-        fields.extend(text_columns::fields());
-    }
-    if columns.objects {
-        fields.push(object_columns::field());
-    }
-    Schema::new(fields)
-}
-
-fn location_fields() -> Fields {
-    ["lat", "lon", "alt"].map(|name| Field::new(name, DataType::Float64, true)).into_iter().collect()
-}
-
-fn score_fields(heads: &[String]) -> Fields {
-    heads.iter().map(|name| Field::new(name, DataType::Float32, true)).collect()
-}
-
+/// `rows` as one file: the groups of columns `columns` lists (src/hosts/backfill/columns/), in
+/// order, and the model's id and its embeddings' length in the footer, with what the groups add.
 fn encode(rows: &[Row], model: &str, dim: usize, columns: &Columns) -> Result<Vec<u8>, ParquetError> {
-    let (heads, recognizer) = (&columns.heads, columns.faces.as_deref());
-    let mut keys = StringBuilder::new();
-    let mut embeddings = ListBuilder::with_capacity(Float32Builder::with_capacity(rows.len() * dim), rows.len());
-    let mut codes = StringBuilder::new();
-    let mut messages = StringBuilder::new();
-    let mut bytes = Int64Builder::with_capacity(rows.len());
-    let mut hashes = Int64Builder::with_capacity(rows.len());
-    let mut sharpness = Float64Builder::with_capacity(rows.len());
-    let mut taken_at = StringBuilder::new();
-    let mut taken_at_utc = TimestampMillisecondBuilder::with_capacity(rows.len()).with_timezone("UTC");
-    let mut places: [Float64Builder; 3] = std::array::from_fn(|_| Float64Builder::with_capacity(rows.len()));
-    let (mut widths, mut heights) = (Int32Builder::with_capacity(rows.len()), Int32Builder::with_capacity(rows.len()));
-    let mut scores: Vec<Float32Builder> = heads.iter().map(|_| Float32Builder::with_capacity(rows.len())).collect();
-    let mut found = FaceColumn::new();
-    let mut text = TextColumns::new();
-    let mut objects = ObjectColumn::new();
+    let mut groups = columns.groups(rows.len(), dim);
     for row in rows {
-        keys.append_value(&row.key);
-        let signals = row.signals.as_ref();
-        match signals.and_then(|signals| signals.embedding.as_deref()) {
-            Some(embedding) => {
-                embeddings.values().append_slice(embedding);
-                embeddings.append(true);
-            }
-            None => embeddings.append_null(),
-        }
-        codes.append_option(row.error.as_ref().map(|(code, _)| *code));
-        messages.append_option(row.error.as_ref().map(|(_, message)| message));
-        bytes.append_option(row.bytes.map(|b| b as i64));
-        let pixels = signals.and_then(|signals| signals.pixels);
-        // The same 64 bits, read as a signed integer: the type SQL engines xor and bit_count.
-        hashes.append_option(pixels.map(|pixels| pixels.hash as i64));
-        sharpness.append_option(pixels.map(|pixels| pixels.sharpness));
-        let taken = signals.and_then(|signals| signals.metadata.as_ref()?.taken_at.as_ref());
-        taken_at.append_option(taken.map(|taken| taken.iso8601()));
-        taken_at_utc.append_option(taken.and_then(|taken| taken.utc_millis()));
-        let place = signals.and_then(|signals| signals.metadata.as_ref()?.location);
-        places[0].append_option(place.map(|place| place.lat));
-        places[1].append_option(place.map(|place| place.lon));
-        places[2].append_option(place.and_then(|place| place.alt));
-        let size = signals.and_then(|signals| signals.size);
-        widths.append_option(size.map(|(width, _)| width as i32));
-        heights.append_option(size.map(|(_, height)| height as i32));
-        let row_scores = signals.and_then(|signals| signals.scores.as_deref());
-        for (head, builder) in scores.iter_mut().enumerate() {
-            builder.append_option(row_scores.map(|scores| scores[head]));
-        }
-        found.append(signals.and_then(|signals| Some(&signals.faces.as_ref()?.as_ref().ok()?.faces[..])));
-        text.append(signals.and_then(|signals| signals.ocr.as_ref()?.as_ref().ok()));
-        objects.append(signals.and_then(|signals| Some(&signals.objects.as_ref()?.as_ref().ok()?[..])));
+        groups.iter_mut().for_each(|group| group.append(row));
     }
-    let mut arrays: Vec<ArrayRef> = vec![
-        Arc::new(keys.finish()),
-        Arc::new(embeddings.finish()),
-        Arc::new(codes.finish()),
-        Arc::new(messages.finish()),
-        Arc::new(bytes.finish()),
-        Arc::new(hashes.finish()),
-        Arc::new(sharpness.finish()),
-        Arc::new(taken_at.finish()),
-        Arc::new(taken_at_utc.finish()),
-        location_column(rows, &mut places)?,
-        Arc::new(widths.finish()),
-        Arc::new(heights.finish()),
-    ];
-    if !heads.is_empty() {
-        arrays.push(score_column(rows, heads, &mut scores)?);
+    let fields: Vec<Field> = groups.iter().flat_map(|group| group.fields()).collect();
+    let mut arrays = Vec::with_capacity(fields.len());
+    for group in &mut groups {
+        arrays.extend(group.finish()?);
     }
-    if recognizer.is_some() {
-        arrays.push(found.finish());
-    }
-    if columns.ocr {
-        arrays.extend(text.finish());
-    }
-    if columns.objects {
-        arrays.push(objects.finish());
-    }
-    let batch = RecordBatch::try_new(Arc::new(schema(columns)), arrays)?;
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
     let mut metadata =
         vec![KeyValue::new(MODEL_KEY.into(), model.to_string()), KeyValue::new(DIM_KEY.into(), dim.to_string())];
-    metadata.extend(recognizer.map(|id| KeyValue::new(FACE_RECOGNIZER_KEY.into(), id.to_string())));
+    metadata.extend(groups.iter().flat_map(|group| group.metadata()));
     parquet(&batch, metadata)
-}
-
-/// The place's three columns as one struct, null where a photo has no place.
-fn location_column(rows: &[Row], places: &mut [Float64Builder; 3]) -> Result<ArrayRef, ParquetError> {
-    let located = rows
-        .iter()
-        .map(|row| row.signals.as_ref().is_some_and(|s| s.metadata.as_ref().is_some_and(|m| m.location.is_some())));
-    let fields = places.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
-    Ok(Arc::new(StructArray::try_new(location_fields(), fields, Some(NullBuffer::from_iter(located)))?))
-}
-
-/// The heads' scores as one struct column, null where a photo has none.
-fn score_column(rows: &[Row], heads: &[String], scores: &mut [Float32Builder]) -> Result<ArrayRef, ParquetError> {
-    let scored = NullBuffer::from_iter(rows.iter().map(|row| row.signals.as_ref().is_some_and(|s| s.scores.is_some())));
-    let fields: Vec<ArrayRef> = scores.iter_mut().map(|builder| Arc::new(builder.finish()) as ArrayRef).collect();
-    Ok(Arc::new(StructArray::try_new(score_fields(heads), fields, Some(scored))?))
 }
 
 /// `batch` as one Parquet file (Snappy) with `metadata` in its footer.
@@ -390,6 +231,7 @@ mod tests {
     use super::*;
     use crate::{
         decode::{Location, Metadata, TakenAt},
+        hosts::backfill::columns::FACE_RECOGNIZER_KEY,
         pipeline::{Face, Faces, Object, Ocr, OcrLine},
         signals::PixelSignals,
     };
@@ -449,6 +291,10 @@ mod tests {
         assert!(kv.contains(&KeyValue::new(MODEL_KEY.into(), "clip-test".to_string())));
         assert!(kv.contains(&KeyValue::new(DIM_KEY.into(), "2".to_string())));
         assert!(kv.contains(&KeyValue::new(FACE_RECOGNIZER_KEY.into(), "dlib:00:chips-3".to_string())));
+        let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let (every_file, each_capability) = names.split_at(12);
+        assert_eq!(every_file, EVERY_FILE);
+        assert_eq!(each_capability, ["scores", "faces", "ocr", "ocr_text", "objects"]);
         let batch = builder.build().unwrap().next().unwrap().unwrap();
         assert_eq!(batch.num_rows(), 2);
         let column = |name: &str| batch.column_by_name(name).unwrap();
@@ -516,22 +362,22 @@ mod tests {
         let file = bytes::Bytes::from(encode(&rows, "clip-test", 2, &Columns::default()).unwrap());
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let names: Vec<String> = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
-        assert_eq!(
-            names,
-            [
-                "key",
-                "embedding",
-                "error_code",
-                "error_message",
-                "bytes",
-                "hash",
-                "sharpness",
-                "taken_at",
-                "taken_at_utc",
-                "location",
-                "width",
-                "height"
-            ]
-        );
+        assert_eq!(names, EVERY_FILE);
     }
+
+    /// The columns every file has, in order.
+    const EVERY_FILE: [&str; 12] = [
+        "key",
+        "embedding",
+        "error_code",
+        "error_message",
+        "bytes",
+        "hash",
+        "sharpness",
+        "taken_at",
+        "taken_at_utc",
+        "location",
+        "width",
+        "height",
+    ];
 }

@@ -5,23 +5,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    ArrayBuilder, FixedSizeListBuilder, Float32Builder, ListBuilder, StringBuilder, StructBuilder,
+use arrow_array::{
+    ArrayRef,
+    builder::{ArrayBuilder, FixedSizeListBuilder, Float32Builder, ListBuilder, StringBuilder, StructBuilder},
 };
-use arrow_schema::{DataType, Field, Fields};
+use arrow_schema::{ArrowError, DataType, Field, Fields};
 
-use crate::pipeline::Object;
+use super::{super::sink::Row, ColumnGroup};
 
-/// The column's field.
-pub fn field() -> Field {
-    Field::new(
-        "objects",
-        DataType::List(Arc::new(Field::new_list_field(DataType::Struct(object_fields()), true))),
-        true,
-    )
-}
-
-/// The column's builder, filled a row at a time.
 pub struct ObjectColumn(ListBuilder<StructBuilder>);
 
 impl ObjectColumn {
@@ -33,8 +24,16 @@ impl ObjectColumn {
         ];
         ObjectColumn(ListBuilder::new(StructBuilder::new(object_fields(), fields)))
     }
+}
 
-    pub fn append(&mut self, objects: Option<&[Object]>) {
+impl ColumnGroup for ObjectColumn {
+    fn fields(&self) -> Vec<Field> {
+        let object = Field::new_list_field(DataType::Struct(object_fields()), true);
+        vec![Field::new("objects", DataType::List(Arc::new(object)), true)]
+    }
+
+    fn append(&mut self, row: &Row) {
+        let objects = row.signals.as_ref().and_then(|signals| signals.objects.as_ref()?.as_ref().ok());
         let Some(objects) = objects else { return self.0.append_null() };
         let builder = self.0.values();
         for object in objects {
@@ -48,8 +47,8 @@ impl ObjectColumn {
         self.0.append(true);
     }
 
-    pub fn finish(mut self) -> arrow_array::ArrayRef {
-        Arc::new(self.0.finish())
+    fn finish(&mut self) -> Result<Vec<ArrayRef>, ArrowError> {
+        Ok(vec![Arc::new(self.0.finish())])
     }
 }
 

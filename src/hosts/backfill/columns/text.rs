@@ -5,19 +5,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    ArrayBuilder, FixedSizeListBuilder, Float32Builder, ListBuilder, StringBuilder, StructBuilder,
+use arrow_array::{
+    ArrayRef,
+    builder::{ArrayBuilder, FixedSizeListBuilder, Float32Builder, ListBuilder, StringBuilder, StructBuilder},
 };
-use arrow_schema::{DataType, Field, Fields};
+use arrow_schema::{ArrowError, DataType, Field, Fields};
 
-use crate::pipeline::Ocr;
+use super::{super::sink::Row, ColumnGroup};
 
-/// The two columns' fields, in order.
-pub fn fields() -> [Field; 2] {
-    [Field::new("ocr", lines_type(), true), Field::new("ocr_text", DataType::Utf8, true)]
-}
-
-/// The columns' builders, filled a row at a time.
 pub struct TextColumns {
     lines: ListBuilder<StructBuilder>,
     joined: StringBuilder,
@@ -33,9 +28,16 @@ impl TextColumns {
         ];
         TextColumns { lines: ListBuilder::new(StructBuilder::new(line_fields(), fields)), joined: StringBuilder::new() }
     }
+}
 
-    pub fn append(&mut self, ocr: Option<&Ocr>) {
-        let Some(ocr) = ocr else {
+impl ColumnGroup for TextColumns {
+    fn fields(&self) -> Vec<Field> {
+        let line = Field::new_list_field(DataType::Struct(line_fields()), true);
+        vec![Field::new("ocr", DataType::List(Arc::new(line)), true), Field::new("ocr_text", DataType::Utf8, true)]
+    }
+
+    fn append(&mut self, row: &Row) {
+        let Some(ocr) = row.signals.as_ref().and_then(|signals| signals.ocr.as_ref()?.as_ref().ok()) else {
             self.lines.append_null();
             return self.joined.append_null();
         };
@@ -54,8 +56,8 @@ impl TextColumns {
         self.joined.append_value(texts.join("\n"));
     }
 
-    pub fn finish(mut self) -> [arrow_array::ArrayRef; 2] {
-        [Arc::new(self.lines.finish()), Arc::new(self.joined.finish())]
+    fn finish(&mut self) -> Result<Vec<ArrayRef>, ArrowError> {
+        Ok(vec![Arc::new(self.lines.finish()), Arc::new(self.joined.finish())])
     }
 }
 
@@ -67,8 +69,4 @@ fn line_fields() -> Fields {
         Field::new("box_score", DataType::Float32, true),
         Field::new("box", DataType::FixedSizeList(float(), 8), true),
     ])
-}
-
-fn lines_type() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Struct(line_fields()), true)))
 }
