@@ -10,7 +10,7 @@ use axum::{extract::State, response::Response};
 use super::{
     AppState,
     album::{AlbumInput, album_stage},
-    error::ApiError,
+    error::{ApiError, ErrorBody},
     labels::{self, Scored},
     people::{AlbumFaces, KnownPeople, known_people, same_recognizer},
     pets::{AlbumPets, known_pets},
@@ -172,30 +172,14 @@ impl<'a> Answering<'a> {
     /// One answered photo's item: its signals, and each detector's findings or its error.
     fn item(&self, index: usize, image: Option<Cow<'a, str>>, photo: Signals) -> AnalyzeItem<'a> {
         let failed = |e: &ItemError| photo_error(index, image.as_deref().unwrap_or_default(), e);
-        let left_out = |n: usize| Some(n).filter(|&n| n > 0);
-        let (faces, faces_left_out, faces_error) = match photo.faces {
-            Some(Ok(found)) => {
-                let faces = found.faces.into_iter().map(|face| FaceItem::new(face, self.recognizer)).collect();
-                (Some(faces), left_out(found.left_out), None)
-            }
-            Some(Err(e)) => (None, None, Some(failed(&e))),
-            None => (None, None, None),
-        };
-        let (ocr, ocr_left_out, ocr_error) = match photo.ocr {
-            Some(Ok(found)) => {
-                (Some(found.lines.into_iter().map(OcrItem::from).collect()), left_out(found.left_out), None)
-            }
-            Some(Err(e)) => (None, None, Some(failed(&e))),
-            None => (None, None, None),
-        };
-        let (objects, objects_error) = match photo.objects {
-            Some(Ok(found)) => (
-                Some(found.into_iter().map(|object| ObjectItem::new(object, self.with_pet_embeddings)).collect()),
-                None,
-            ),
-            Some(Err(e)) => (None, Some(failed(&e))),
-            None => (None, None),
-        };
+        let (faces, faces_left_out, faces_error) = answered(photo.faces, failed, |found| {
+            (found.faces.into_iter().map(|face| FaceItem::new(face, self.recognizer)).collect(), found.left_out)
+        });
+        let (ocr, ocr_left_out, ocr_error) =
+            answered(photo.ocr, failed, |found| (found.lines.into_iter().map(OcrItem::from).collect(), found.left_out));
+        let (objects, _, objects_error) = answered(photo.objects, failed, |found| {
+            (found.into_iter().map(|object| ObjectItem::new(object, self.with_pet_embeddings)).collect(), 0)
+        });
         let metadata = photo.metadata.unwrap_or_default();
         let (width, height) = photo.size.unzip();
         AnalyzeItem {
@@ -226,6 +210,23 @@ impl<'a> Answering<'a> {
             image,
             error: None,
         }
+    }
+}
+
+/// A detector's part of a photo's answer, where the request asked for it: its findings as `items`
+/// makes them (with how many it left out, absent when none), or its error.
+fn answered<T, I>(
+    found: Option<Result<T, ItemError>>,
+    failed: impl Fn(&ItemError) -> ErrorBody,
+    items: impl FnOnce(T) -> (Vec<I>, usize),
+) -> (Option<Vec<I>>, Option<usize>, Option<ErrorBody>) {
+    match found {
+        Some(Ok(found)) => {
+            let (items, left_out) = items(found);
+            (Some(items), Some(left_out).filter(|&n| n > 0), None)
+        }
+        Some(Err(e)) => (None, None, Some(failed(&e))),
+        None => (None, None, None),
     }
 }
 
@@ -293,15 +294,7 @@ fn checked(
 /// server has unless the request said `false` (`[faces, ocr, objects]`).
 fn photo_wants(pipeline: &Pipeline, (photos, embedding): (bool, SquareFor), asked: [Option<bool>; 3]) -> Wants {
     let [faces, ocr, objects] = asked.map(|asked| photos && asked != Some(false));
-    let objects = objects && pipeline.objects().is_some();
-    Wants {
-        embedding,
-        pixels: photos,
-        scores: pipeline.heads().is_some(),
-        faces: faces && pipeline.faces().is_some(),
-        ocr: ocr && pipeline.ocr().is_some(),
-        objects,
-        pets: objects,
-        ..Wants::default()
-    }
+    let all = pipeline.wants_all(embedding);
+    let objects = objects && all.objects;
+    Wants { pixels: photos, faces: faces && all.faces, ocr: ocr && all.ocr, objects, pets: objects, ..all }
 }

@@ -151,6 +151,20 @@ impl Pipeline {
         self.worker.objects_info()
     }
 
+    /// Every signal the loaded models give, with `embedding`'s squares: the pixel signals, the
+    /// heads' scores and each detector there is (pets' crops not embedded).
+    pub fn wants_all(&self, embedding: SquareFor) -> Wants {
+        Wants {
+            embedding,
+            pixels: true,
+            scores: self.heads().is_some(),
+            faces: self.faces().is_some(),
+            ocr: self.ocr().is_some(),
+            objects: self.objects().is_some(),
+            ..Wants::default()
+        }
+    }
+
     /// Each tower's input shapes: declared, run, and run outside the declared set.
     pub fn shapes(&self) -> &[(TowerKind, std::sync::Arc<ShapeCounts>)] {
         self.worker.shapes()

@@ -28,7 +28,7 @@ use self::{
 };
 use crate::{
     observe::telemetry::Telemetry,
-    pipeline::{EmbeddedPhoto, Pipeline, SquareFor, Wants},
+    pipeline::{EmbeddedPhoto, Pipeline, SquareFor},
     service::Service,
     settings::Settings,
     storage::{Client, Storage},
@@ -138,22 +138,7 @@ async fn embed(
     let dim = pipeline.model().dim;
     let mut progress = Progress::start(keys.len() as u64);
     let mut chunks = pipeline
-        .embed_all(
-            keys,
-            settings.limits.max_queued_images,
-            Wants {
-                embedding: SquareFor::Every,
-                pixels: true,
-                scores: pipeline.heads().is_some(),
-                faces: pipeline.faces().is_some(),
-                face_min_score: None,
-                ocr: pipeline.ocr().is_some(),
-                ocr_min_score: None,
-                ocr_box_min_score: None,
-                objects: pipeline.objects().is_some(),
-                pets: false,
-            },
-        )?
+        .embed_all(keys, settings.limits.max_queued_images, pipeline.wants_all(SquareFor::Every))?
         .map(row)
         .inspect(|row| progress.record(row.error.as_ref().map(|(code, _)| *code)))
         .chunks(chunk_size);
