@@ -7,9 +7,7 @@
 //! their names; anything else, or an input width that is not the image tower's `dim`, stops
 //! start-up with the head's name and file.
 
-use ort::{session::Session, value::TensorRef};
-
-use super::{Buckets, Embeddings, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo};
+use super::{Buckets, Embeddings, Graph, ModelData, ModelError, Runtime, Shapes, Tower, TowerInfo};
 use crate::settings::ModelSettings;
 
 /// What the rest of the service is told about the heads.
@@ -37,18 +35,12 @@ pub struct HeadFile {
     pub data: ModelData,
 }
 
-struct Head {
-    session: Session,
-    input: String,
-    output: String,
-}
-
 pub struct Heads {
-    heads: Vec<Head>,
+    /// One graph a head, in `info.names`' order. Every batch runs on each, so each counts the same
+    /// shapes: the first's counts are the tower's.
+    graphs: Vec<Graph>,
     buckets: Buckets,
-    shapes: Shapes,
     pub info: HeadsInfo,
-    _environment: ort::environment::Environment,
 }
 
 impl Heads {
@@ -61,13 +53,16 @@ impl Heads {
         dim: usize,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let mut heads = Vec::with_capacity(files.len());
+        let device = runtime.device();
+        let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
+        let mut graphs = Vec::with_capacity(files.len());
         let (mut names, mut locations) = (Vec::new(), Vec::new());
         for HeadFile { name, location, data } in files {
             let refuse = |why: String| ModelError::Load(format!("head '{name}' ({location}): {why}"));
-            let session = runtime.session(settings, &data).map_err(|e| refuse(e.to_string()))?;
-            let (input, output) = match (session.inputs(), session.outputs()) {
-                ([input], [output]) => (input, output),
+            let shapes = Shapes::batches(&buckets, &[dim as i64]);
+            let graph = Graph::load(runtime, settings, &data, shapes).map_err(|e| refuse(e.to_string()))?;
+            let (input, output) = match (&graph.inputs[..], &graph.outputs[..]) {
+                ([(_, input)], [(_, output)]) => (input.as_deref(), output.as_deref()),
                 (inputs, outputs) => {
                     return Err(refuse(format!(
                         "has {} inputs and {} outputs; a head takes one [N, {dim}] input and gives one [N] or [N, 1] output",
@@ -76,7 +71,7 @@ impl Heads {
                     )));
                 }
             };
-            match input.dtype().tensor_shape().map(|s| s.to_vec()).as_deref() {
+            match input {
                 Some([_, width]) if *width == dim as i64 || *width < 0 => {}
                 shape => {
                     return Err(refuse(format!(
@@ -84,20 +79,19 @@ impl Heads {
                     )));
                 }
             }
-            match output.dtype().tensor_shape().map(|s| s.to_vec()).as_deref() {
+            match output {
                 Some([_]) | Some([_, 1]) | Some([_, -1]) => {}
                 shape => return Err(refuse(format!("gives {shape:?}, not [N] or [N, 1]"))),
             }
-            let head = Head { input: input.name().to_string(), output: output.name().to_string(), session };
-            heads.push(head);
+            graphs.push(graph);
             names.push(name);
             locations.push(location);
         }
+        if graphs.is_empty() {
+            return Err(ModelError::Load("heads: none were given".into()));
+        }
         let info = HeadsInfo { names, files: locations, dim, batch_size };
-        let device = runtime.device();
-        let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
-        let shapes = Shapes::batches(&buckets, &[dim as i64]);
-        let mut loaded = Heads { heads, buckets, shapes, info, _environment: runtime.environment() };
+        let mut loaded = Heads { graphs, buckets, info };
         Tower::warm_up(&mut loaded, device.is_cuda())
             .map_err(|e| ModelError::Load(format!("heads: the warm-up failed: {e}")))?;
         Ok(loaded)
@@ -116,22 +110,16 @@ impl Tower for Heads {
         let (n, dim) = (embeddings.len(), self.info.dim);
         let mut batch = Vec::with_capacity(n * dim);
         embeddings.iter().for_each(|e| batch.extend_from_slice(e));
-        self.shapes.ran(&[n as i64, dim as i64]);
-        let mut scores = vec![Vec::with_capacity(self.heads.len()); n];
-        for (head, name) in self.heads.iter_mut().zip(&self.info.names) {
-            let input =
-                TensorRef::from_array_view(([n as i64, dim as i64], &batch[..])).map_err(ModelError::inference)?;
-            let outputs =
-                head.session.run(ort::inputs![head.input.as_str() => input]).map_err(ModelError::inference)?;
-            let (_, values) =
-                outputs[head.output.as_str()].try_extract_tensor::<f32>().map_err(ModelError::inference)?;
+        let mut scores = vec![Vec::with_capacity(self.graphs.len()); n];
+        for (graph, name) in self.graphs.iter_mut().zip(&self.info.names) {
+            let (_, values) = graph.run([n as i64, dim as i64], &batch, 0)?;
             if values.len() != n {
                 return Err(ModelError::Inference(format!(
                     "head '{name}' gave {} values for {n} photos",
                     values.len()
                 )));
             }
-            scores.iter_mut().zip(values).for_each(|(photo, &value)| photo.push(value));
+            scores.iter_mut().zip(values).for_each(|(photo, value)| photo.push(value));
         }
         Ok(scores)
     }
@@ -142,7 +130,7 @@ impl Tower for Heads {
     }
 
     fn shapes(&self) -> &Shapes {
-        &self.shapes
+        &self.graphs[0].shapes
     }
 
     fn batching(&self) -> Option<(&Buckets, Vec<f32>)> {

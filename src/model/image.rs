@@ -1,4 +1,4 @@
-//! The image tower: the CLIP (or SigLIP) vision session, what the service is told about it, and
+//! The image tower: the CLIP (or SigLIP) vision graph, what the service is told about it, and
 //! how it lays out a batch.
 //!
 //! Photos wait in the worker's queue as resized squares of bytes (a quarter of their size as
@@ -10,10 +10,10 @@
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use ort::{environment::Environment, session::Session, value::TensorRef};
+use ort::value::TensorRef;
 
 use super::{
-    Buckets, ModelError, ModelFile, Photos, Runtime, Shapes, Tower, TowerInfo, normalizer::Normalizer,
+    Buckets, Graph, ModelError, ModelFile, Photos, Runtime, Shapes, Tower, TowerInfo, normalizer::Normalizer,
     outputs::unit_rows,
 };
 use crate::{
@@ -73,16 +73,13 @@ pub struct LoadTimings {
 }
 
 pub struct ImageModel {
-    session: Session,
+    graph: Graph,
     /// Present when the model normalises (`input_layout` is raw).
     normalizer: Option<Normalizer>,
     batch: PixelBatch,
     buckets: Buckets,
-    shapes: Shapes,
     pub info: ImageModelInfo,
     pub timings: LoadTimings,
-    // The session borrows the process-wide environment; keep it alive as long as the session.
-    _environment: Environment,
 }
 
 impl ImageModel {
@@ -90,19 +87,21 @@ impl ImageModel {
     /// 1 and at the full batch size; the warm-up also reveals the embedding size.
     pub fn load(runtime: &mut Runtime, settings: &ModelSettings, model: ModelFile) -> Result<Self, ModelError> {
         let started = Instant::now();
-        let session = runtime.session(settings, &model.data)?;
+        // The shapes are known once the graph is read: declared below.
+        let mut graph = Graph::load(runtime, settings, &model.data, Shapes::any())?;
         // The session holds the weights now: fetched bytes must not stay beside them, nor sit
         // under the warm-up's peak.
         drop(model.data);
         let device = runtime.device();
         let timings = LoadTimings { session: started.elapsed(), ..LoadTimings::default() };
-        let input = session.inputs().first().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
+        let (input, shape) =
+            graph.inputs.first().cloned().ok_or_else(|| ModelError::Load("the graph has no input".into()))?;
         let output_name = match &settings.output_name {
             Some(name) => name.clone(),
-            None => super::outputs::embedding_output(session.outputs(), "image_embeds")?,
+            None => super::outputs::embedding_output(&graph.outputs, "image_embeds")?,
         };
-        let shape = input.dtype().tensor_shape().map(|s| &s[..]);
-        require_dynamic_batch(input.name(), shape)?;
+        let shape = shape.as_deref();
+        require_dynamic_batch(&input, shape)?;
         let side = settings.image_size.or(square_side(shape));
         let preprocessing = match (model.preprocessing, side) {
             // The graph (or CLIPFN_IMAGE_SIZE) must take what the folder's config makes.
@@ -116,8 +115,7 @@ impl ImageModel {
             (None, Some(side)) => Transform::clip(side),
             (None, None) => {
                 return Err(ModelError::Load(format!(
-                    "input shape {:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE",
-                    input.dtype().tensor_shape()
+                    "input shape {shape:?} is not [N, 3, S, S] with a fixed S; set CLIPFN_IMAGE_SIZE"
                 )));
             }
         };
@@ -127,7 +125,7 @@ impl ImageModel {
             precision: model.precision,
             provider: device,
             fallback_reason: runtime.fallback_reason().map(str::to_string),
-            input_name: settings.input_name.clone().unwrap_or_else(|| input.name().to_string()),
+            input_name: settings.input_name.clone().unwrap_or(input),
             output_name,
             image_size: preprocessing.side(),
             preprocessing,
@@ -145,11 +143,10 @@ impl ImageModel {
         };
         let started = Instant::now();
         let batch = PixelBatch::new(&info);
-        let _environment = runtime.environment();
         let buckets = Buckets::powers_of_two(info.batch_size, settings.pads(device));
         let side = i64::from(info.image_size);
-        let shapes = Shapes::batches(&buckets, &[3, side, side]);
-        let mut model = ImageModel { session, normalizer, batch, buckets, shapes, info, timings, _environment };
+        graph.shapes = Shapes::batches(&buckets, &[3, side, side]);
+        let mut model = ImageModel { graph, normalizer, batch, buckets, info, timings };
         model.info.warm_up_batches = model.buckets.warm_up_sizes(device.is_cuda());
         for n in model.info.warm_up_batches.clone() {
             // The first run reveals the embedding's size.
@@ -174,22 +171,20 @@ impl ImageModel {
     /// Runs the batch laid out in `self.batch`, of `n` photos.
     fn infer(&mut self, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
         let side = i64::from(self.info.image_size);
-        self.shapes.ran(&[n as i64, 3, side, side]);
-        let name = self.info.input_name.as_str();
-        let outputs = match (&self.batch.pixels, self.normalizer.as_mut()) {
+        let shape = [n as i64, 3, side, side];
+        let (name, output) = (self.info.input_name.as_str(), self.info.output_name.as_str());
+        let read = |outputs: &ort::session::SessionOutputs| unit_rows(outputs, output, n);
+        match (&self.batch.pixels, self.normalizer.as_mut()) {
             (Pixels::NormalizedNchw(floats), None) => {
-                let input = TensorRef::from_array_view(([n as i64, 3, side, side], &floats[..]))
-                    .map_err(ModelError::inference)?;
-                self.session.run(ort::inputs![name => input])
+                let input = TensorRef::from_array_view((shape, &floats[..])).map_err(ModelError::inference)?;
+                self.graph.run_inputs(&shape, ort::inputs![name => input], read)
             }
             (Pixels::RawNhwc(bytes), Some(normalizer)) => {
                 let input = normalizer.run(bytes, n)?;
-                self.session.run(ort::inputs![name => input])
+                self.graph.run_inputs(&shape, ort::inputs![name => input], read)
             }
-            _ => return Err(ModelError::Inference("photos were laid out for another layout".into())),
+            _ => Err(ModelError::Inference("photos were laid out for another layout".into())),
         }
-        .map_err(ModelError::inference)?;
-        unit_rows(&outputs, &self.info.output_name, n)
     }
 }
 
@@ -211,7 +206,7 @@ impl Tower for ImageModel {
     }
 
     fn shapes(&self) -> &Shapes {
-        &self.shapes
+        &self.graph.shapes
     }
 
     fn batching(&self) -> Option<(&Buckets, RgbImage)> {

@@ -2,12 +2,13 @@
 //!
 //! - `runtime`: ONNX Runtime, the execution provider (decided once) and the session builder every
 //!   session uses, through [`Runtime::session`].
+//! - `graph`: a tower's graph (its session, inputs and outputs as declared, the shapes it runs, a
+//!   run), which every tower holds its graphs as.
 //! - `tower`: the one trait the worker serves every tower through.
 //! - `image`: the image tower and its batch layout; `text`: the text tower; `heads`: the heads on
 //!   the image embedding; `faces`: the face detector and recognizer; `ocr`: the text detector, line
-//!   classifier and recognizer; `objects`: the object detector; `graph`: the session helper the
-//!   face, OCR and object towers share; `normalizer`: the image tower's normalisation as a graph,
-//!   for `CLIPFN_NORMALIZE=model`.
+//!   classifier and recognizer; `objects`: the object detector; `normalizer`: the image tower's
+//!   normalisation as a graph, for `CLIPFN_NORMALIZE=model`.
 //! - `files`, `folder`, `preprocessor`, `family`, `initializers`: reading a model (one file or a
 //!   folder, over storage), its preprocessing and its family's scoring.
 //! - `outputs`: which output is the embedding, read as unit vectors for every tower.

@@ -6,9 +6,9 @@
 //! `pooler_output` (`[batch, dim]`), second. Taking the first output would feed per-token states
 //! to the checks and fail start-up, or worse, pass them off as embeddings.
 
-use ort::{session::SessionOutputs, value::Outlet};
+use ort::session::SessionOutputs;
 
-use super::ModelError;
+use super::{ModelError, graph::Port};
 use crate::embedding::l2_normalized;
 
 /// The name the pooled embedding goes by in the SigLIP exports (and Hugging Face models generally).
@@ -16,9 +16,9 @@ const POOLED: &str = "pooler_output";
 
 /// The embedding among `outputs`: the one named `preferred` (`image_embeds` / `text_embeds`),
 /// else `pooler_output`, else the only output, else the first two-dimensional (`[batch, dim]`) one.
-pub fn embedding_output(outputs: &[Outlet], preferred: &str) -> Result<String, ModelError> {
+pub fn embedding_output(outputs: &[Port], preferred: &str) -> Result<String, ModelError> {
     let ranks: Vec<(&str, Option<usize>)> =
-        outputs.iter().map(|o| (o.name(), o.dtype().tensor_shape().map(|s| s.len()))).collect();
+        outputs.iter().map(|(name, shape)| (name.as_str(), shape.as_ref().map(Vec::len))).collect();
     pick(&ranks, preferred).map(String::from)
 }
 

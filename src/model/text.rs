@@ -12,13 +12,12 @@
 use std::borrow::Cow;
 
 use ort::{
-    environment::Environment,
-    session::{Session, SessionInputValue},
+    session::{Session, SessionInputValue, SessionOutputs},
     value::{DynTensor, Tensor, TensorElementType},
 };
 
 use super::{
-    Buckets, ImageModelInfo, ModelData, ModelError, Runtime, Shapes, Texts, Tower, TowerInfo, outputs::unit_rows,
+    Buckets, Graph, ImageModelInfo, ModelData, ModelError, Runtime, Shapes, Texts, Tower, TowerInfo, outputs::unit_rows,
 };
 use crate::{
     settings::{Device, ModelSettings},
@@ -67,15 +66,12 @@ impl TowerInfo for TextModelInfo {
 }
 
 pub struct TextModel {
-    session: Session,
+    graph: Graph,
     pad_id: i64,
     /// The empty text: the known-good warm-up input.
     empty: Tokens,
     buckets: Buckets,
-    shapes: Shapes,
     pub info: TextModelInfo,
-    // As the image tower's: the environment lives as long as the session.
-    _environment: Environment,
 }
 
 /// What the text graph takes: its token ids' input (by name and type), its attention mask if any,
@@ -136,12 +132,13 @@ impl TextModel {
         tokenizer: &Tokenizer,
     ) -> Result<Self, ModelError> {
         let provider = runtime.device();
-        let session = runtime.session(settings, &data)?;
+        // The shapes are known once the graph is read: declared below.
+        let mut graph = Graph::load(runtime, settings, &data, Shapes::any())?;
         // As for the image model: no copy of the weights beside the session's.
         drop(data);
         let padding = tokenizer.padding();
-        let TextInputs { ids, mask_name, ids_type, context } = TextInputs::of(&session, &padding)?;
-        let output_name = super::outputs::embedding_output(session.outputs(), "text_embeds")?;
+        let TextInputs { ids, mask_name, ids_type, context } = TextInputs::of(&graph.session, &padding)?;
+        let output_name = super::outputs::embedding_output(&graph.outputs, "text_embeds")?;
         let info = TextModelInfo {
             id,
             provider,
@@ -160,13 +157,13 @@ impl TextModel {
         largest.ids.insert(largest.ids.len().min(1), tokenizer.max_id());
         let mut full = vec![&empty; image.batch_size - 1];
         full.push(&largest);
-        let (pad_id, _environment) = (info.padding.pad_id, runtime.environment());
+        let pad_id = info.padding.pad_id;
         let buckets = Buckets::powers_of_two(image.batch_size, settings.pads(provider));
         let lengths = info.context.map_or(LENGTHS.to_vec(), |fixed| vec![fixed]);
-        let shapes = Shapes::new(
+        graph.shapes = Shapes::new(
             buckets.sizes().iter().flat_map(|&n| lengths.iter().map(move |&length| vec![n as i64, length as i64])),
         );
-        let mut model = TextModel { session, pad_id, empty: empty.clone(), buckets, shapes, info, _environment };
+        let mut model = TextModel { graph, pad_id, empty: empty.clone(), buckets, info };
         // At 1 (a search query) and the full batch, and on CUDA every shape, as the image tower, so
         // that no request pays for a first run at a new shape.
         model.check()?;
@@ -229,14 +226,13 @@ impl Tower for TextModel {
             mask.extend((0..width).map(|i| i64::from(i < row.len())));
         }
         let shape = [texts.len() as i64, width as i64];
-        self.shapes.ran(&shape);
         let mut feeds: Vec<(Cow<str>, SessionInputValue)> =
             vec![(Cow::Owned(self.info.input_name.clone()), self.tensor(shape, ids)?.into())];
         if let Some(name) = &self.info.mask_name {
             feeds.push((Cow::Owned(name.clone()), self.tensor(shape, mask)?.into()));
         }
-        let outputs = self.session.run(feeds).map_err(ModelError::inference)?;
-        unit_rows(&outputs, &self.info.output_name, texts.len())
+        let output = self.info.output_name.as_str();
+        self.graph.run_inputs(&shape, feeds, |outputs: &SessionOutputs| unit_rows(outputs, output, texts.len()))
     }
 
     /// Runs the empty text again: after a failed batch, this tells a broken model or device from
@@ -247,7 +243,7 @@ impl Tower for TextModel {
     }
 
     fn shapes(&self) -> &Shapes {
-        &self.shapes
+        &self.graph.shapes
     }
 
     fn batching(&self) -> Option<(&Buckets, Tokens)> {

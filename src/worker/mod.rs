@@ -257,65 +257,65 @@ impl Worker {
     /// Queues one tokenized text for the text tower and waits for its embedding; dropping the
     /// future withdraws it, as for photos.
     pub async fn embed_text(&self, tokens: crate::tokenize::Tokens) -> Result<Served<Vec<f32>>, BatchError> {
-        let texts = self.texts.as_ref().ok_or_else(|| ModelError::Inference("no text model is loaded".into()))?;
         // Texts have no queue span of their own: their wait is a batch at most.
-        let result = queue(texts, tokens, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(loaded(self.texts.as_ref(), "no text model is loaded")?, tokens).await
     }
 
     /// Queues one photo's embedding for the heads and waits for its scores, one per head in
     /// [`HeadsInfo::names`]' order; dropping the future withdraws it, as for photos.
     pub async fn score(&self, embedding: Vec<f32>) -> Result<Served<Vec<f32>>, BatchError> {
-        let heads = self.embeddings.as_ref().ok_or_else(|| ModelError::Inference("no heads are loaded".into()))?;
-        let result = queue(heads, embedding, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(loaded(self.embeddings.as_ref(), "no heads are loaded")?, embedding).await
     }
 
     /// Queues one photo's canvas for the face detector and waits for its faces, best first.
     pub async fn detect(&self, canvas: FaceCanvas) -> Result<Served<Detections>, BatchError> {
-        let result = queue(&self.face_lanes()?.canvases, canvas, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(&self.face_lanes()?.canvases, canvas).await
     }
 
     /// Queues one aligned face for the recognizer and waits for its embedding.
     pub async fn recognize(&self, crop: image::RgbImage) -> Result<Served<Vec<f32>>, BatchError> {
-        let result = queue(&self.face_lanes()?.crops, crop, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(&self.face_lanes()?.crops, crop).await
     }
 
     fn face_lanes(&self) -> Result<&FaceLanes, ModelError> {
-        self.faces.as_ref().ok_or_else(|| ModelError::Inference("no face models are loaded".into()))
+        loaded(self.faces.as_ref(), "no face models are loaded")
     }
 
     /// Queues one photo's view for the text detector and waits for its probability map.
     pub async fn find_text(&self, view: OcrView) -> Result<Served<ProbabilityMap>, BatchError> {
-        let result = queue(&self.ocr_lanes()?.views, view, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(&self.ocr_lanes()?.views, view).await
     }
 
     /// Queues one line (at the classifier's size) and waits for the probability that it is upside
     /// down; none without a line classifier.
     pub async fn orient(&self, line: image::RgbImage) -> Option<Result<Served<f32>, BatchError>> {
         let orientations = self.ocr.as_ref()?.orientations.as_ref()?;
-        Some(async { queue(orientations, line, Span::none())?.await.map_err(|_| BatchError::Stopped)? }.await)
+        Some(ask(orientations, line).await)
     }
 
     /// Queues one line (at the recognizer's height) and waits for its text and score.
     pub async fn read(&self, line: LineInput) -> Result<Served<Recognized>, BatchError> {
-        let result = queue(&self.ocr_lanes()?.lines, line, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(&self.ocr_lanes()?.lines, line).await
     }
 
     /// Queues one photo's view for the object detector and waits for its objects, best first.
     pub async fn find_objects(&self, view: ObjectView) -> Result<Served<Vec<Found>>, BatchError> {
-        let objects = self.objects.as_ref().ok_or_else(|| ModelError::Inference("no object model is loaded".into()))?;
-        let result = queue(objects, view, Span::none())?;
-        result.await.map_err(|_| BatchError::Stopped)?
+        ask(loaded(self.objects.as_ref(), "no object model is loaded")?, view).await
     }
 
     fn ocr_lanes(&self) -> Result<&OcrLanes, ModelError> {
-        self.ocr.as_ref().ok_or_else(|| ModelError::Inference("no OCR models are loaded".into()))
+        loaded(self.ocr.as_ref(), "no OCR models are loaded")
     }
+}
+
+/// Queues `input` on a lane and waits for its output; dropping the future withdraws it.
+async fn ask<Io: TowerIo>(lane: &Sender<Job<Io>>, input: Io::Input) -> Result<Served<Io::Output>, BatchError> {
+    queue(lane, input, Span::none())?.await.map_err(|_| BatchError::Stopped)?
+}
+
+/// A tower's lane, or the error a job for a tower that is not loaded gets.
+fn loaded<'a, T>(lane: Option<&'a T>, missing: &str) -> Result<&'a T, ModelError> {
+    lane.ok_or_else(|| ModelError::Inference(missing.into()))
 }
 
 type Reply<Io> = oneshot::Receiver<Result<Served<<Io as TowerIo>::Output>, BatchError>>;

@@ -145,8 +145,8 @@ impl FaceDetector {
         // The shape is known once the graph is read: declared below.
         let mut graph = Graph::open(runtime, &settings.with_cpu_arena(), data, Shapes::new([]))
             .map_err(|why| refuse("detector", &file, why))?;
-        let (side, side_from) = canvas_side(graph.input_shape.as_deref(), faces.face_det_size)
-            .map_err(|why| refuse("detector", &file, why))?;
+        let (side, side_from) =
+            canvas_side(graph.input_shape(), faces.face_det_size).map_err(|why| refuse("detector", &file, why))?;
         let (format, outputs) = recognise(graph.outputs.clone()).map_err(|why| refuse("detector", &file, why))?;
         let (min_score, min_score_from, score_floor) =
             scores(&format, faces).map_err(|why| refuse("detector", &file, why))?;

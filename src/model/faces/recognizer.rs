@@ -117,8 +117,8 @@ impl FaceRecognizer {
             let outputs = graph.outputs.len();
             return Err(refuse("recognizer", &file, format!("has {outputs} outputs, not [N, 3, S, S] -> [N, D]")));
         };
-        let shape = &graph.input_shape;
-        let side = square_side(shape.as_deref(), ARCFACE_CHIP.side);
+        let shape = graph.input_shape();
+        let side = square_side(shape, ARCFACE_CHIP.side);
         let Some(format) = side.and_then(RecognizerFormat::of_side) else {
             return Err(refuse(
                 "recognizer",

@@ -39,7 +39,7 @@ const NEITHER: &str = "fits neither object format: CenterNet takes rows [1, S, S
                        YOLO takes planes [N, 3, S, S] and gives one output [N, 4 + classes, anchors]";
 
 pub(super) fn read(graph: &Graph) -> Result<Read, String> {
-    let input = graph.input_shape.as_deref().unwrap_or_default();
+    let input = graph.input_shape().unwrap_or_default();
     let outputs: Vec<&[i64]> = graph.outputs.iter().map(|(_, shape)| shape.as_deref().unwrap_or_default()).collect();
     let fixed = |dim: i64| (dim > 0).then_some(dim as usize);
     match *input {
