@@ -11,7 +11,7 @@ use arrow_array::{
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 use parquet::file::metadata::KeyValue;
 
-use super::{super::sink::Row, ColumnGroup};
+use super::{super::sink::Row, ColumnGroup, list_of};
 
 /// The file metadata key naming the recognizer that made the `faces` embeddings (its id, as every
 /// face answer gives it).
@@ -36,8 +36,7 @@ impl FaceColumn {
 
 impl ColumnGroup for FaceColumn {
     fn fields(&self) -> Vec<Field> {
-        let face = Field::new_list_field(DataType::Struct(face_fields()), true);
-        vec![Field::new("faces", DataType::List(Arc::new(face)), true)]
+        vec![list_of("faces", face_fields())]
     }
 
     fn append(&mut self, row: &Row) {

@@ -12,8 +12,10 @@ mod pixels;
 mod scores;
 mod text;
 
+use std::sync::Arc;
+
 use arrow_array::ArrayRef;
-use arrow_schema::{ArrowError, Field};
+use arrow_schema::{ArrowError, DataType, Field, Fields};
 use parquet::file::metadata::KeyValue;
 
 #[cfg(test)]
@@ -84,4 +86,10 @@ impl Columns {
         }
         groups
     }
+}
+
+/// A column of a list of structs of `fields` a row (the faces, the lines, the objects); null where
+/// the row has none.
+fn list_of(name: &str, fields: Fields) -> Field {
+    Field::new(name, DataType::List(Arc::new(Field::new_list_field(DataType::Struct(fields), true))), true)
 }

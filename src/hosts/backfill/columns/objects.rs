@@ -11,7 +11,7 @@ use arrow_array::{
 };
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 
-use super::{super::sink::Row, ColumnGroup};
+use super::{super::sink::Row, ColumnGroup, list_of};
 
 pub struct ObjectColumn(ListBuilder<StructBuilder>);
 
@@ -28,8 +28,7 @@ impl ObjectColumn {
 
 impl ColumnGroup for ObjectColumn {
     fn fields(&self) -> Vec<Field> {
-        let object = Field::new_list_field(DataType::Struct(object_fields()), true);
-        vec![Field::new("objects", DataType::List(Arc::new(object)), true)]
+        vec![list_of("objects", object_fields())]
     }
 
     fn append(&mut self, row: &Row) {

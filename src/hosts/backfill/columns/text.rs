@@ -11,7 +11,7 @@ use arrow_array::{
 };
 use arrow_schema::{ArrowError, DataType, Field, Fields};
 
-use super::{super::sink::Row, ColumnGroup};
+use super::{super::sink::Row, ColumnGroup, list_of};
 
 pub struct TextColumns {
     lines: ListBuilder<StructBuilder>,
@@ -32,8 +32,7 @@ impl TextColumns {
 
 impl ColumnGroup for TextColumns {
     fn fields(&self) -> Vec<Field> {
-        let line = Field::new_list_field(DataType::Struct(line_fields()), true);
-        vec![Field::new("ocr", DataType::List(Arc::new(line)), true), Field::new("ocr_text", DataType::Utf8, true)]
+        vec![list_of("ocr", line_fields()), Field::new("ocr_text", DataType::Utf8, true)]
     }
 
     fn append(&mut self, row: &Row) {
