@@ -3,7 +3,8 @@
 
   request_files.py BINARY [--photos N] [--list]
 
-BINARY is a clipfn built with its own crates instrumented (its dependencies not):
+BINARY is a clipfn built with its own crates instrumented (its dependencies not), from this
+checkout or from the one --root names (a worktree of another commit):
   printf '#!/bin/sh\\nr="$1"; shift; exec "$r" "$@" -C instrument-coverage\\n' > /tmp/covwrap.sh
   chmod +x /tmp/covwrap.sh
   RUSTC_WORKSPACE_WRAPPER=/tmp/covwrap.sh cargo build --all-features --bin clipfn
@@ -70,19 +71,19 @@ def run(binary: str, env: dict, profile: str, request: dict | None) -> None:
         raise SystemExit(f"exited with {server.returncode}")
 
 
-def function_counts(binary: str, profiles: list, workdir: Path) -> dict:
+def function_counts(binary: str, profiles: list, workdir: Path, root: Path) -> dict:
     """Each of src/'s functions (by mangled name, summed over copies), its count of runs."""
     merged = workdir / "merged.profdata"
     subprocess.run([llvm_tool("llvm-profdata"), "merge", "-sparse", *profiles, "-o", merged], check=True)
     exported = subprocess.run([llvm_tool("llvm-cov"), "export", "-format=text", "-skip-expansions",
                                f"-instr-profile={merged}", binary], capture_output=True, text=True, check=True)
     counts = defaultdict(lambda: [0, ""])
-    src = str(REPO / "src") + "/"
+    src = str(root / "src") + "/"
     for function in json.loads(exported.stdout)["data"][0]["functions"]:
         file = function["filenames"][0]
         if file.startswith(src):
             counts[function["name"]][0] += function["count"]
-            counts[function["name"]][1] = file.removeprefix(str(REPO) + "/")
+            counts[function["name"]][1] = file.removeprefix(str(root) + "/")
     return counts
 
 
@@ -91,6 +92,7 @@ def main() -> None:
     ap.add_argument("binary")
     ap.add_argument("--photos", type=int, default=2, help="face photos and OCR photos each")
     ap.add_argument("--list", action="store_true", help="print the files")
+    ap.add_argument("--root", type=Path, default=REPO, help="the checkout BINARY was built from (a worktree)")
     args = ap.parse_args()
     setup = setup_env()
     photos = Path(setup["CLIPFN_PHOTOS_DIR"])
@@ -103,11 +105,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         workdir = Path(workdir)
         run(args.binary, env, str(workdir / "idle-%p.profraw"), None)
-        idle = function_counts(args.binary, list(workdir.glob("idle-*.profraw")), workdir)
+        idle = function_counts(args.binary, list(workdir.glob("idle-*.profraw")), workdir, args.root)
         run(args.binary, env, str(workdir / "request-%p.profraw"), request)
-        asked = function_counts(args.binary, list(workdir.glob("request-*.profraw")), workdir)
+        asked = function_counts(args.binary, list(workdir.glob("request-*.profraw")), workdir, args.root)
     ran = {file for name, (count, file) in asked.items() if count > idle.get(name, [0])[0]}
-    every = sorted(str(p.relative_to(REPO)) for p in (REPO / "src").rglob("*.rs"))
+    every = list((args.root / "src").rglob("*.rs"))
     started = {file for count, file in idle.values() if count > 0}
     print(f"/v1/analyze of {len(keys)} photos (labels, faces, text): code ran in {len(ran)} of src/'s {len(every)} "
           f"files ({len(started)} at start-up alone)")
