@@ -15,6 +15,22 @@ pub(super) struct Detectors {
     pub objects: Option<(Held, ObjectView)>,
 }
 
+impl Detectors {
+    /// The views that wait for a detector, each holding its share of `memory`, split off it.
+    pub fn hold(
+        memory: &mut Held,
+        canvas: Option<FaceCanvas>,
+        ocr: Option<OcrView>,
+        objects: Option<ObjectView>,
+    ) -> Self {
+        Detectors {
+            canvas: canvas.map(|canvas| (memory.split_off(canvas.kept_bytes()), canvas)),
+            ocr: ocr.map(|view| (memory.split_off(view.kept_bytes()), view)),
+            objects: objects.map(|view| (memory.split_off(view.kept_bytes()), view)),
+        }
+    }
+}
+
 /// What each detector found, where it was asked.
 type Detected =
     (Option<Result<Faces, ItemError>>, Option<Result<Ocr, ItemError>>, Option<Result<Vec<Object>, ItemError>>);

@@ -40,7 +40,7 @@ impl Pipeline {
         // the job goes on (the bytes once decoded, or with faces once the detector has answered),
         // even if the photo stopped waiting for it; the place once the detectors have answered.
         let views = self.views(wants);
-        let place = if views.canvas.is_some() || views.ocr.is_some() || views.objects.is_some() {
+        let place = if views.for_a_detector() {
             Some(std::sync::Arc::clone(&self.detector_places).acquire_owned().await.expect("never closed"))
         } else {
             None
@@ -119,10 +119,7 @@ impl Pipeline {
                 let pixels = viewed.luma.as_ref().map(PixelSignals::of);
                 // What waits for the detectors keeps its share of the decode's hold; the rest
                 // goes back now (docs/design.md, "One budget for what a photo keeps").
-                let canvas = viewed.canvas.map(|canvas| (memory.split_off(canvas.kept_bytes()), canvas));
-                let ocr = viewed.ocr.map(|view| (memory.split_off(view.kept_bytes()), view));
-                let objects = viewed.objects.map(|view| (memory.split_off(view.kept_bytes()), view));
-                let detectors = Detectors { canvas, ocr, objects };
+                let detectors = Detectors::hold(&mut memory, viewed.canvas, viewed.ocr, viewed.objects);
                 let (square, size, metadata) = (viewed.square, viewed.full_size, viewed.metadata);
                 Ok::<_, ItemError>(Decoded { square, pixels, detectors, size, metadata })
             })

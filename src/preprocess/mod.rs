@@ -142,6 +142,13 @@ pub struct Views {
     pub pet_crops: bool,
 }
 
+impl Views {
+    /// Whether a detector waits for one of them.
+    pub fn for_a_detector(&self) -> bool {
+        self.canvas.is_some() || self.ocr.is_some() || self.objects.is_some()
+    }
+}
+
 /// One photo's views.
 pub struct Viewed {
     /// Present when `square_for` says this photo gets one.
