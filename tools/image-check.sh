@@ -20,6 +20,8 @@
 #   tools/image-check.sh --then CMD [ARG...]     steps 1-4 and 6, with CMD in place of the checks
 #                                               (run with DOCKER_HOST set to this dockerd;
 #                                               infra/soak.sh --image uses it)
+#   tools/image-check.sh --prepare              step 1 only, the Debian packages (tools/test.sh
+#                                               runs it in the background during the Rust steps)
 #
 # Settings: CLIPFN_BIN (the test build, default target/debug/clipfn), the .cache/clipfn.env
 # variables from tools/setup.sh (ORT_DYLIB_PATH, CLIPFN_FAKE_GCS_BIN, CLIPFN_TEST_MODEL,
@@ -33,10 +35,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
 THEN=()
+PREPARE=0
 if [[ ${1:-} == --then ]]; then
   shift
   (($#)) || { echo "image-check: --then needs a command" >&2; exit 2; }
   THEN=("$@")
+elif [[ ${1:-} == --prepare ]]; then
+  (($# == 1)) || { echo "image-check: --prepare takes no other argument" >&2; exit 2; }
+  PREPARE=1
 elif (($#)); then
   echo "image-check: unknown argument $1 (see the comment at the top)" >&2
   exit 2
@@ -69,6 +75,10 @@ if ((${#need[@]})); then
   log "installing ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ((PREPARE)); then
+  log "prepared in $(took "$T0") s: ${need[*]:-nothing} installed"
+  exit 0
 fi
 for v in CLIPFN_FAKE_GCS_BIN ORT_DYLIB_PATH CLIPFN_TEST_MODEL CLIPFN_TEST_FOLDER CLIPFN_PHOTOS_DIR \
   CLIPFN_TEST_FACES_REAL CLIPFN_TEST_OCR CLIPFN_TEST_FACE_PHOTOS CLIPFN_TEST_OCR_PHOTOS; do

@@ -63,12 +63,29 @@ finish() {
   done
   printf '  %-12s %7s\n' total "$(($(date +%s) - T0))"
   ((${#notes[@]} == 0)) || printf '%s\n' "${notes[@]}"
+  rm -f "${prepare_log:-}"
   exit "$rc"
 }
 trap finish EXIT
 
+# wait_prepare: waits for the background install of the image step's Debian packages, once; its
+# exit status in $prepared.
+prepared=
+wait_prepare() {
+  [[ -z $prepared ]] || return 0
+  prepared=0
+  wait "$prepare_pid" || prepared=$?
+  echo "test.sh: tools/image-check.sh --prepare exited $prepared: $(tail -n 1 "$prepare_log")"
+}
+
 step setup
 tools/setup.sh
+# The image step's Debian packages (docker.io, mmdebstrap, shellcheck, pigz), downloaded and
+# installed in the background while the Rust steps build; started after setup, whose apt-get would
+# find dpkg's lock taken. Left to finish if the run stops early: a killed dpkg breaks the next one.
+prepare_log=$(mktemp "${TMPDIR:-/tmp}/clipfn-image-prepare.XXXXXX")
+tools/image-check.sh --prepare >"$prepare_log" 2>&1 &
+prepare_pid=$!
 step dlib_parity
 # The rebuilt dlib recognizer equals face-api's own JavaScript on the same chips (issue 35).
 .venv/bin/python tools/dlib_parity.py
@@ -83,6 +100,7 @@ step test
 cargo test --locked --features heif,avif
 # The infrastructure checks: hadolint, terraform formatting and pins, scripts.
 step infra
+wait_prepare # check-infra.sh's own apt-get (shellcheck, when missing) would find dpkg's lock taken
 tools/check-infra.sh
 # The seed team's k6 script against the local stack (GCS emulator + the binary cargo test built).
 step k6
@@ -90,5 +108,11 @@ CLIPFN_BIN="${CARGO_TARGET_DIR:-target}/debug/clipfn" infra/k6/smoke.sh
 # The images users deploy, built from the real Dockerfiles and run as Cloud Run and Lambda run them
 # (dockerd, local Debian bases, the GCS emulator; about 26 minutes on 2 cores, cold).
 step images
+wait_prepare
+if ((prepared)); then
+  cat "$prepare_log" >&2
+  echo "test.sh: tools/image-check.sh --prepare failed (exit $prepared): the image step's packages are not installed" >&2
+  exit "$prepared"
+fi
 tools/image-check.sh
 end_step ok
