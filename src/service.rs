@@ -15,12 +15,12 @@ use crate::{
     },
     observe::metrics::{LoadedModel, Metrics},
     pipeline::Pipeline,
-    settings::{Placement, Settings},
+    settings::{ModelSettings, Placement, Settings},
     source::Source,
     storage::{Client, Storage},
     text::{Text, TextEncoder, parse_sets},
     tokenize::{JsonTokenizer, Tokenizer},
-    worker::{OptionalTowers, Unhealthy, Worker},
+    worker::{OptionalTowers, SeatStatus, Unhealthy, Worker},
 };
 
 pub struct Service {
@@ -75,9 +75,19 @@ impl Service {
         Service { pipeline, text, family: Family::clip("clip".into()), worker }
     }
 
-    /// Whether the model worker can still serve (see `worker`).
+    /// Whether every model worker can still serve (see `worker`).
     pub fn health(&self) -> Result<(), Unhealthy> {
-        self.worker.health().check()
+        self.worker.health()
+    }
+
+    /// Whether the image tower's worker, which every request needs, can still serve.
+    pub fn image_health(&self) -> Result<(), Unhealthy> {
+        self.worker.image_health()
+    }
+
+    /// Each model worker: its device, towers, time busy and health.
+    pub fn workers(&self) -> Vec<SeatStatus> {
+        self.worker.workers()
     }
 }
 
@@ -213,9 +223,9 @@ async fn load_faces(
         anyhow::Ok((location, data))
     };
     let files = FaceFiles { detector: read("detection").await?, recognizer: read("recognition").await? };
-    let (model_settings, batch_size) = (settings.model.clone(), image.info.batch_size);
     let face_settings = settings.faces.clone();
-    let mut runtime = placed(runtime, face_settings.face_provider);
+    let (mut runtime, model_settings) = placed(runtime, face_settings.face_provider, &settings.model);
+    let batch_size = image.info.batch_size;
     let faces = blocking(move || FaceModels::load(&mut runtime, &model_settings, files, &face_settings, batch_size))
         .await?
         .context("CLIPFN_FACE_MODEL")?;
@@ -259,9 +269,8 @@ async fn load_ocr(
         recognizer: read("recognition").await?,
         characters,
     };
-    let (model_settings, batch_size, ocr_settings) =
-        (settings.model.clone(), image.info.batch_size, settings.ocr.clone());
-    let mut runtime = placed(runtime, ocr_settings.ocr_provider);
+    let (batch_size, ocr_settings) = (image.info.batch_size, settings.ocr.clone());
+    let (mut runtime, model_settings) = placed(runtime, ocr_settings.ocr_provider, &settings.model);
     let ocr = blocking(move || OcrModels::load(&mut runtime, &model_settings, files, &ocr_settings, batch_size))
         .await?
         .context("CLIPFN_OCR_MODEL")?;
@@ -292,9 +301,8 @@ async fn load_objects(
         false => None,
     };
     let files = ObjectFiles { model: (location, data), classes };
-    let (model_settings, batch_size, object_settings) =
-        (settings.model.clone(), image.info.batch_size, settings.objects.clone());
-    let mut runtime = placed(runtime, object_settings.object_provider);
+    let (batch_size, object_settings) = (image.info.batch_size, settings.objects.clone());
+    let (mut runtime, model_settings) = placed(runtime, object_settings.object_provider, &settings.model);
     let detector =
         blocking(move || ObjectDetector::load(&mut runtime, &model_settings, files, &object_settings, batch_size))
             .await?
@@ -303,11 +311,16 @@ async fn load_objects(
     Ok(Some(detector))
 }
 
-/// `runtime`, or its CPU twin where a detector's towers are placed there.
-fn placed(runtime: Runtime, placement: Placement) -> Runtime {
+/// The runtime and the settings for a detector's towers: `runtime`, or its CPU twin where they are
+/// placed there, with the CPU worker's threads where the image tower runs on CUDA.
+fn placed(runtime: Runtime, placement: Placement, settings: &ModelSettings) -> (Runtime, ModelSettings) {
     match placement {
-        Placement::Auto => runtime,
-        Placement::Cpu => runtime.on_cpu(),
+        Placement::Auto => (runtime, settings.clone()),
+        Placement::Cpu if runtime.device().is_cuda() => {
+            let threads = settings.cpu_worker_threads();
+            (runtime.on_cpu(), ModelSettings { intra_threads: threads, ..settings.clone() })
+        }
+        Placement::Cpu => (runtime.on_cpu(), settings.clone()),
     }
 }
 

@@ -152,7 +152,10 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{tokenize::TokenizerError, worker::BatchError};
+    use crate::{
+        tokenize::TokenizerError,
+        worker::{BatchError, Broken},
+    };
 
     /// One error of every kind. The match does not compile once a kind is added, so that it is
     /// listed here (and so in the document's codes) too.
@@ -165,7 +168,7 @@ mod tests {
             ApiError::MethodNotAllowed(String::new(), "GET"),
             ApiError::NotReady,
             ApiError::Draining,
-            ApiError::Unhealthy(Unhealthy::ModelBroken),
+            ApiError::Unhealthy(Unhealthy { device: "cpu", towers: "image".into(), why: Broken::ModelBroken }),
             ApiError::Internal,
             ApiError::Overloaded(overloaded),
             ApiError::Text(TextError::NotConfigured),

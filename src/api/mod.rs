@@ -109,13 +109,14 @@ impl AppState {
         self.give_up.cancel();
     }
 
-    /// The service, while it may take work: loaded, healthy and not draining.
+    /// The service, while it may take work: loaded, its image tower's worker healthy and not
+    /// draining. Another worker lost fails only its towers' parts of the answers meanwhile.
     pub(in crate::api) fn ready_service(&self) -> Result<&Arc<Service>, ApiError> {
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::Draining);
         }
         let service = self.service.get().ok_or(ApiError::NotReady)?;
-        service.health()?;
+        service.image_health()?;
         Ok(service)
     }
 
@@ -221,31 +222,35 @@ mod tests {
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
-    /// The whole router over a real store, decoder and worker, with a stand-in model whose
-    /// device can be lost (which cannot happen here for real).
-    #[tokio::test]
-    async fn the_probes_report_what_the_model_worker_knows() {
-        let store = tempfile::tempdir().unwrap();
-        image::RgbImage::from_pixel(16, 16, image::Rgb([90, 120, 30])).save(store.path().join("a.png")).unwrap();
-        let vars =
-            [("CLIPFN_MODEL", "unused".to_string()), ("CLIPFN_STORE", format!("file://{}", store.path().display()))];
+    /// The whole router over a real store (holding `a.png`), decoder and workers, around
+    /// stand-in towers.
+    fn app<O: crate::model::Tower<Io = crate::model::ObjectViews>>(
+        store: &std::path::Path,
+        model: FakeModel,
+        towers: OptionalTowers<O>,
+    ) -> Router {
+        image::RgbImage::from_pixel(16, 16, image::Rgb([90, 120, 30])).save(store.join("a.png")).unwrap();
+        let vars = [("CLIPFN_MODEL", "unused".to_string()), ("CLIPFN_STORE", format!("file://{}", store.display()))];
         let settings = Arc::new(Settings::from_vars(vars.map(|(k, v)| (k.to_string(), v))).unwrap());
         let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
         let metrics = Arc::new(Metrics::new(meters.meter("test")));
-        let (model, device) = FakeModel::new(4, 8);
-        let worker = Arc::new(Worker::start(
-            model,
-            NO_TEXT,
-            OptionalTowers::default(),
-            Duration::from_millis(1),
-            Arc::clone(&metrics),
-        ));
+        let worker = Arc::new(Worker::start(model, NO_TEXT, towers, Duration::from_millis(1), Arc::clone(&metrics)));
         let source = Source::new(&settings.sources, &settings.limits).unwrap();
         let pipeline = Pipeline::new(&settings.limits, source, Arc::clone(&worker), Arc::clone(&metrics));
         let state = AppState::new(settings, metrics, telemetry::Scrape::default());
         state.set_ready(Arc::new(Service::assemble(pipeline, None, worker)));
-        let app = router(state);
-        let embed = r#"{"images": ["a.png"]}"#;
+        router(state)
+    }
+
+    const EMBED: &str = r#"{"images": ["a.png"]}"#;
+
+    /// A stand-in model whose device can be lost (which cannot happen here for real).
+    #[tokio::test]
+    async fn the_probes_report_what_the_model_worker_knows() {
+        let store = tempfile::tempdir().unwrap();
+        let (model, device) = FakeModel::new(4, 8);
+        let app = app(store.path(), model, OptionalTowers::default());
+        let embed = EMBED;
 
         let (status, body) = call(&app, "POST", "/v1/embed", embed).await;
         assert_eq!(status, StatusCode::OK);
@@ -263,5 +268,70 @@ mod tests {
         assert_eq!((status, ready["status"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unhealthy")));
         let (status, refused) = call(&app, "POST", "/v1/embed", embed).await;
         assert_eq!((status, refused["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unhealthy")));
+    }
+
+    /// Two workers: the image tower on the CPU, a stand-in object detector on "CUDA" whose every
+    /// run holds its worker for seconds, as a long GPU run would (no GPU here). With one worker,
+    /// every photo would wait behind that run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn embeds_answer_while_another_devices_worker_runs_a_long_job() {
+        const HOLD: Duration = Duration::from_secs(3);
+        let store = tempfile::tempdir().unwrap();
+        let (objects, device) = slow_object_detector(HOLD);
+        let towers = OptionalTowers { heads: None, faces: None, ocr: None, objects: Some(objects) };
+        let app = app(store.path(), FakeModel::new(4, 8).0, towers);
+        let (status, ready) = call(&app, "GET", "/readyz", "").await;
+        assert_eq!(status, StatusCode::OK);
+        let workers: Vec<(&str, &str)> = ready["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| (w["device"].as_str().unwrap(), w["towers"][0].as_str().unwrap()))
+            .collect();
+        assert_eq!(workers, [("cuda", "object_detector"), ("cpu", "image")], "{ready}");
+
+        let started = std::time::Instant::now();
+        let analyze = {
+            let app = app.clone();
+            tokio::spawn(
+                async move { call(&app, "POST", "/v1/analyze", r#"{"images": ["a.png"], "objects": true}"#).await },
+            )
+        };
+        // Time for the photo's fetch and decode (milliseconds): its view is then on the detector.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut answered = 0;
+        for _ in 0..5 {
+            let (status, body) = call(&app, "POST", "/v1/embed", EMBED).await;
+            assert_eq!(status, StatusCode::OK);
+            assert!(body["data"][0]["embedding"].is_array(), "{body}");
+            answered += 1;
+        }
+        let embeds_took = started.elapsed();
+        assert_eq!(answered, 5);
+        assert!(!analyze.is_finished(), "the long job ended before the embeds did ({embeds_took:?})");
+        let (status, body) = analyze.await.unwrap();
+        assert!(started.elapsed() >= HOLD, "the long job held its worker for {HOLD:?}");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["data"][0]["objects"], serde_json::json!([]), "{body}");
+
+        // The "CUDA" device is lost: its towers fail, /healthz asks for a new instance and /readyz
+        // says which worker; the CPU worker keeps answering meanwhile.
+        device.store(DEVICE_LOST, Ordering::SeqCst);
+        let (status, body) = call(&app, "POST", "/v1/analyze", r#"{"images": ["a.png"], "objects": true}"#).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body["data"][0]["objects_error"].is_object(), "{body}");
+        let (status, health) = call(&app, "GET", "/healthz", "").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let (status, ready) = call(&app, "GET", "/readyz", "").await;
+        assert_eq!((status, ready["status"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unhealthy")));
+        for reason in [&health["reason"], &ready["reason"]] {
+            assert!(
+                reason.as_str().unwrap().contains("the cuda worker (object_detector) can no longer serve"),
+                "{reason}"
+            );
+        }
+        let (status, body) = call(&app, "POST", "/v1/embed", EMBED).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body["data"][0]["embedding"].is_array(), "{body}");
     }
 }

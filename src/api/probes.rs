@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{
     AppState,
+    error::ApiError,
     schema::{Health, NotReady, Ready},
 };
 use crate::observe::gpu;
@@ -50,7 +51,9 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     )
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
-    match state.ready_service() {
+    // Ready only while every worker is healthy: one lost device stops the load balancer sending.
+    let ready = state.ready_service().and_then(|service| service.health().map(|()| service).map_err(ApiError::from));
+    match ready {
         Ok(service) => {
             let model = service.pipeline.model();
             let text = service.text.as_ref();
@@ -70,6 +73,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
                 }),
                 "ocr": service.pipeline.ocr(),
                 "objects": service.pipeline.objects(),
+                "workers": service.workers(),
                 "shapes": service.pipeline.shapes().iter()
                     .map(|(kind, counts)| (kind.as_str().to_string(), json!(counts))).collect::<serde_json::Map<_, _>>(),
             });

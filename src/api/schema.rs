@@ -270,6 +270,12 @@ pub struct Ready {
     /// (`resolution`, `sizes`, `min_score`, `box_min_score`, `max_lines`, `upside_down`); null without them.
     #[schema(value_type = Option<Object>, required = true)]
     ocr: Value,
+    /// The object detector (`file`, `format`, `layout`, `classes`, `provider`, `min_score`,
+    /// `max_objects`, `pet_labels`, ...); null without one.
+    #[schema(value_type = Option<Object>, required = true)]
+    objects: Value,
+    /// A model worker per device its towers run on, CUDA's first (docs/design.md, "The worker").
+    workers: Vec<WorkerStatus>,
     /// Per tower (`image`, `text`, `heads`, `face_detector`, ...): its input shapes `allowed` (the
     /// declared set; null for OCR's towers with exact sizes, which run any), `run` so far, and run
     /// `outside` the set (none, unless something is wrong).
@@ -281,6 +287,22 @@ pub struct Ready {
     /// On CUDA only: the GPU's name and memory, or the `error` reading them.
     #[schema(value_type = Object, required = false)]
     gpu: Value,
+}
+
+/// One model worker: a thread that runs the towers of one device, a batch at a time.
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "schema only: worker::SeatStatus is what /readyz writes")]
+pub struct WorkerStatus {
+    /// `cuda` or `cpu`.
+    device: String,
+    /// Its towers (`image`, `text`, `face_detector`, ...), in serving order.
+    towers: Vec<String>,
+    /// Seconds spent running batches since start (also `clipfn_worker_busy_seconds_total`).
+    busy_seconds: f64,
+    /// That time's share of the time since start, 0 to 1: the busiest worker is the bottleneck.
+    busy_share: f64,
+    /// False once its device or model is lost (then /healthz answers 503).
+    healthy: bool,
 }
 
 fn ready_status() -> Schema {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use opentelemetry::{
     KeyValue,
-    metrics::{Counter, Gauge, Histogram, Meter, ObservableGauge, UpDownCounter},
+    metrics::{Counter, Gauge, Histogram, Meter, ObservableCounter, ObservableGauge, UpDownCounter},
 };
 
 /// Seconds, from 1 ms to 1 min: a photo fetch, a decode and a batch all land well inside.
@@ -130,6 +130,7 @@ pub struct Metrics {
     text_cache: Counter<u64>,
     /// Observable instruments stay registered while their handle lives.
     watched: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
+    busy: std::sync::Mutex<Vec<ObservableCounter<f64>>>,
 }
 
 impl Metrics {
@@ -196,6 +197,7 @@ impl Metrics {
                 .with_unit("{lookup}")
                 .build(),
             watched: Default::default(),
+            busy: Default::default(),
             meter,
         }
     }
@@ -271,6 +273,22 @@ impl Metrics {
     pub fn watch_healthy(&self, healthy: impl Fn() -> bool + Send + Sync + 'static) {
         let description = "1 while the model worker runs and its model works; 0 once /healthz reports it broken";
         self.watch("clipfn_model_healthy", description, "1", move || u64::from(healthy()));
+    }
+
+    /// Reports `seconds()` as `clipfn_worker_busy_seconds_total{worker}` whenever metrics are
+    /// collected: the time the worker of that device spent running batches.
+    pub fn watch_busy(&self, worker: &'static str, seconds: impl Fn() -> f64 + Send + Sync + 'static) {
+        let counter = self
+            .meter
+            .f64_observable_counter("clipfn_worker_busy_seconds_total")
+            .with_description(
+                "Seconds a model worker spent running batches, by worker (its device: cuda or cpu); its rate is the \
+                 share of time the device's worker is busy",
+            )
+            .with_unit("s")
+            .with_callback(move |observer| observer.observe(seconds(), &[KeyValue::new("worker", worker)]))
+            .build();
+        self.busy.lock().unwrap_or_else(|e| e.into_inner()).push(counter);
     }
 
     fn watch(

@@ -18,6 +18,7 @@ pub(super) const VARIABLES: &[&str] = &[
     "CLIPFN_BATCH_SIZE",
     "CLIPFN_BATCH_WAIT_MS",
     "CLIPFN_INTRA_THREADS",
+    "CLIPFN_CPU_WORKER_THREADS",
     "CLIPFN_CPU_ARENA",
     "CLIPFN_BATCH_PADDING",
     "CLIPFN_CUDA_CONV_SEARCH",
@@ -49,6 +50,10 @@ pub struct ModelSettings {
     /// ONNX Runtime intra-op threads; unset or 0, see [`ModelSettings::intra_threads`].
     #[serde(default)]
     pub intra_threads: usize,
+    /// Intra-op threads of the towers on the CPU beside towers on CUDA; unset or 0, see
+    /// [`ModelSettings::cpu_worker_threads`].
+    #[serde(default)]
+    pub cpu_worker_threads: usize,
     /// ONNX Runtime's CPU memory arena: it saves allocations per batch but keeps the largest
     /// batch's memory for good, so it is off unless asked for (docs/design.md, "Memory").
     #[serde(default)]
@@ -177,6 +182,18 @@ impl ModelSettings {
     pub fn intra_threads(&self) -> usize {
         match self.intra_threads {
             0 => super::available_cpus(),
+            n => n,
+        }
+    }
+
+    /// ONNX Runtime intra-op threads of the towers placed on the CPU on a host whose other towers
+    /// run on CUDA (OCR by default): as set, else half the CPUs this process may use, at least
+    /// one. They run on a worker of their own beside the GPU's, at the same time as the decode
+    /// pool that feeds the GPU: with every CPU they would slow the decodes the GPU waits for
+    /// (docs/design.md, "The worker").
+    pub fn cpu_worker_threads(&self) -> usize {
+        match self.cpu_worker_threads {
+            0 => (super::available_cpus() / 2).max(1),
             n => n,
         }
     }

@@ -10,9 +10,12 @@
 //! The other towers (the face and text detectors and recognizers) have one stand-in,
 //! [`FakeTower`], for tests of the serving order: it answers each input with a fixed output.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU8, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU8, Ordering},
+    },
+    time::Duration,
 };
 
 use image::RgbImage;
@@ -20,10 +23,11 @@ use image::RgbImage;
 use crate::{
     model::{
         Canvases, Detections, DetectorFormat, DetectorInfo, FaceCrops, IdType, ImageModelInfo, Info, Input, Layout,
-        ModelError, OcrTower, OcrViews, Output, Photos, PixelBatch, Pixels, ProbabilityMap, Recognized,
-        RecognizerFormat, RecognizerInfo, Shapes, TextLines, TextModelInfo, Texts, Tower, TowerIo,
+        ModelError, ObjectFormat, ObjectInfo, ObjectViews, OcrTower, OcrViews, Output, Photos, PixelBatch, Pixels,
+        ProbabilityMap, Recognized, RecognizerFormat, RecognizerInfo, Shapes, TextLines, TextModelInfo, Texts, Tower,
+        TowerIo,
     },
-    preprocess::Transform,
+    preprocess::{ObjectLayout, Transform},
     settings::{Device, Weights},
     tokenize::{Padding, Tokens},
 };
@@ -168,11 +172,21 @@ impl Tower for FakeText {
     }
 }
 
-/// A stand-in for a face or OCR tower: each input gets `answer`'s output.
+/// A stand-in for a face, OCR or object tower: each input gets `answer`'s output, after `hold`.
 pub struct FakeTower<Io: TowerIo> {
     info: Io::Info,
     answer: fn() -> Io::Output,
+    /// How long each run holds its worker without using the CPU, as a GPU run would.
+    hold: Duration,
+    device: Arc<AtomicU8>,
     shapes: Shapes,
+}
+
+impl<Io: TowerIo> FakeTower<Io> {
+    fn new(info: Io::Info, answer: fn() -> Io::Output) -> Self {
+        let device = Arc::new(AtomicU8::new(DEVICE_OK));
+        FakeTower { info, answer, hold: Duration::ZERO, device, shapes: Shapes::new([]) }
+    }
 }
 
 impl<Io: TowerIo> Tower for FakeTower<Io> {
@@ -183,11 +197,13 @@ impl<Io: TowerIo> Tower for FakeTower<Io> {
     }
 
     fn run(&mut self, inputs: &[&Input<Self>]) -> Result<Vec<Output<Self>>, ModelError> {
+        run_on(&self.device)?;
+        std::thread::sleep(self.hold);
         Ok(inputs.iter().map(|_| (self.answer)()).collect())
     }
 
     fn check(&mut self) -> Result<(), ModelError> {
-        Ok(())
+        check_on(&self.device)
     }
 
     fn shapes(&self) -> &Shapes {
@@ -208,7 +224,7 @@ pub fn fake_face_detector() -> FakeTower<Canvases> {
         score_floor: 0.7,
         max_faces: 50,
     };
-    FakeTower { info, answer: || Detections { faces: Vec::new() }, shapes: Shapes::new([]) }
+    FakeTower::new(info, || Detections { faces: Vec::new() })
 }
 
 /// A face recognizer taking `batch_size` faces a batch.
@@ -220,17 +236,40 @@ pub fn fake_face_recognizer(batch_size: usize) -> FakeTower<FaceCrops> {
         dim: 2,
         batch_size,
     };
-    FakeTower { info, answer: || vec![1.0, 0.0], shapes: Shapes::new([]) }
+    FakeTower::new(info, || vec![1.0, 0.0])
 }
 
 /// A text detector taking one view a batch, as the real one does; it finds no text.
 pub fn fake_text_detector() -> FakeTower<OcrViews> {
     let info = OcrTower { file: "fake-text-detector.onnx".into(), batch_size: 1 };
-    FakeTower { info, answer: || ProbabilityMap { width: 1, height: 1, values: vec![0.0] }, shapes: Shapes::new([]) }
+    FakeTower::new(info, || ProbabilityMap { width: 1, height: 1, values: vec![0.0] })
 }
 
 /// A text recognizer taking `batch_size` lines a batch; it reads every line as "fake".
 pub fn fake_text_recognizer(batch_size: usize) -> FakeTower<TextLines> {
     let info = OcrTower { file: "fake-text-recognizer.onnx".into(), batch_size };
-    FakeTower { info, answer: || Recognized { text: "fake".into(), score: 1.0 }, shapes: Shapes::new([]) }
+    FakeTower::new(info, || Recognized { text: "fake".into(), score: 1.0 })
+}
+
+/// An object detector on "CUDA" whose every run holds its worker for `hold` without using the CPU,
+/// as a long GPU run would; it finds nothing. The switch for its device's state comes with it.
+pub fn slow_object_detector(hold: Duration) -> (FakeTower<ObjectViews>, Arc<AtomicU8>) {
+    let info = ObjectInfo {
+        file: "fake-objects.onnx".into(),
+        format: ObjectFormat::Yolo,
+        layout: ObjectLayout::Letterboxed(32),
+        labels: Arc::from([]),
+        classes: 0,
+        labels_from: "the fake".into(),
+        provider: Device::Cuda,
+        min_score: 0.5,
+        max_objects: 10,
+        pets: Vec::new(),
+        pet_labels: Vec::new(),
+        pet_min_size: 1,
+        batch_size: 1,
+    };
+    let tower = FakeTower { hold, ..FakeTower::new(info, Vec::new) };
+    let device = Arc::clone(&tower.device);
+    (tower, device)
 }

@@ -119,11 +119,6 @@ impl Lanes {
         Lanes { lanes, ahead: turn, turn }
     }
 
-    /// Each lane's tower kind and shape counts.
-    pub(super) fn shapes(&self) -> Vec<(TowerKind, Arc<ShapeCounts>)> {
-        self.lanes.iter().map(|lane| lane.shapes()).collect()
-    }
-
     /// The order to look at the lanes in for the next batch: those ahead, then the others from the
     /// one whose turn it is, round the list.
     fn order(&self) -> impl Iterator<Item = usize> + use<> {

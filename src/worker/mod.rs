@@ -1,9 +1,10 @@
-//! The model worker: the one owner of the model sessions, fed by queues shared by every request.
-//! This file is the handle the rest of the service holds, [`Worker`]; the thread it starts is
-//! named `clipfn-worker`.
+//! The model workers: the one owner of the model sessions, fed by queues shared by every request.
+//! This file is the handle the rest of the service holds, [`Worker`]; the threads it starts are
+//! named `clipfn-worker-cuda` and `clipfn-worker-cpu`.
 //!
-//! One worker thread per process runs the towers, so requests never fight over the GPU (the seed
-//! team's lesson: more workers per GPU made p95 worse). Each tower has a lane (`lane`): its queue
+//! One worker thread per device runs that device's towers (`seat`), so requests never fight over
+//! the GPU (the seed team's lesson: more workers per GPU made p95 worse), and a CUDA batch never
+//! waits for a CPU run (OCR's, by default) nor the other way round. Each tower has a lane (`lane`): its queue
 //! of jobs from any request. The worker takes up to a batch of one lane's jobs, runs them together
 //! and sends each result back to its waiting request (`run`). A job whose request gave up
 //! (deadline, disconnect) is dropped from the batch before it runs.
@@ -25,6 +26,7 @@
 mod health;
 mod lane;
 mod run;
+mod seat;
 mod span;
 
 #[cfg(test)]
@@ -34,7 +36,6 @@ mod tests;
 
 use std::{
     sync::Arc,
-    thread,
     time::{Duration, Instant},
 };
 
@@ -42,10 +43,12 @@ use crossbeam_channel::Sender;
 use tokio::sync::oneshot;
 use tracing::Span;
 
-pub use self::health::{Health, Unhealthy};
+#[cfg(test)]
+pub(crate) use self::health::Broken;
+pub use self::{health::Unhealthy, seat::SeatStatus};
 use self::{
-    health::UnwindGuard,
-    lane::{Job, Lane, Lanes},
+    lane::{Job, Lane},
+    seat::{Placed, Seat},
 };
 use crate::{
     model::{
@@ -56,6 +59,7 @@ use crate::{
     },
     observe::metrics::Metrics,
     preprocess::{FaceCanvas, LineInput, ObjectView, OcrView},
+    settings::Device,
 };
 
 /// One job's output from the worker.
@@ -89,16 +93,22 @@ struct OcrLanes {
     lines: Sender<Job<TextLines>>,
 }
 
-/// The towers a service may have beside the image and text towers.
-#[derive(Default)]
-pub struct OptionalTowers {
+/// The towers a service may have beside the image and text towers. The object detector's type is
+/// open so that a unit test can seat a stand-in on another device (`fake::slow_objects`).
+pub struct OptionalTowers<O = ObjectDetector> {
     pub heads: Option<Heads>,
     pub faces: Option<FaceModels>,
     pub ocr: Option<OcrModels>,
-    pub objects: Option<ObjectDetector>,
+    pub objects: Option<O>,
 }
 
-/// The handle on the model worker.
+impl Default for OptionalTowers {
+    fn default() -> Self {
+        OptionalTowers { heads: None, faces: None, ocr: None, objects: None }
+    }
+}
+
+/// The handle on the model workers.
 pub struct Worker {
     images: Sender<Job<Photos>>,
     /// Present when there is a text tower.
@@ -119,75 +129,80 @@ pub struct Worker {
     objects_info: Option<ObjectInfo>,
     /// Each tower's shape counts, in serving order.
     shapes: Vec<(TowerKind, Arc<ShapeCounts>)>,
-    health: Health,
+    /// A worker thread per device (`seat`), CUDA's first.
+    seats: Vec<Seat>,
     metrics: Arc<Metrics>,
 }
 
 impl Worker {
-    /// Moves the image tower (and the text tower and the optional towers, when there are) onto its
-    /// own worker thread.
-    pub fn start<I, T>(
+    /// Moves the image tower (and the text tower and the optional towers, when there are) onto a
+    /// worker thread per device they run on.
+    pub fn start<I, T, O>(
         image: I,
         text: Option<T>,
-        OptionalTowers { heads, faces, ocr, objects }: OptionalTowers,
+        OptionalTowers { heads, faces, ocr, objects }: OptionalTowers<O>,
         batch_wait: Duration,
         metrics: Arc<Metrics>,
     ) -> Self
     where
         I: Tower<Io = Photos>,
         T: Tower<Io = Texts>,
+        O: Tower<Io = ObjectViews>,
     {
         let info = image.info().clone();
         let text_info = text.as_ref().map(|t| t.info().clone());
         let heads_info = heads.as_ref().map(|h| h.info().clone());
+        let faces_info = faces.as_ref().map(|f| (f.detector.info().clone(), f.recognizer.info().clone()));
+        let ocr_info = ocr.as_ref().map(OcrModels::info);
+        let objects_info = objects.as_ref().map(|detector| detector.info().clone());
+        // Each tower runs where its session runs: the text tower and the heads beside the image
+        // tower, each detector's towers where CLIPFN_*_PROVIDER put them.
+        let on = |device: Device| move |lane: Box<dyn Lane>| Placed { device, ahead: false, lane };
+        let image_device = info.provider;
         let (images, image_lane) = lane::open(image);
         let (texts, text_lane) = text.map(lane::open).unzip();
         let (embeddings, heads_lane) = heads.map(lane::open).unzip();
-        let faces_info = faces.as_ref().map(|f| (f.detector.info().clone(), f.recognizer.info().clone()));
         let (faces, face_lanes) = faces
             .map(|FaceModels { detector, recognizer }| {
+                let device = detector.info().provider;
                 let ((canvases, detector_lane), (crops, recognizer_lane)) =
                     (lane::open(detector), lane::open(recognizer));
-                (FaceLanes { canvases, crops }, [recognizer_lane, detector_lane])
+                (FaceLanes { canvases, crops }, [recognizer_lane, detector_lane].map(on(device)))
             })
             .unzip();
-        let ocr_info = ocr.as_ref().map(OcrModels::info);
         let (ocr, ocr_lanes) = ocr
-            .map(|OcrModels { detector, classifier, recognizer, .. }| {
+            .map(|models| {
+                let device = models.info().provider;
+                let OcrModels { detector, classifier, recognizer, .. } = models;
                 let (views, detector_lane) = lane::open(detector);
                 let (orientations, classifier_lane) = classifier.map(lane::open).unzip();
                 let (lines, recognizer_lane) = lane::open(recognizer);
-                let lanes: Vec<Box<dyn Lane>> =
-                    [recognizer_lane].into_iter().chain(classifier_lane).chain([detector_lane]).collect();
+                let lanes: Vec<Placed> = [recognizer_lane]
+                    .into_iter()
+                    .chain(classifier_lane)
+                    .chain([detector_lane])
+                    .map(on(device))
+                    .collect();
                 (OcrLanes { views, orientations, lines }, lanes)
             })
             .unzip();
-        let objects_info = objects.as_ref().map(|detector| detector.info.clone());
+        let objects_device = objects.as_ref().map(|detector| detector.info().provider);
         let (objects, objects_lane) = objects.map(lane::open).unzip();
-        // The serving order: texts ahead of everything (someone waits on a query); the other
-        // lanes take turns, a batch each (`Lanes` says why turns), from what finishes photos
-        // already embedded or detected (the heads, the face recognizer; the text recognizer, then
-        // the line classifier) to the detectors and photos.
-        let in_turn: Vec<Box<dyn Lane>> = heads_lane
+        // The serving order on each worker: texts ahead of everything (someone waits on a query);
+        // the other lanes take turns, a batch each (`Lanes` says why turns), from what finishes
+        // photos already embedded or detected (the heads, the face recognizer; the text
+        // recognizer, then the line classifier) to the detectors and photos.
+        let placed: Vec<Placed> = text_lane
+            .map(|lane| Placed { device: image_device, ahead: true, lane })
             .into_iter()
+            .chain(heads_lane.map(on(image_device)))
             .chain(face_lanes.into_iter().flatten())
             .chain(ocr_lanes.into_iter().flatten())
-            .chain(objects_lane)
-            .chain([image_lane])
+            .chain(objects_lane.zip(objects_device).map(|(lane, device)| on(device)(lane)))
+            .chain([on(image_device)(image_lane)])
             .collect();
-        let lanes = Lanes::new(text_lane.into_iter().collect(), in_turn);
-        let shapes = lanes.shapes();
-        let health = Health::default();
-        let watched = health.clone();
-        metrics.watch_healthy(move || watched.check().is_ok());
-        let (worker_metrics, worker_health) = (Arc::clone(&metrics), health.clone());
-        thread::Builder::new()
-            .name("clipfn-worker".into())
-            .spawn(move || {
-                let _unwinding = UnwindGuard(worker_health.clone());
-                run::run_worker(lanes, batch_wait, &worker_metrics, &worker_health)
-            })
-            .expect("spawning the model worker thread");
+        let shapes = placed.iter().map(|p| p.lane.shapes()).collect();
+        let seats = seat::seat(placed, batch_wait, &metrics);
         Worker {
             images,
             texts,
@@ -202,7 +217,7 @@ impl Worker {
             objects,
             objects_info,
             shapes,
-            health,
+            seats,
             metrics,
         }
     }
@@ -241,8 +256,21 @@ impl Worker {
         &self.shapes
     }
 
-    pub fn health(&self) -> &Health {
-        &self.health
+    /// Whether every worker can still serve: the first that cannot, else `Ok`.
+    pub fn health(&self) -> Result<(), Unhealthy> {
+        self.seats.iter().try_for_each(Seat::check)
+    }
+
+    /// Whether the worker of the image tower (and so of the text tower and the heads) can still
+    /// serve: every request needs it. Another worker lost fails only its own towers' parts of
+    /// the answers, until the platform replaces the instance (/healthz says so).
+    pub fn image_health(&self) -> Result<(), Unhealthy> {
+        self.seats.iter().filter(|seat| seat.runs(TowerKind::Image)).try_for_each(Seat::check)
+    }
+
+    /// Each worker: its device, towers, time busy and health (/readyz).
+    pub fn workers(&self) -> Vec<SeatStatus> {
+        self.seats.iter().map(Seat::status).collect()
     }
 
     /// Queues one preprocessed photo and waits for its embedding. Dropping the future withdraws

@@ -4,12 +4,13 @@
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
+    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
 use super::{
     BatchError, Served,
-    health::{Health, Unhealthy},
+    health::{Broken, Health},
     lane::{Job, Lanes},
     span::batch_span,
 };
@@ -26,14 +27,16 @@ use crate::{
 pub(super) struct BatchRunner<'a> {
     metrics: &'a Metrics,
     health: &'a Health,
+    /// Nanoseconds this worker spent running batches (`seat`).
+    busy: &'a AtomicU64,
     batch_id: u64,
     trimmer: Trimmer,
 }
 
 /// Serves `lanes`, in their order, until every queue is closed (the Worker was dropped at
 /// shutdown) and what was queued is served.
-pub(super) fn run_worker(mut lanes: Lanes, batch_wait: Duration, metrics: &Metrics, health: &Health) {
-    let mut runner = BatchRunner { metrics, health, batch_id: 0, trimmer: Trimmer::default() };
+pub(super) fn run_worker(mut lanes: Lanes, batch_wait: Duration, metrics: &Metrics, health: &Health, busy: &AtomicU64) {
+    let mut runner = BatchRunner { metrics, health, busy, batch_id: 0, trimmer: Trimmer::default() };
     // Once a burst is over, the memory its photos and batches took goes back to the system.
     loop {
         let idle: (_, &mut dyn FnMut()) = (IDLE_BEFORE_TRIM, &mut || runner.trimmer.idle());
@@ -63,6 +66,7 @@ impl BatchRunner<'_> {
         // The span ends with the run, before any reply, so it never outlives the requests it serves.
         let results = span.in_scope(|| self.run_batch(tower, &batch));
         let finished = Instant::now();
+        self.busy.fetch_add((finished - started).as_nanos() as u64, Ordering::Relaxed);
         if kind.counts_as_photos() {
             self.metrics.batch(batch.len());
         }
@@ -96,7 +100,7 @@ impl BatchRunner<'_> {
         // A panic here is not caught: the worker then stops, and its health says so.
         if let Err(e) = tower.check() {
             tracing::error!(error = %e, tower = tower_name, "the warm-up input fails too: the model is broken");
-            self.health.fail(Unhealthy::ModelBroken);
+            self.health.fail(Broken::ModelBroken);
             let message = e.to_string();
             return batch.iter().map(|_| Err(BatchError::Model(ModelError::Inference(message.clone())))).collect();
         }

@@ -12,15 +12,16 @@ use tokio::sync::oneshot;
 use tracing::Span;
 
 use super::{
-    BatchError, Health, OptionalTowers, Served, Unhealthy, Worker,
+    BatchError, Broken, OptionalTowers, Served, Unhealthy, Worker,
     fake::*,
+    health::Health,
     lane::{self, Job, Lanes},
     run::run_worker,
 };
 use crate::{
     model::{Canvases, FaceCrops, OcrViews, Photos, TextLines, Texts, TowerIo},
     observe::metrics::Metrics,
-    preprocess::{CLIP_MEAN, CLIP_STD, FaceCanvas, LineInput, OcrView},
+    preprocess::{CLIP_MEAN, CLIP_STD, FaceCanvas, LineInput, ObjectLayout, ObjectView, OcrView},
     tokenize::Tokens,
 };
 
@@ -66,7 +67,7 @@ fn photos_that_trip_the_model_fail_alone_and_the_rest_of_their_batch_runs() {
         }
     }
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 4);
-    assert!(worker.health().check().is_ok(), "bad photos must not make the instance unhealthy");
+    assert!(worker.health().is_ok(), "bad photos must not make the instance unhealthy");
 }
 
 #[test]
@@ -74,11 +75,11 @@ fn a_lost_device_fails_its_batch_and_turns_the_health_bad() {
     let (model, device) = FakeModel::new(4, SIDE);
     let worker = Worker::start(model, NO_TEXT, OptionalTowers::default(), Duration::from_millis(5), metrics());
     assert!(embed_all(&worker, &[51]).pop().unwrap().is_ok());
-    assert!(worker.health().check().is_ok());
+    assert!(worker.health().is_ok());
     device.store(DEVICE_LOST, Ordering::SeqCst);
     let results = embed_all(&worker, &[51, 102]);
     assert!(results.iter().all(|r| matches!(r, Err(BatchError::Model(_)))), "{results:?}");
-    assert!(matches!(worker.health().check(), Err(Unhealthy::ModelBroken)));
+    assert!(matches!(worker.health(), Err(Unhealthy { why: Broken::ModelBroken, device: "cpu", .. })));
 }
 
 /// Where a job's output arrives.
@@ -222,7 +223,8 @@ fn a_text_batch_runs_on_the_text_tower_before_queued_photos() {
     texts.send(query).unwrap();
     drop((images, texts));
     // The worker's loop, here on the test's thread: it serves what was queued, then ends.
-    run_worker(Lanes::new(vec![text_lane], vec![image_lane]), Duration::ZERO, &metrics(), &Health::default());
+    let lanes = Lanes::new(vec![text_lane], vec![image_lane]);
+    run_worker(lanes, Duration::ZERO, &metrics(), &Health::default(), &Default::default());
 
     let text = text.blocking_recv().unwrap().unwrap();
     assert_eq!(text.output, [3.0, 0.0], "the fake text tower's embedding: the text's 3 ids");
@@ -261,10 +263,70 @@ fn a_worker_that_dies_is_reported_stopped() {
     assert!(matches!(embed_all(&worker, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
     // The thread marks itself stopped as it unwinds, just after the photo's reply is dropped.
     let until = Instant::now() + Duration::from_secs(5);
-    while worker.health().check().is_ok() {
+    while worker.health().is_ok() {
         assert!(Instant::now() < until, "the dead worker was never reported");
         thread::sleep(Duration::from_millis(10));
     }
-    assert!(matches!(worker.health().check(), Err(Unhealthy::WorkerStopped)));
+    assert!(matches!(worker.health(), Err(Unhealthy { why: Broken::WorkerStopped, .. })));
     assert!(matches!(embed_all(&worker, &[51]).pop().unwrap(), Err(BatchError::Stopped)));
+}
+
+/// A photo's view for the object detector stand-in.
+fn object_view() -> ObjectView {
+    let (layout, photo) = (ObjectLayout::Letterboxed(32), RgbImage::new(SIDE, SIDE));
+    crate::preprocess::object_view(&photo, photo.dimensions(), layout).unwrap()
+}
+
+#[test]
+fn towers_on_two_devices_get_a_worker_each_and_neither_waits_for_the_other() {
+    const HOLD: Duration = Duration::from_secs(2);
+    let (objects, _device) = slow_object_detector(HOLD);
+    let towers = OptionalTowers { heads: None, faces: None, ocr: None, objects: Some(objects) };
+    let worker = Worker::start(FakeModel::new(4, SIDE).0, NO_TEXT, towers, Duration::ZERO, metrics());
+    let seats: Vec<_> = worker.workers().into_iter().map(|seat| (seat.device, seat.towers)).collect();
+    assert_eq!(seats, [("cuda", vec!["object_detector"]), ("cpu", vec!["image"])], "CUDA's worker first");
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let view = object_view();
+    let started = Instant::now();
+    let (long, photos) = runtime.block_on(async {
+        let long = worker.find_objects(view);
+        let photos = async {
+            // The long job is queued (its future polled) before the first photo.
+            tokio::task::yield_now().await;
+            let mut answered = Vec::new();
+            for value in [25, 76, 127] {
+                let served = worker.embed(photo(value), Span::none()).await.unwrap();
+                answered.push(served.finished);
+            }
+            answered
+        };
+        tokio::join!(long, photos)
+    });
+    let long = long.unwrap();
+    assert!(long.finished - started >= HOLD, "the stand-in held its worker: {:?}", long.finished - started);
+    assert_eq!(photos.len(), 3);
+    for finished in photos {
+        assert!(finished < long.finished, "a photo waited for the other device's run");
+    }
+    let [cuda, cpu] = &worker.workers()[..] else { panic!("two workers") };
+    assert!(cuda.busy_seconds >= HOLD.as_secs_f64() && cuda.busy_share > 0.0, "{cuda:?}");
+    assert!(cpu.busy_seconds < cuda.busy_seconds, "{cpu:?}");
+}
+
+#[test]
+fn a_lost_device_fails_only_its_own_workers_towers() {
+    let (objects, device) = slow_object_detector(Duration::ZERO);
+    let towers = OptionalTowers { heads: None, faces: None, ocr: None, objects: Some(objects) };
+    let worker = Worker::start(FakeModel::new(4, SIDE).0, NO_TEXT, towers, Duration::ZERO, metrics());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    assert!(runtime.block_on(worker.find_objects(object_view())).is_ok());
+    device.store(DEVICE_LOST, Ordering::SeqCst);
+    assert!(matches!(runtime.block_on(worker.find_objects(object_view())), Err(BatchError::Model(_))));
+    let lost = worker.health().unwrap_err();
+    assert_eq!((lost.device, lost.towers.as_str(), lost.why), ("cuda", "object_detector", Broken::ModelBroken));
+    assert!(worker.image_health().is_ok(), "the image tower's worker is another");
+    assert!(embed_all(&worker, &[51]).pop().unwrap().is_ok(), "and it keeps answering");
+    let healthy: Vec<bool> = worker.workers().iter().map(|seat| seat.healthy).collect();
+    assert_eq!(healthy, [false, true]);
 }
