@@ -7,7 +7,7 @@ only: threads + http.client, so it runs on any Python 3.8+, the GPU machine's in
       server was spawned)}; saves the 200's body to F. Exits 1 on the timeout or when PID has died.
   gpu_load.py load --url http://127.0.0.1:P/v1/embed --root DIR --folders a,b --per-request N
                    --clients C --seconds T [--warmup W] [--grace G] [--body '{"faces": true}']
-                   [--pid PID] [--max-requests M]
+                   [--pid PID] [--max-requests M] [--start-at EPOCH] [--readyz URL] [--no-gpu]
       C clients, each sending its next request as soon as the last is answered, each request N photo
       keys (the files of DIR/a, DIR/b..., interleaved, in turn) plus the --body fields. Requests
       answered in the first W seconds are warm-up and not counted; the figures are those answered
@@ -15,11 +15,19 @@ only: threads + http.client, so it runs on any Python 3.8+, the GPU machine's in
       flight then get G more seconds to finish (counted as "late"), then the clients are dropped.
       With PID, the server's CPU (utime + stime of /proc/PID/stat) over those T seconds, as cores
       busy, and its peak RSS; with nvidia-smi on PATH, the GPU's utilization.gpu sampled every
-      0.5 s over them (mean) and its memory.used (max). Prints one JSON object.
-  gpu_load.py row --name N --provider P --model M [--note T] [--ready F] [--readyz F] [--load F] [--error E]
-      One row of gpu-bench.sh as JSON, from what the two commands above wrote (missing files: null).
+      0.5 s over them (mean) and its memory.used (max). With --start-at, the clients start at that
+      epoch second (two loads given the same one measure the same window: gpu-bench.sh's "beside"
+      rows); with --readyz, /readyz's `workers` at the window's start and end: each worker's
+      busy_share since start (as read at the end) and its share of the window (busy_seconds' growth
+      over the time between the two reads). --no-gpu: no nvidia-smi sampling (the second load of a
+      pair; the first samples). Prints one JSON object.
+  gpu_load.py row --name N --provider P --model M [--note T] [--ready F] [--readyz F] [--load F]
+                  [--stream F] [--error E]
+      One row of gpu-bench.sh as JSON, from what the two commands above wrote (missing files: null);
+      --stream: the load run beside the row's own, over the same window ("stream" in the row).
   gpu_load.py report ROW.json... [--title T] [--intro TEXT]
-      The rows, as a markdown table.
+      The rows, as a markdown table, what /readyz said per row, and issue 57's ratios where their
+      rows are there.
 
 Only loopback addresses are accepted: this is a bench of a server on the same machine.
 """
@@ -98,6 +106,47 @@ def ready(args):
     return 1
 
 
+def workers_now(url):
+    """/readyz's `workers` now: {"at": epoch s, "workers": [...]} or {"error": why}."""
+    host, port, path = loopback(url)
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        raw, status = resp.read(), resp.status
+        conn.close()
+        workers = json.loads(raw).get("workers")
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as e:
+        return {"error": f"/readyz: {type(e).__name__}: {e}"}
+    if not isinstance(workers, list):
+        return {"error": f"/readyz {status}: no workers in its body"}
+    return {"at": time.time(), "workers": workers}
+
+
+def worker_shares(start, end):
+    """Each worker as read at the window's end, with its share of the window: busy_seconds' growth
+    over the time between the two reads (None where a read failed or the workers differ)."""
+    if "workers" not in end:
+        return None
+    before = start.get("workers") or []
+    same = len(before) == len(end["workers"]) and all(
+        a.get("device") == b.get("device") for a, b in zip(before, end["workers"]))
+    span = end["at"] - start["at"] if "at" in start else 0
+    out = []
+    for i, w in enumerate(end["workers"]):
+        share = None
+        if same and span > 0:
+            try:
+                share = round((w["busy_seconds"] - before[i]["busy_seconds"]) / span, 3)
+            except (KeyError, TypeError):
+                pass
+        rounded = {k: round(w[k], 3) if isinstance(w.get(k), (int, float)) else w.get(k)
+                   for k in ("busy_seconds", "busy_share")}
+        out.append({"device": w.get("device"), "towers": w.get("towers"), "healthy": w.get("healthy"),
+                    **rounded, "window_busy_share": share})
+    return out
+
+
 def photo_keys(root, folders):
     """Files of each ROOT/folder as keys relative to ROOT, interleaved folder by folder."""
     lists = []
@@ -141,7 +190,8 @@ def load(args):
     lock = threading.Lock()
     state = {"next": 0, "sent": 0}
     done = []  # (start, end, status, photos ok, photo errors {code: n}, error text)
-    t0 = time.time()
+    t0 = args.start_at or time.time()
+    time.sleep(max(0.0, t0 - time.time()))
     w0, w1 = t0 + args.warmup, t0 + args.warmup + args.seconds
     give_up = w1 + args.grace
 
@@ -195,18 +245,24 @@ def load(args):
             conn.close()
 
     sampler = GpuSampler()
-    cpu = {}
+    if args.no_gpu:
+        sampler.smi = None
+    cpu, marks = {}, {}
 
-    def window():  # CPU and GPU over exactly [w0, w1]
+    def window():  # CPU, GPU and the workers over exactly [w0, w1]
         time.sleep(max(0.0, w0 - time.time()))
         if args.pid:
             cpu["start"] = cpu_seconds(args.pid)
         sampler.start()
+        if args.readyz:
+            marks["start"] = workers_now(args.readyz)
         time.sleep(max(0.0, w1 - time.time()))
         sampler.stop.set()
         if args.pid and alive(args.pid):
             cpu["end"] = cpu_seconds(args.pid)
             cpu["rss"] = peak_rss_mib(args.pid)
+        if args.readyz:
+            marks["end"] = workers_now(args.readyz)
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
     timer = threading.Thread(target=window, daemon=True)
@@ -215,7 +271,7 @@ def load(args):
         t.start()
     for t in threads:
         t.join(max(0.0, give_up - time.time()))
-    timer.join(max(0.0, w1 + 3 - time.time()))
+    timer.join(max(0.0, w1 + 12 - time.time()))  # two /readyz reads of at most 5 s each
     abandoned = sum(t.is_alive() for t in threads)  # requests still unanswered at give_up
 
     with lock:
@@ -254,6 +310,12 @@ def load(args):
         "gpu_samples": len(sampler.busy),
         "gpu_memory_max_mib": max(sampler.memory) if sampler.memory else None,
     }
+    if args.readyz:
+        end = marks.get("end") or {"error": "no /readyz read at the window's end"}
+        result["workers"] = worker_shares(marks.get("start") or {}, end)
+        errors = [m["error"] for m in (marks.get("start") or {"error": "no read at the start"}, end) if "error" in m]
+        if errors:
+            result["workers_error"] = "; ".join(errors)
     print(json.dumps(result))
     return 0 if answered and not failures else 1
 
@@ -270,14 +332,79 @@ def read_json(name):
 def row(args):
     ready = read_json(args.ready) or {}
     error = args.error or ready.get("error") or ""
-    print(json.dumps({"row": args.name, "provider": args.provider, "model": args.model, "note": args.note,
-                      "cold_start_s": ready.get("cold_start_s"), "readyz": read_json(args.readyz),
-                      "load": read_json(args.load), "error": error}))
+    load = read_json(args.load)
+    out = {"row": args.name, "provider": args.provider, "model": args.model, "note": args.note,
+           "cold_start_s": ready.get("cold_start_s"), "readyz": read_json(args.readyz),
+           "load": load, "workers": (load or {}).get("workers"), "error": error}
+    if args.stream:  # a "beside" row: null when its stream wrote nothing
+        out["stream"] = read_json(args.stream)
+    print(json.dumps(out))
     return 0
 
 
 def fmt(value, spec=""):
     return "n/a" if value is None else format(value, spec)
+
+
+def stream_cell(r):
+    """The stream's own photos/s and p95 on a "beside" row; "-" on a row without one."""
+    if "stream" not in r:
+        return "-"
+    s = r.get("stream") or {}
+    return f"{fmt(s.get('photos_per_s'))} / {fmt(s.get('p95_s'))}"
+
+
+def workers_line(workers, error=None):
+    """The workers as read right after the window, and the busiest one over it: the bottleneck."""
+    if not workers:
+        return f"workers n/a ({error})" if error else "workers n/a"
+    parts = [f"{w.get('device')} ({', '.join(w.get('towers') or [])}) busy {fmt(w.get('window_busy_share'))} of "
+             f"the window, {fmt(w.get('busy_share'))} since start" + ("" if w.get("healthy", True) else ", UNHEALTHY")
+             for w in workers]
+    timed = [w for w in workers if w.get("window_busy_share") is not None]
+    busiest = max(timed, key=lambda w: w["window_busy_share"]) if timed else None
+    tail = f"; busiest over the window: {busiest['device']}" if busiest and len(workers) > 1 else ""
+    return "workers: " + "; ".join(parts) + tail
+
+
+def goals(rows):
+    """Issue 57's ratios from the rows that hold them (the thresholds are its GPU goals)."""
+    by = {r["row"]: r for r in rows}
+
+    def rate(name, key="load"):
+        return ((by.get(name) or {}).get(key) or {}).get("photos_per_s")
+
+    def ratio(a, b):
+        return round(a / b, 2) if a is not None and b else None
+    out = []
+    for p in ("cuda", "cpu"):
+        alone = rate(f"embed-alone-{p}")
+        for ocr in ("ocrcpu", "ocrcuda"):
+            beside = f"embed+album-{ocr}-{p}"
+            if alone is not None and beside in by:
+                p95 = ratio((by[beside].get("load") or {}).get("p95_s"),
+                            (by[f"embed-alone-{p}"].get("load") or {}).get("p95_s"))
+                out.append(f"- /v1/embed beside the album stream ({beside}) / alone (embed-alone-{p}): photos/s "
+                           f"{fmt(ratio(rate(beside), alone))} (goal on the GPU: at least 0.70), p95 {fmt(p95)}")
+        album, ocr_alone, cpu_only = rate(f"album-c1-{p}"), rate(f"ocr-c1-{p}"), rate("album-c1-cpu")
+        if p == "cuda" and album is not None and ocr_alone is not None:
+            out.append("- the album pass with OCR on the CPU (album-c1-cuda) / OCR alone on the same server "
+                       f"(ocr-c1-cuda): {fmt(ratio(album, ocr_alone))} of its overlap bound (goal: at least 0.8)")
+        if p == "cuda" and cpu_only and (album is not None or ocr_alone is not None):
+            bound = ratio(ocr_alone, cpu_only)
+            out.append(f"- against the CPU-only album pass (album-c1-cpu, {fmt(cpu_only)} photos/s): album-c1-cuda "
+                       f"{fmt(ratio(album, cpu_only))}x, the overlap bound (ocr-c1-cuda) {fmt(bound)}x")
+        if p == "cuda" and cpu_only:
+            cuda_album = rate("album-c1-ocrcuda-cuda")
+            beside_rate = rate("embed+album-ocrcuda-cuda", "stream")
+            if cuda_album is not None:
+                out.append("- OCR on CUDA, the album pass alone (album-c1-ocrcuda-cuda): "
+                           f"{fmt(ratio(cuda_album, cpu_only))}x the CPU-only pass (goal, once OCR on CUDA is fixed: "
+                           "at least 3x)")
+            if beside_rate is not None:
+                out.append(f"- OCR on CUDA, the stream beside /v1/embed (embed+album-ocrcuda-cuda): "
+                           f"{fmt(ratio(beside_rate, cpu_only))}x the CPU-only pass (a floor for the pass alone)")
+    return out
 
 
 def report(args):
@@ -287,22 +414,29 @@ def report(args):
             rows.append(json.load(f))
     out = [f"# {args.title}", ""] + ([args.intro, ""] if args.intro else [])
     out.append("| row | provider | clients x photos | photos/s | p50 s | p95 s | requests ok / failed | photo errors "
-               "| server CPU cores busy | GPU busy % | cold start s | notes |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| server CPU cores busy | GPU busy % | beside: stream photos/s / p95 s | cold start s | notes |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         load = r.get("load") or {}
         notes = [r.get("note"), r.get("error")]
         if load.get("abandoned"):
             notes.append(f"{load['abandoned']} requests unanswered {load.get('grace_s', '')} s after the window")
+        stream = r.get("stream") or {}
+        if stream.get("abandoned"):
+            notes.append(f"stream: {stream['abandoned']} requests unanswered {stream.get('grace_s', '')} s "
+                         "after the window")
+        if stream.get("requests_failed"):
+            notes.append(f"stream: {stream['requests_failed']} requests failed")
         notes = "; ".join(x for x in notes if x)
         errors = ", ".join(f"{k} {v}" for k, v in sorted((load.get("photo_errors") or {}).items())) or "0"
         shape = f"{load['clients']} x {load['photos_per_request']}" if load else "n/a"
         out.append(f"| {r['row']} | {r['provider']} | {shape} | {fmt(load.get('photos_per_s'))} "
                    f"| {fmt(load.get('p50_s'))} | {fmt(load.get('p95_s'))} "
                    f"| {fmt(load.get('requests_ok'))} / {fmt(load.get('requests_failed'))} | {errors} "
-                   f"| {fmt(load.get('cpu_cores_busy'))} | {fmt(load.get('gpu_busy_pct'))} "
+                   f"| {fmt(load.get('cpu_cores_busy'))} | {fmt(load.get('gpu_busy_pct'))} | {stream_cell(r)} "
                    f"| {fmt(r.get('cold_start_s'))} | {notes.strip().replace('|', '/')} |")
-    out += ["", "What /readyz said, per row (the bodies are in gpu-bench/):", ""]
+    out += ["", "What /readyz said, per row (at start-up, and its workers read right after the window; the bodies "
+            "are in gpu-bench/):", ""]
     for r in rows:
         z = r.get("readyz") or {}
         model = z.get("model") if isinstance(z.get("model"), dict) else {}
@@ -314,7 +448,11 @@ def report(args):
                    f"batch {model.get('batch_size')}, {model.get('input_layout')}), gpu {json.dumps(gpu)}"
                    + (f", cuda {json.dumps(z['cuda'])}" if z.get("cuda") else "")
                    + f"; peak RSS {fmt(load.get('peak_rss_mib'))} MiB, GPU memory at most "
-                   f"{fmt(load.get('gpu_memory_max_mib'))} MiB")
+                   f"{fmt(load.get('gpu_memory_max_mib'))} MiB"
+                   + (f"; {workers_line(r.get('workers'), load.get('workers_error'))}" if load else ""))
+    ratios = goals(rows)
+    if ratios:
+        out += ["", "Issue 57's ratios (photos/s of the rows named; each row one run):", ""] + ratios
     print("\n".join(out))
     return 0
 
@@ -341,11 +479,14 @@ def main():
     p.add_argument("--body", default="{}", help="JSON object of fields added to every request")
     p.add_argument("--pid", type=int)
     p.add_argument("--max-requests", type=int, default=100000)
+    p.add_argument("--start-at", type=float, help="epoch second the clients start at (default: now)")
+    p.add_argument("--readyz", help="/readyz's URL: its workers at the window's start and end")
+    p.add_argument("--no-gpu", action="store_true", help="no nvidia-smi sampling")
     p.set_defaults(func=load)
     p = sub.add_parser("row")
     for flag in ("--name", "--provider", "--model"):
         p.add_argument(flag, required=True)
-    for flag in ("--note", "--ready", "--readyz", "--load", "--error"):
+    for flag in ("--note", "--ready", "--readyz", "--load", "--stream", "--error"):
         p.add_argument(flag, default="")
     p.set_defaults(func=row)
     p = sub.add_parser("report")
