@@ -12,6 +12,7 @@ listen on loopback only. Build an older commit's binary with a worktree and a sh
   git worktree add /tmp/old REV && (cd /tmp/old && CARGO_TARGET_DIR=$PWD/target cargo build --release)
 """
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -55,7 +56,9 @@ def stage_seconds(port: int) -> dict:
     return seconds
 
 
-def one_server(binary: str, env: dict, keys: list, body: dict) -> tuple:
+@contextlib.contextmanager
+def started_server(binary: str, env: dict):
+    """`binary serve` on a loopback port, once /readyz says 200; the port. Stopped on leaving."""
     port = 20000 + random.randrange(10000)
     server = subprocess.Popen([binary, "serve"], env={**os.environ, **env, "PORT": str(port)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -71,6 +74,16 @@ def one_server(binary: str, env: dict, keys: list, body: dict) -> tuple:
             if server.poll() is not None:
                 raise SystemExit(f"{binary} exited with {server.returncode} before it was ready")
             time.sleep(0.1)
+        server.port = port
+        yield server
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def one_server(binary: str, env: dict, keys: list, body: dict) -> tuple:
+    with started_server(binary, env) as server:
+        port = server.port
 
         def analyze() -> None:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -86,9 +99,6 @@ def one_server(binary: str, env: dict, keys: list, body: dict) -> tuple:
         per_photo = lambda seconds: seconds / (3 * len(keys)) * 1000
         after = stage_seconds(port)
         return per_photo(cpu_seconds(server.pid) - start), {s: per_photo(after[s] - stages[s]) for s in STAGES}
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def main() -> None:

@@ -54,7 +54,7 @@ impl Heads {
         batch_size: usize,
     ) -> Result<Self, ModelError> {
         let device = runtime.device();
-        let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
+        let buckets = Buckets::powers_of_two(batch_size, settings.fill(device));
         let mut graphs = Vec::with_capacity(files.len());
         let (mut names, mut locations) = (Vec::new(), Vec::new());
         for HeadFile { name, location, data } in files {

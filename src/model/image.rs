@@ -143,7 +143,7 @@ impl ImageModel {
         };
         let started = Instant::now();
         let batch = PixelBatch::new(&info);
-        let buckets = Buckets::powers_of_two(info.batch_size, settings.pads(device));
+        let buckets = Buckets::powers_of_two(info.batch_size, settings.fill(device));
         let side = i64::from(info.image_size);
         graph.shapes = Shapes::batches(&buckets, &[3, side, side]);
         let mut model = ImageModel { graph, normalizer, batch, buckets, info, timings };

@@ -5,12 +5,14 @@
 //! from 1 to 64, or any view a multiple of 32 px, sees hundreds of shapes and never gets fast, and
 //! every new container pays again. So each tower declares its shapes at load: batch sizes in
 //! [`Buckets`], and for OCR, its view and line-width buckets. A run is padded up to its bucket on
-//! CUDA (the padding's outputs are dropped), and split into buckets on CPU, where padding would be
-//! work and a new shape costs little; both run only declared shapes. [`Shapes`] counts what ran,
+//! CUDA (the padding's outputs are dropped); on CPU, where padding would be work and a new shape
+//! costs nothing, every batch size is declared and a run takes its own (splitting a run into
+//! buckets, the other choice, costs more than it saves there); all run only declared shapes. [`Shapes`] counts what ran,
 //! for /readyz, and what ran outside the set (a bug: the test workload asserts none). OCR's view
 //! and width buckets are declared only with declared sizes (`CLIPFN_OCR_SIZES`, CUDA's); with
 //! exact sizes its towers run any shape ([`Shapes::any`]).
 
+use crate::settings::BatchPadding;
 use std::{
     collections::{BTreeSet, HashSet},
     sync::{
@@ -19,27 +21,32 @@ use std::{
     },
 };
 
-/// The batch sizes a tower runs: powers of `base` below its batch size, and the batch size.
+/// The batch sizes a tower runs: powers of `base` below its batch size, and the batch size; every
+/// size up to the batch size where runs take their own size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Buckets {
     sizes: Vec<usize>,
-    /// Pad a run up to its bucket (CUDA), or split it into buckets (CPU).
-    pad: bool,
+    /// Pad a run up to its bucket (CUDA), split it into buckets, or run it at its own size (CPU);
+    /// never `Auto` ([`ModelSettings::fill`](crate::settings::ModelSettings::fill)).
+    fill: BatchPadding,
 }
 
 impl Buckets {
-    /// Powers of two up to `max` (1, 2, 4, ... and `max` itself); `pad`: see [`Buckets::plan`].
-    pub fn powers_of_two(max: usize, pad: bool) -> Self {
-        Self::powers(max, 2, pad)
+    /// Powers of two up to `max` (1, 2, 4, ... and `max` itself); `fill`: see [`Buckets::plan`].
+    pub fn powers_of_two(max: usize, fill: BatchPadding) -> Self {
+        Self::powers(max, 2, fill)
     }
 
-    /// Powers of `base` up to `max`, and `max`.
-    pub fn powers(max: usize, base: usize, pad: bool) -> Self {
+    /// Powers of `base` up to `max`, and `max`; every size from 1 to `max` with `Exact`.
+    pub fn powers(max: usize, base: usize, fill: BatchPadding) -> Self {
         let max = max.max(1);
-        let mut sizes: Vec<usize> =
-            std::iter::successors(Some(1usize), |n| Some(n * base)).take_while(|&n| n < max).collect();
-        sizes.push(max);
-        Buckets { sizes, pad }
+        let sizes: Vec<usize> = match fill {
+            BatchPadding::Exact => (1..=max).collect(),
+            _ => {
+                std::iter::successors(Some(1usize), |n| Some(n * base)).take_while(|&n| n < max).chain([max]).collect()
+            }
+        };
+        Buckets { sizes, fill }
     }
 
     pub fn sizes(&self) -> &[usize] {
@@ -58,9 +65,9 @@ impl Buckets {
         sizes
     }
 
-    /// How `n` inputs run: `(inputs, bucket)` for each run, in order. Padded, the fewest runs, each
-    /// full but the last, which is padded up to the smallest bucket that holds it; split, each run
-    /// exactly a bucket, largest first, and no padding.
+    /// How `n` inputs run: `(inputs, bucket)` for each run, in order: the fewest runs, each full but
+    /// the last. Padded, that one is padded up to the smallest bucket that holds it; exact, it runs
+    /// at its own size; split, it is split into runs of exactly a bucket, largest first.
     pub fn plan(&self, n: usize) -> Vec<(usize, usize)> {
         let (max, mut left, mut runs) = (self.max(), n, Vec::new());
         while left >= max {
@@ -70,10 +77,18 @@ impl Buckets {
         if left == 0 {
             return runs;
         }
-        if self.pad {
-            let bucket = *self.sizes.iter().find(|&&size| size >= left).expect("the last bucket holds any remainder");
-            runs.push((left, bucket));
-            return runs;
+        match self.fill {
+            BatchPadding::Pad => {
+                let bucket =
+                    *self.sizes.iter().find(|&&size| size >= left).expect("the last bucket holds any remainder");
+                runs.push((left, bucket));
+                return runs;
+            }
+            BatchPadding::Exact => {
+                runs.push((left, left));
+                return runs;
+            }
+            BatchPadding::Split | BatchPadding::Auto => {}
         }
         for &size in self.sizes.iter().rev() {
             while left >= size {
@@ -163,26 +178,34 @@ impl Shapes {
 mod tests {
     use super::*;
 
+    const PAD: BatchPadding = BatchPadding::Pad;
+    const SPLIT: BatchPadding = BatchPadding::Split;
+    const EXACT: BatchPadding = BatchPadding::Exact;
+
     #[test]
-    fn buckets_are_powers_and_the_batch_size() {
-        assert_eq!(Buckets::powers_of_two(64, true).sizes(), [1, 2, 4, 8, 16, 32, 64]);
-        assert_eq!(Buckets::powers_of_two(48, false).sizes(), [1, 2, 4, 8, 16, 32, 48]);
-        assert_eq!(Buckets::powers(32, 4, false).sizes(), [1, 4, 16, 32]);
-        assert_eq!(Buckets::powers_of_two(1, true).sizes(), [1]);
+    fn buckets_are_powers_and_the_batch_size_or_every_size() {
+        assert_eq!(Buckets::powers_of_two(64, PAD).sizes(), [1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(Buckets::powers_of_two(48, SPLIT).sizes(), [1, 2, 4, 8, 16, 32, 48]);
+        assert_eq!(Buckets::powers(32, 4, SPLIT).sizes(), [1, 4, 16, 32]);
+        assert_eq!(Buckets::powers_of_two(1, PAD).sizes(), [1]);
+        assert_eq!(Buckets::powers_of_two(8, EXACT).sizes(), [1, 2, 3, 4, 5, 6, 7, 8]);
     }
 
     #[test]
-    fn cuda_pads_the_last_run_and_cpu_splits_it() {
-        let cuda = Buckets::powers_of_two(64, true);
+    fn cuda_pads_the_last_run_and_cpu_runs_it_whole() {
+        let cuda = Buckets::powers_of_two(64, PAD);
         assert_eq!(cuda.plan(5), [(5, 8)]);
         assert_eq!(cuda.plan(64), [(64, 64)]);
         assert_eq!(cuda.plan(130), [(64, 64), (64, 64), (2, 2)]);
         assert_eq!(cuda.plan(0), []);
-        let cpu = Buckets::powers_of_two(8, false);
-        assert_eq!(cpu.plan(7), [(4, 4), (2, 2), (1, 1)]);
-        assert_eq!(cpu.plan(19), [(8, 8), (8, 8), (2, 2), (1, 1)]);
+        let cpu = Buckets::powers_of_two(8, EXACT);
+        assert_eq!(cpu.plan(7), [(7, 7)]);
+        assert_eq!(cpu.plan(19), [(8, 8), (8, 8), (3, 3)]);
+        let split = Buckets::powers_of_two(8, SPLIT);
+        assert_eq!(split.plan(7), [(4, 4), (2, 2), (1, 1)]);
+        assert_eq!(split.plan(19), [(8, 8), (8, 8), (2, 2), (1, 1)]);
         // Every plan covers its inputs once, in runs of declared sizes.
-        for buckets in [cuda, cpu, Buckets::powers(32, 4, false), Buckets::powers(20, 4, true)] {
+        for buckets in [cuda, cpu, split, Buckets::powers(32, 4, SPLIT), Buckets::powers(20, 4, PAD)] {
             for n in 0..200 {
                 let plan = buckets.plan(n);
                 assert_eq!(plan.iter().map(|(inputs, _)| inputs).sum::<usize>(), n);
@@ -193,7 +216,7 @@ mod tests {
 
     #[test]
     fn shapes_count_what_ran_and_what_ran_outside() {
-        let mut shapes = Shapes::batches(&Buckets::powers_of_two(4, true), &[3, 8, 8]);
+        let mut shapes = Shapes::batches(&Buckets::powers_of_two(4, PAD), &[3, 8, 8]);
         shapes.ran(&[2, 3, 8, 8]);
         shapes.ran(&[2, 3, 8, 8]);
         shapes.ran(&[3, 3, 8, 8]);

@@ -158,7 +158,7 @@ impl TextModel {
         let mut full = vec![&empty; image.batch_size - 1];
         full.push(&largest);
         let pad_id = info.padding.pad_id;
-        let buckets = Buckets::powers_of_two(image.batch_size, settings.pads(provider));
+        let buckets = Buckets::powers_of_two(image.batch_size, settings.fill(provider));
         let lengths = info.context.map_or(LENGTHS.to_vec(), |fixed| vec![fixed]);
         graph.shapes = Shapes::new(
             buckets.sizes().iter().flat_map(|&n| lengths.iter().map(move |&length| vec![n as i64, length as i64])),

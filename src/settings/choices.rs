@@ -88,12 +88,14 @@ pub enum Placement {
 /// How a run smaller than its batch bucket runs (`CLIPFN_BATCH_PADDING`; model/shapes.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchPadding {
-    /// Padded on CUDA, split on CPU.
+    /// Padded on CUDA, exact on CPU.
     Auto,
     /// Padded up to its bucket, the padding's outputs dropped.
     Pad,
     /// Split into runs of bucket sizes.
     Split,
+    /// Run at its own size: every size from 1 to the batch size is declared.
+    Exact,
 }
 
 /// Which sizes the OCR detector's views and the recognizer's lines run at (`CLIPFN_OCR_SIZES`;
@@ -178,7 +180,12 @@ pub(super) fn ocr_sizes<'de, D: Deserializer<'de>>(d: D) -> Result<OcrSizes, D::
 }
 
 pub(super) fn batch_padding<'de, D: Deserializer<'de>>(d: D) -> Result<BatchPadding, D::Error> {
-    let choices = [("auto", BatchPadding::Auto), ("pad", BatchPadding::Pad), ("split", BatchPadding::Split)];
+    let choices = [
+        ("auto", BatchPadding::Auto),
+        ("pad", BatchPadding::Pad),
+        ("split", BatchPadding::Split),
+        ("exact", BatchPadding::Exact),
+    ];
     one_of(d, "CLIPFN_BATCH_PADDING", &choices)
 }
 

@@ -165,13 +165,16 @@ impl ModelSettings {
         self.batch_size.unwrap_or(if device.is_cuda() { 64 } else { 8 })
     }
 
-    /// Whether runs are padded up to their bucket: on CUDA unless asked otherwise, where a padded
-    /// row costs little and a run less; on CPU, where it would be work, only when asked (tests).
-    pub fn pads(&self, device: Device) -> bool {
+    /// How a run smaller than its bucket runs (never `Auto`): padded up to it on CUDA unless asked
+    /// otherwise, where a padded row costs little and a new shape a search; at its own size on
+    /// CPU, where padding is work and a new shape costs nothing. Split into buckets, CPU's rule
+    /// until issue 57, ViT-B/32 ran a batch of 7 as 4 + 2 + 1 in 20-28% more time than 7 whole (2
+    /// threads; docs/bench/immich.md), which cost Immich's single-photo requests throughput.
+    pub fn fill(&self, device: Device) -> BatchPadding {
         match self.batch_padding {
-            BatchPadding::Auto => device.is_cuda(),
-            BatchPadding::Pad => true,
-            BatchPadding::Split => false,
+            BatchPadding::Auto if device.is_cuda() => BatchPadding::Pad,
+            BatchPadding::Auto => BatchPadding::Exact,
+            chosen => chosen,
         }
     }
 

@@ -1,11 +1,11 @@
-//! The model workers: the one owner of the model sessions, fed by queues shared by every request.
+//! The model workers: the owners of the model sessions, fed by queues shared by every request.
 //! This file is the handle the rest of the service holds, [`Worker`]; the threads it starts are
 //! named `clipfn-worker-cuda` and `clipfn-worker-cpu`.
 //!
 //! One worker thread per device runs that device's towers (`seat`), so requests never fight over
 //! the GPU (the seed team's lesson: more workers per GPU made p95 worse), and a CUDA batch never
-//! waits for a CPU run (OCR's, by default) nor the other way round. Each tower has a lane (`lane`): its queue
-//! of jobs from any request. The worker takes up to a batch of one lane's jobs, runs them together
+//! waits for a CPU run (OCR's, by default) nor the other way round. Each tower has a lane
+//! (`lane`): its queue of jobs from any request. The worker takes up to a batch of one lane's jobs, runs them together
 //! and sends each result back to its waiting request (`run`). A job whose request gave up
 //! (deadline, disconnect) is dropped from the batch before it runs.
 //!
@@ -20,8 +20,8 @@
 //! take turns, a batch each, so that one request's backlog on the detectors never holds up
 //! another's photos for more than a batch of each lane (`lane::Lanes`).
 //!
-//! A batch that fails is not failed whole (`run` says how), and the worker's [`Health`] says when
-//! the model or its device is broken (`health`). Each batch has one `inference` span (`span`).
+//! A batch that fails is not failed whole (`run` says how), and each worker's health says when
+//! its model or its device is broken (`health`). Each batch has one `inference` span (`span`).
 
 mod health;
 mod lane;

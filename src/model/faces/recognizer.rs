@@ -135,7 +135,7 @@ impl FaceRecognizer {
         let id = format!("{}:{hash:016x}:chips-{CHIP_RULE}", format.name());
         let info = RecognizerInfo { id, file, format, dim, batch_size };
         let device = runtime.device();
-        let buckets = Buckets::powers_of_two(batch_size, settings.pads(device));
+        let buckets = Buckets::powers_of_two(batch_size, settings.fill(device));
         let side = i64::from(format.chip().side);
         graph.shapes = Shapes::batches(&buckets, &[3, side, side]);
         let mut recognizer = FaceRecognizer { graph, output, buckets, info };

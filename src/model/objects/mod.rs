@@ -137,7 +137,7 @@ impl ObjectDetector {
         }
         let pet_labels = pets.iter().map(|&class| labels[class].clone()).collect();
         let max_batch = read.batch.unwrap_or(batch_size);
-        let buckets = Buckets::powers_of_two(max_batch, settings.pads(runtime.device()));
+        let buckets = Buckets::powers_of_two(max_batch, settings.fill(runtime.device()));
         let side = i64::from(read.layout.side());
         let dims = if read.format.channels_last() { [side, side, 3] } else { [3, side, side] };
         let mut graph = graph;

@@ -27,7 +27,7 @@ impl LineClassifier {
         file: String,
         batch_size: usize,
     ) -> Result<Self, ModelError> {
-        let buckets = Buckets::powers_of_two(batch_size, settings.pads(runtime.device()));
+        let buckets = Buckets::powers_of_two(batch_size, settings.fill(runtime.device()));
         let shapes = Shapes::batches(&buckets, &[3, i64::from(LINE_HEIGHT), i64::from(CLASSIFIER_WIDTH)]);
         let graph = open_graph(runtime, settings, data, ("classifier", &file), "[N, 3, 48, 192] -> [N, 2]", shapes)?;
         let every = graph.warms_every_shape;

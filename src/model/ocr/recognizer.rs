@@ -10,7 +10,7 @@ use super::{Charset, Graph, OcrTower, lay_out_lines, open_graph, refuse, warmed}
 use crate::{
     model::{Buckets, ModelData, ModelError, Runtime, Shapes, TextLines, Tower},
     preprocess::{LINE_HEIGHT, LineInput, MIN_RECOGNIZER_WIDTH, RECOGNIZER_WIDTHS},
-    settings::{ModelSettings, OcrSizes},
+    settings::{BatchPadding, ModelSettings, OcrSizes},
 };
 
 /// The most lines of the narrowest width one run takes; a run of wider lines takes fewer.
@@ -24,8 +24,8 @@ fn most_lines(width: u32) -> usize {
 
 /// The line counts a run of `width`-wide lines takes: powers of four up to [`most_lines`], so that
 /// the ten widths declare 32 shapes.
-fn line_counts(width: u32, pads: bool) -> Buckets {
-    Buckets::powers(most_lines(width), 4, pads)
+fn line_counts(width: u32, fill: BatchPadding) -> Buckets {
+    Buckets::powers(most_lines(width), 4, fill)
 }
 
 /// One line's reading.
@@ -55,9 +55,9 @@ impl TextRecognizer {
         characters: Option<(String, String)>,
         (batch_size, sizes): (usize, OcrSizes),
     ) -> Result<Self, ModelError> {
-        let pads = settings.pads(runtime.device());
+        let fill = settings.fill(runtime.device());
         let widths = RECOGNIZER_WIDTHS.into_iter().filter(|_| sizes == OcrSizes::Declared);
-        let counts: BTreeMap<u32, Buckets> = widths.map(|width| (width, line_counts(width, pads))).collect();
+        let counts: BTreeMap<u32, Buckets> = widths.map(|width| (width, line_counts(width, fill))).collect();
         let shapes = if counts.is_empty() {
             Shapes::any()
         } else {
