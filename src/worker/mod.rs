@@ -5,9 +5,9 @@
 //! One worker thread per device runs that device's towers (`seat`), so requests never fight over
 //! the GPU (the seed team's lesson: more workers per GPU made p95 worse), and a CUDA batch never
 //! waits for a CPU run (OCR's, by default) nor the other way round. Each tower has a lane
-//! (`lane`): its queue of jobs from any request. The worker takes up to a batch of one lane's jobs, runs them together
-//! and sends each result back to its waiting request (`run`). A job whose request gave up
-//! (deadline, disconnect) is dropped from the batch before it runs.
+//! (`lane`): its queue of jobs from any request. A worker takes up to a batch of one lane's jobs,
+//! runs them together and sends each result back to its waiting request (`run`). A job whose
+//! request gave up (deadline, disconnect) is dropped from the batch before it runs.
 //!
 //! Preprocessed photos go to the image tower; a photo batch waits at most `batch_wait` to fill
 //! once it holds one. The optional towers have lanes of their own: the heads (on the image
