@@ -78,7 +78,7 @@ fn start(device: Device, placed: Vec<Placed>, batch_wait: Duration, metrics: &Ar
     let lanes = Lanes::new(ahead.into_iter().map(|p| p.lane).collect(), in_turn.into_iter().map(|p| p.lane).collect());
     let seat = Seat { device, towers, health: Health::default(), busy: Arc::default(), started: Instant::now() };
     let busy = Arc::clone(&seat.busy);
-    metrics.watch_busy(device.as_str(), move || Duration::from_nanos(busy.load(Ordering::Relaxed)).as_secs_f64());
+    metrics.watch_busy(device.as_str(), move || seconds(&busy));
     let (metrics, health, busy) = (Arc::clone(metrics), seat.health.clone(), Arc::clone(&seat.busy));
     thread::Builder::new()
         .name(format!("clipfn-worker-{}", device.as_str()))
@@ -90,7 +90,16 @@ fn start(device: Device, placed: Vec<Placed>, batch_wait: Duration, metrics: &Ar
     seat
 }
 
+/// The seconds in a worker's count of nanoseconds busy.
+fn seconds(busy: &AtomicU64) -> f64 {
+    Duration::from_nanos(busy.load(Ordering::Relaxed)).as_secs_f64()
+}
+
 impl Seat {
+    fn tower_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.towers.iter().map(|tower| tower.as_str())
+    }
+
     pub(super) fn runs(&self, tower: TowerKind) -> bool {
         self.towers.contains(&tower)
     }
@@ -98,17 +107,17 @@ impl Seat {
     pub(super) fn check(&self) -> Result<(), Unhealthy> {
         self.health.check().map_err(|why| Unhealthy {
             device: self.device.as_str(),
-            towers: self.towers.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", "),
+            towers: self.tower_names().collect::<Vec<_>>().join(", "),
             why,
         })
     }
 
     pub(super) fn status(&self) -> SeatStatus {
-        let busy = Duration::from_nanos(self.busy.load(Ordering::Relaxed)).as_secs_f64();
+        let busy = seconds(&self.busy);
         let since = self.started.elapsed().as_secs_f64();
         SeatStatus {
             device: self.device.as_str(),
-            towers: self.towers.iter().map(|t| t.as_str()).collect(),
+            towers: self.tower_names().collect(),
             busy_seconds: busy,
             busy_share: if since > 0.0 { (busy / since).min(1.0) } else { 0.0 },
             healthy: self.health.check().is_ok(),
