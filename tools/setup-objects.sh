@@ -9,10 +9,10 @@
 #      integrity). No install scripts run, nothing is built or downloaded outside the npm registry.
 #   2. Human's models/centernet.json + models/centernet.bin (MB3-CenterNet, COCO's 80 classes) and
 #      src/object/labels.ts (its class names): sha256 checked against the pins below.
-#   3. .cache/models/objects-centernet/model.onnx (tools/centernet_onnx.py: the tfjs graph node by
-#      node, float16 weights widened to float32) and classes.txt (labels.ts's 80 names, one a line,
-#      line i + 1 = class index i), rebuilt only when the weights, the labels, the converter or
-#      the requirements (onnx's version) change.
+#   3. .cache/models/objects-centernet/model.onnx (tools/centernet_onnx.py over tools/tfjs_onnx.py:
+#      the tfjs graph node by node, float16 weights widened to float32) and classes.txt (labels.ts's
+#      80 names, one a line, line i + 1 = class index i), rebuilt only when the weights, the labels,
+#      the converter or the requirements (onnx's version) change.
 #
 # Weights never enter the repository or an image. tools/objects_parity.py then holds the ONNX model
 # to Human's own JavaScript (tools/objects/reference.cjs) on the same photos; docs/objects-centernet.md.
@@ -55,7 +55,7 @@ done
 # 3. the ONNX model and its classes; stamp = hash of the pinned files, the converter and the
 #    requirements (onnx's version)
 MODEL_HASH="$(sha "$HUMAN/${FILES[0]}" "$HUMAN/${FILES[1]}" "$HUMAN/${FILES[2]}" "$REPO/tools/centernet_onnx.py" \
-  "$REPO/tools/requirements.txt")"
+  "$REPO/tools/tfjs_onnx.py" "$REPO/tools/requirements.txt")"
 if [[ -f "$OUT/model.onnx" && -f "$OUT/classes.txt" && "$(cat "$OUT/model.onnx.stamp" 2>/dev/null)" == "$MODEL_HASH" ]]; then
   echo "setup-objects: objects-centernet/model.onnx up to date"
 else

@@ -146,6 +146,10 @@ CLIPFN_PYTHON="$PY" "$REPO/tools/setup-ocr.sh"
 # and Human's own JavaScript (the reference) under node
 CLIPFN_PYTHON="$PY" "$REPO/tools/setup-objects.sh"
 
+# 4d'. real sensitive-photo weights (issue 58): nsfwjs 4.4.0's MobileNetV2Mid from npm, rebuilt as ONNX,
+# and nsfwjs's own JavaScript (the reference) under node
+CLIPFN_PYTHON="$PY" "$REPO/tools/setup-sensitive.sh"
+
 # 4e. photos of drawn squares for objects-yolo-drawn + expected.json (what it must find), checked against
 # the model; stamp = hash of the drawing script, the model's module and the requirements
 OBJ_PHOTOS="$CACHE/photos/objects"
@@ -205,6 +209,7 @@ CLIPFN_TEST_OBJECTS_YOLO=$CACHE/models/objects-yolo-drawn
 CLIPFN_TEST_OBJECTS_BAD=$CACHE/models/objects-bad
 CLIPFN_TEST_OBJECTS_MISMATCH=$CACHE/models/objects-classes-mismatch
 CLIPFN_TEST_OBJECT_PHOTOS=$CACHE/photos/objects
+CLIPFN_TEST_SENSITIVE=$CACHE/models/sensitive-nsfwjs
 EOF
 if [[ -f "$CACHE/models/vit-b32-random.onnx" ]]; then
   echo "CLIPFN_BENCH_MODEL=$CACHE/models/vit-b32-random.onnx" >>"$ENV.tmp"
