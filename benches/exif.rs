@@ -11,7 +11,7 @@
 //! do not count. Writes `exif.md` to CLIPFN_BENCH_OUT (default target/bench-report). Knob:
 //! CLIPFN_BENCH_ROUNDS (9).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/cpu.rs"]
 #[allow(dead_code)] // only its thread_cpu

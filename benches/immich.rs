@@ -14,7 +14,7 @@
 //!
 //! It writes `immich.md` to CLIPFN_BENCH_OUT (default target/bench-report).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/knobs.rs"]
 mod knobs;

@@ -12,7 +12,7 @@
 //! (5), CLIPFN_BENCH_SECONDS (a phase, 6), CLIPFN_BENCH_THREADS (ONNX Runtime's intra-op threads on
 //! both sides; default: the CPUs).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/cpu.rs"]
 #[allow(dead_code)] // not its thread_cpu or minor_faults

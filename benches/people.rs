@@ -10,7 +10,7 @@
 //! CLIPFN_BENCH_PHOTOS (100). Then the crowd rows (issue 48): `album::people` on albums of
 //! CLIPFN_BENCH_PHOTOS photos each showing the same 0, 5, 30 or 60 people (`crowds`).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/cpu.rs"]
 #[allow(dead_code)] // only its thread_cpu

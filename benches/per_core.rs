@@ -37,7 +37,7 @@
 
 #[path = "support/coarse_scale.rs"]
 mod coarse_scale;
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/cpu.rs"]
 #[allow(dead_code)] // not its thread_cpu

@@ -35,7 +35,7 @@ mod alone;
 mod backfill;
 #[path = "support/cold_start.rs"]
 mod cold_start;
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/knobs.rs"]
 mod knobs;

@@ -5,7 +5,7 @@
 //! request's photos through them and `text` its texts; `service` loads it all once at start-up;
 //! `hosts` serve it (HTTP, Lambda, replay) or drive a whole listing through it (backfill).
 //! docs/design.md draws the flow and the layers (each part imports only the parts below it;
-//! tests/layers.rs holds it to that).
+//! tests/it/layers.rs holds it to that).
 
 pub mod album;
 mod api;

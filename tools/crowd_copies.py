@@ -5,7 +5,7 @@ baseline JPEG at quality 70 to 95. Seeded, so a run is repeatable (Pillow only).
 
 Each copy maps a point (x, y) of the original to (scale * x + left, scale * y + top): the manifest
 gives `scale`, `left` and `top` per copy, so a face found in a copy can be traced back to the
-original's face (tests/faces_real.rs labels the crowd's faces that way).
+original's face (tests/it/faces_real.rs labels the crowd's faces that way).
 
 Usage: crowd_copies.py OUT_DIR PHOTO COUNT [SEED]
   (prints the manifest: a JSON list of {"name", "scale", "left", "top", "quality"})

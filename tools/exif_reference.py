@@ -1,4 +1,4 @@
-"""The reference for /v1/analyze's `taken_at`, `location`, `width` and `height` (tests/analyze.rs).
+"""The reference for /v1/analyze's `taken_at`, `location`, `width` and `height` (tests/it/analyze.rs).
 
     exif_reference.py write DIR     writes the EXIF corpus (JPEG, PNG, WebP, HEIC) into DIR: by
                                     Pillow, and two files (exiftool_*) by exiftool itself

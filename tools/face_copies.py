@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Copies of labelled face photos, as an album holds them: mirrored, at half size, recompressed at
 JPEG quality 30, and cropped to the middle 80%. Each copy is named `<photo>-<how>.jpg`, so its
-person is its original's (tests/faces_real.rs labels by the name before the first digit, `_` or
+person is its original's (tests/it/faces_real.rs labels by the name before the first digit, `_` or
 `-`). Pillow only; deterministic.
 
 Usage: face_copies.py OUT_DIR PHOTO...

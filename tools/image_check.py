@@ -164,7 +164,7 @@ class Stack:
             self.proc.wait(timeout=30)
 
     def env(self) -> dict[str, str]:
-        """What points clipfn at the emulator, as tests/common does."""
+        """What points clipfn at the emulator, as tests/it/common does."""
         key = {"gcs_base_url": f"http://127.0.0.1:{self.port}", "disable_oauth": True,
                "client_email": "", "private_key": "", "private_key_id": ""}
         return {"GOOGLE_SERVICE_ACCOUNT_KEY": json.dumps(key), "GOOGLE_ALLOW_HTTP": "true"}
@@ -411,7 +411,7 @@ class Checks:
 
     def lambda_peer(self) -> None:
         """The CPU image as a Lambda container image: a Runtime API peer on loopback hands it the
-        sample events (as tests/lambda.rs does); it runs as an arbitrary uid, as Lambda does."""
+        sample events (as tests/it/lambda.rs does); it runs as an arbitrary uid, as Lambda does."""
         names = ["apigw-v1-embed-good", "apigw-v2-embed-one-bad", "apigw-v1-embed-malformed", "apigw-v2-readyz",
                  "apigw-v2-embed-too-many", "apigw-v1-readyz"]
         events = {n: json.loads((REPO / "events" / f"{n}.json").read_text()) for n in names}
@@ -784,7 +784,7 @@ def make_big_photos(folder: Path, camera: list[Path], n: int, target: int = 20_0
 
 def make_large_pngs(folder: Path, n: int) -> list[str]:
     """n keys of one 4000 x 3000 PNG (decoded at full size: 36 MB of RGB) showing a face photo and a
-    sign side by side, as tests/faults.rs draws it, hard-linked n times over."""
+    sign side by side, as tests/it/faults.rs draws it, hard-linked n times over."""
     from PIL import Image
 
     folder.mkdir(parents=True)

@@ -28,7 +28,7 @@ ENTRIES = b'{"clip":{"visual":{"modelName":"ViT-B-32__openai"}}}'
 
 
 def form(photo: bytes) -> bytes:
-    """Immich's form for a photo's CLIP embedding, as undici's FormData writes it (tests/common/immich.rs)."""
+    """Immich's form for a photo's CLIP embedding, as undici's FormData writes it (tests/it/common/immich.rs)."""
     head = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="entries"\r\n\r\n'.encode()
     blob = (f'\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="blob"\r\n'
             "Content-Type: application/octet-stream\r\n\r\n").encode()

@@ -20,12 +20,12 @@ shapes, and this measures, with RapidOCR 1.4.4's own models and post-processing 
    decode reading only the first ceil(w / 8) + 1 time steps (the padding's steps dropped); and
    each line alone against the same line in a batch of 4 rows of one width (float noise only?).
    RapidOCR's own reading (one line a batch, its squeeze-to-int width) is shown for context, and
-   each set against it on tests/ocr.rs's parity photos. Last, a sweep: for each line wider than
+   each set against it on tests/it/ocr.rs's parity photos. Last, a sweep: for each line wider than
    320, the least padding past its own width that changes its text or moves its score.
 
   ocr_buckets.py [--model FOLDER] [--verbose] [PHOTO_OR_FOLDER...]
 
-Without paths it reads every photo in CLIPFN_TEST_OCR_PHOTOS (the folder tests/ocr.rs uses); paths
+Without paths it reads every photo in CLIPFN_TEST_OCR_PHOTOS (the folder tests/it/ocr.rs uses); paths
 not set in the environment are taken from .cache/clipfn.env (tools/setup.sh). Prints tables and the
 choice: the fewest widths that change no line's text and move no score by more than
 SCORE_TOLERANCE, and the detector padding that moves no box by more than BOX_TOLERANCE px (view)
@@ -65,7 +65,7 @@ FILLS = ["0", "-1", "edge"]
 MAP_MARGIN = 64
 # How far past a line's own width the padding sweep goes (a fraction of that width).
 PADDING_REACH = 0.5
-# tests/ocr.rs's PHOTOS: the photos its parity test reads with RapidOCR.
+# tests/it/ocr.rs's PHOTOS: the photos its parity test reads with RapidOCR.
 PARITY_PHOTOS = {"sign.jpg", "colours.png", "tilt.jpg", "upside.jpg", "big.jpg", "exif.jpg", "page.png", "notext.jpg"}
 
 SCORE_TOLERANCE = 0.005
@@ -360,7 +360,7 @@ def main():
             print(f"  {line.photo}#{line.index} w={line.wanted}->{line.own} {score:.4f} {text!r}")
     parity = lambda line: line.photo in PARITY_PHOTOS
     print(f"\n'cut': the CTC decode reads only the first ceil(w/8)+1 steps. 'kept': lines scoring >= 0.5 "
-          f"either way. 'parity': vs RapidOCR's own reading on tests/ocr.rs's parity photos "
+          f"either way. 'parity': vs RapidOCR's own reading on tests/it/ocr.rs's parity photos "
           f"({sum(map(parity, lines))} lines; the test allows 0.02).\n")
     print(f"{'reading':14} {'widths':>6} | {'vs own: text':>12} {'(kept)':>6} {'max |ds|':>8} {'(kept)':>7} "
           f"{'mean |ds|':>9} {'>0.005':>6} | {'parity: text':>12} {'max |ds|':>8}")

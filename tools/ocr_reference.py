@@ -15,7 +15,7 @@ Four changes from RapidOCR's defaults, so that both read the same pixels:
     view padded at the top-left with zeros (normalised) to the smallest of clipfn's declared view
     sizes that holds it, the map cropped back, and each line padded to the narrowest of clipfn's
     recognizer widths that holds it (src/model/ocr/detector.rs `view_sizes`, src/preprocess/ocr.rs
-    `RECOGNIZER_WIDTHS`; a difference between the two copies shows as a failed tests/ocr.rs). Padding moves what PP-OCRv4 reads; `--own-widths` reads as
+    `RECOGNIZER_WIDTHS`; a difference between the two copies shows as a failed tests/it/ocr.rs). Padding moves what PP-OCRv4 reads; `--own-widths` reads as
     RapidOCR does, each line at its own width and the view unpadded, the reference for clipfn's
     exact sizes, the CPU's default (docs/ocr.md, "Shapes").
 Everything else is RapidOCR's defaults (DB post-process, classifier at 0.9, recognizer, text

@@ -18,7 +18,7 @@ Usage: read_backfill.py DIR [NAME=VALUE ...]
                                                          only with OCR columns; `things`, the photos
                                                          by a label, only with an objects column
 
-tests/backfill.rs, tests/ocr.rs and tests/objects.rs run it: both readers must accept the files and agree on what they hold.
+tests/it/backfill.rs, tests/it/ocr.rs and tests/it/objects.rs run it: both readers must accept the files and agree on what they hold.
 """
 
 import json

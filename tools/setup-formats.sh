@@ -8,7 +8,7 @@
 #   libde265-dev      HEVC decoding inside libheif (HEIC); at run time: libde265-0
 #   libdav1d-dev      AV1 decoding inside libheif (AVIF); at run time: libdav1d6
 #   pkg-config        how both builds find those libraries
-#   libimage-exiftool-perl  exiftool, whose reading of the photos' EXIF tests/analyze.rs holds
+#   libimage-exiftool-perl  exiftool, whose reading of the photos' EXIF tests/it/analyze.rs holds
 #                     clipfn's capture times and places to (tools/exif_reference.py exiftool)
 #   fonts-dejavu-core  the fonts tools/ocr_photos.py renders the OCR tests' words with
 #

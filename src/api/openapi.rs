@@ -5,7 +5,7 @@
 //! model is loaded, the served document also states what only the model knows: the dim of stored
 //! embeddings, of face embeddings and of `dimensions`, and the label sets. Served at
 //! `GET /openapi.json`; docs/openapi.json is the document before a model is loaded, with the
-//! default settings, which `clipfn openapi` prints (tests/openapi.rs keeps the two equal).
+//! default settings, which `clipfn openapi` prints (tests/it/openapi.rs keeps the two equal).
 
 use std::collections::BTreeMap;
 

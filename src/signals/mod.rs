@@ -3,7 +3,7 @@
 //! view, which the decode threads make from the one decode at the size the sharpness is measured
 //! at (`preprocess::decode_views`, [`luma_size`]: 300 px on the long side; the hash shrinks it
 //! further, to 32 x 32), and each is held to its reference in
-//! tests/analyze.rs: ImageHash's `phash` of the full-size file, and the album app's OpenCV
+//! tests/it/analyze.rs: ImageHash's `phash` of the full-size file, and the album app's OpenCV
 //! Laplacian variance.
 
 mod phash;

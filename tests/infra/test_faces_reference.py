@@ -170,7 +170,7 @@ def test_yunet_outputs_need_the_clamp():
 
 
 def test_a_resized_copys_faces_join_their_originals(tmp_path):
-    """What tests/faces.rs asserts: the first camera photos and their 70% copies (Lanczos, JPEG q92),
+    """What tests/it/faces.rs asserts: the first camera photos and their 70% copies (Lanczos, JPEG q92),
     one DBSCAN over all faces; each original's best face shares its copy's best face's label."""
     from PIL import Image
 

@@ -1,7 +1,7 @@
 //! End to end over HTTP on loopback: the real binary, the real ONNX Runtime, the test model, real
 //! photos from a local store.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

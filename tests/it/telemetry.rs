@@ -2,7 +2,7 @@
 //! loopback that decodes the protobuf requests, Prometheus text on /metrics, and the JSON log
 //! lines Cloud Logging reads. Photos come from a local store; nothing leaves 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::HashMap,

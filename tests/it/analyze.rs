@@ -3,7 +3,7 @@
 //! the full-size file, the album app's OpenCV sharpness and blur test), the duplicate groups on
 //! near-duplicates made from real photos, and one fetch per photo (the GCS emulator's count).
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

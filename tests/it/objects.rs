@@ -9,7 +9,7 @@
 //!   folder's class names and the cap on a photo of noise.
 //! - Models refused at start-up: outputs of neither format, a class file of the wrong length.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! Immich's `/predict` form as its client (`machine-learning.repository.ts`, v2.5.6) sends it: a
 //! multipart body as undici's `FormData` writes it, with `entries` and the photo as a blob named
-//! `image`, or a `text` field. Shared by tests/immich.rs and the Immich bench.
+//! `image`, or a `text` field. Shared by tests/it/immich.rs and the Immich bench.
 
 pub const BOUNDARY: &str = "----formdata-undici-0421337";
 

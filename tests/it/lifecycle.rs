@@ -2,7 +2,7 @@
 //! holds back photos named `slow*` until the test releases them, so a request stays in flight for
 //! exactly as long as a test needs.
 
-mod common;
+use crate::common;
 
 use std::{
     path::Path,

@@ -4,7 +4,7 @@
 //! fetches and makes them). RapidOCR's own pipeline on the same photos (tools/ocr_reference.py, in
 //! `.cache/venv-rapidocr`) is the reference, and the rendered words the truth.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! the purpose (tools/draw_faces.py), whose faces must be found where they were drawn and be
 //! their persons.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -8,7 +8,7 @@
 //! did until issue 57; it now runs each at its own size, `exact`, which every other test on the CPU
 //! runs), and both answer alike.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

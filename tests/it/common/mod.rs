@@ -5,7 +5,7 @@
 //! in, and object_store never reaches for a metadata server.
 //!
 //! Photo stores and emulators are in `stores`; the fake Lambda Runtime API is `lambda_runtime`.
-#![allow(dead_code)] // each test binary uses a different part of the harness
+#![allow(dead_code)] // each bench includes the harness too (#[path]) and uses a different part of it
 
 pub mod immich;
 pub mod lambda_runtime;
@@ -21,10 +21,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-#[allow(unused_imports)] // not every test binary runs a Lambda function
+#[allow(unused_imports)] // not every bench runs a Lambda function
 pub use lambda_runtime::RuntimeApi;
 use serde_json::Value;
-#[allow(unused_imports)] // not every test binary builds a store
+#[allow(unused_imports)] // not every bench builds a store
 pub use stores::*;
 
 pub fn repo() -> &'static Path {
@@ -61,7 +61,7 @@ const SETUP: &str = "run tools/setup.sh first: it installs ONNX Runtime and the 
 /// The message for a file that setup writes and that is not there.
 fn needs_setup(path: &Path, error: &str) -> String {
     format!(
-        "missing {} ({error}); {SETUP}. `cargo test --lib --bins`, `--test layers` and `--test doc_paths` \
+        "missing {} ({error}); {SETUP}. `cargo test --lib --bins`, `--test it layers::` and `--test it doc_paths::` \
          need no setup.",
         path.display()
     )

@@ -2,7 +2,7 @@
 //! Credentials point object_store at the emulators explicitly, so nothing reaches for a cloud
 //! metadata server.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

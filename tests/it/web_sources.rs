@@ -2,7 +2,7 @@
 //! records every connection and request it receives. The SSRF guard is proven by that record:
 //! a refused reference must leave no trace on the server at all.
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{

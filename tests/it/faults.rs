@@ -2,7 +2,7 @@
 //! fails, a client that goes away, and a flood of the largest allowed photos. Each must cost only
 //! itself, leak nothing internal to the client, and leave the instance healthy.
 
-mod common;
+use crate::common;
 
 use std::{
     io::Write,

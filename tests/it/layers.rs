@@ -331,7 +331,7 @@ fn every_import_in_src_points_to_a_lower_layer() {
     let offences = offences(&files);
     assert!(
         offences.is_empty(),
-        "{} breaches of the layering (a module uses only modules of a lower rank; see RANKS in tests/layers.rs):\n{}",
+        "{} breaches of the layering (a module uses only modules of a lower rank; see RANKS in tests/it/layers.rs):\n{}",
         offences.len(),
         offences.join("\n")
     );

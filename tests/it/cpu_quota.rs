@@ -8,7 +8,7 @@
 //! why, in `CLIPFN_TEST_WITHOUT_CPU_QUOTA` (the test then reads that reason out and checks only
 //! that the pools follow the host's CPUs): nothing passes by skipping in silence.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

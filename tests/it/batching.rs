@@ -1,7 +1,7 @@
 //! The batcher shares batches across requests and sends every result back to its own request and
 //! index. Batch sizes are read from the server's own histogram on /metrics.
 
-mod common;
+use crate::common;
 
 use common::{ServerConfig, camera_photos, cosine, item, scrape, series, store_keyed};
 

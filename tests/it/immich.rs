@@ -1,9 +1,9 @@
 //! Immich's machine-learning protocol over HTTP on loopback, against the real binary. The client
-//! here sends what Immich v2.5.6's `machine-learning.repository.ts` sends (tests/common/immich.rs:
+//! here sends what Immich v2.5.6's `machine-learning.repository.ts` sends (tests/it/common/immich.rs:
 //! the multipart form, the same `entries` per task). Each answer is held to the shape Immich's TypeScript
 //! types declare and to what clipfn's own API answers for the same photo or text.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! tools/setup-real-faces.sh fetches all of them by pinned version and checksum). At the defaults:
 //! no setting names a face threshold here.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,

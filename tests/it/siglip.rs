@@ -5,7 +5,7 @@
 //! model's own scale and bias, photos on /v1/embeddings, and the folders that must not start.
 //! Real binary, real ONNX Runtime, the generated folders (tools/make_models.py --kind siglip*-test).
 
-mod common;
+use crate::common;
 
 use std::{
     io::Write,

@@ -1,7 +1,7 @@
 //! The Lambda path: every sample event in events/ replayed through `clipfn replay`, and the real
 //! binary serving invocations from a Lambda Runtime API peer on loopback.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},
@@ -255,7 +255,7 @@ fn the_album_through_lambda_and_replay_is_the_album_over_http() {
     let store = common::store(names.map(|name| (format!("album/{name}"), Object::Copy(folder.path().join(name)))));
     let keys = |names: &[&str]| names.iter().map(|name| format!("album/{name}")).collect::<Vec<_>>();
     let bodies = [json!({ "images": keys(&album) }), json!({ "images": keys(&burst) })];
-    // The test model's frames of one scene agree at a cosine of about 0.6 to 0.8 (tests/analyze.rs).
+    // The test model's frames of one scene agree at a cosine of about 0.6 to 0.8 (tests/it/analyze.rs).
     let envs = [("CLIPFN_BURST_SIMILARITY", "0.5".to_string())];
     let answers = analyze_three_ways(store.path(), &envs, &bodies);
 

@@ -1,7 +1,7 @@
 //! `clipfn backfill` as Cloud Run would run it: the real binary as separate task processes, photos
 //! in fake-gcs-server over loopback, Parquet read back with pyarrow and DuckDB.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -363,7 +363,7 @@ fn the_librarys_events_and_bursts_by_docs_queries_are_the_albums() {
         std::fs::read_dir(&trip).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(done["embedded"].as_u64(), Some(names.len() as u64), "{done}");
-    // The test model is not CLIP: its burst frames agree at about 0.6 (tests/analyze.rs).
+    // The test model is not CLIP: its burst frames agree at about 0.6 (tests/it/analyze.rs).
     let read = common::read_backfill(out.path(), &["similarity=0.5"]);
     let row = read["rows"].as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().ends_with("day2-0.jpg"));
     let row = row.unwrap();

@@ -7,7 +7,7 @@
 //! CUDA cannot run here: the fp16-on-CUDA choice is tested as a rule in `model::folder`'s unit
 //! tests, with the provider as input.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! the model's dim and label sets and nothing else; it is valid OpenAPI 3.1; a body is valid by it
 //! exactly when the server takes it; and a client generated from it works.
 
-mod common;
+use crate::common;
 
 use std::{path::Path, process::Command};
 
@@ -11,7 +11,7 @@ use common::*;
 use serde_json::{Value, json};
 
 const COMMITTED: &str = "docs/openapi.json";
-const REGENERATE: &str = "UPDATE_OPENAPI=1 cargo test --test openapi docs_openapi_json";
+const REGENERATE: &str = "UPDATE_OPENAPI=1 cargo test --test it openapi::docs_openapi_json";
 
 /// With `UPDATE_OPENAPI=1` it writes the printed document to docs/openapi.json instead.
 #[test]

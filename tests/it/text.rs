@@ -2,7 +2,7 @@
 //! Python ONNX Runtime, /v1/embeddings through the official OpenAI client, /v1/classify against a
 //! NumPy recomputation, and the 4xx rules. Real binary, real ONNX Runtime, generated models.
 
-mod common;
+use crate::common;
 
 use std::{path::Path, process::Command};
 

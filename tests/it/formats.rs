@@ -6,7 +6,7 @@
 //! Debian wallpaper photos that tools/setup.sh fetches, plus a few that Pillow writes here for
 //! cases those trees lack (a plain CMYK JPEG, a lossless WebP, PNGs with an eXIf orientation).
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},
