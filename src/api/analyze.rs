@@ -12,7 +12,7 @@ use super::{
     album::{AlbumInput, album_stage},
     error::{ApiError, ErrorBody},
     labels::{self, Scored},
-    people::{AlbumFaces, KnownPeople, known_people, same_recognizer},
+    people::{AlbumFaces, KnownPeople, known_people, same_model},
     pets::{AlbumPets, known_pets},
     photos::{photo_error, with_server_timing},
     request::{RequestBody, deadline, json_body},
@@ -86,6 +86,7 @@ async fn analyze_request(state: &AppState, body: RequestBody, started: Instant) 
         recognizer: request.recognizer,
         known_people: request.known_people,
         known_pets: request.known_pets,
+        known_pets_model: request.known_pets_model,
     };
     let (known, known_pets) = checked(asked_of, (stored, asked.is_some()), service, &state.settings)?;
     let faces_info = service.pipeline.faces();
@@ -177,8 +178,9 @@ impl<'a> Answering<'a> {
         });
         let (ocr, ocr_left_out, ocr_error) =
             answered(photo.ocr, failed, |found| (found.lines.into_iter().map(OcrItem::from).collect(), found.left_out));
-        let (objects, _, objects_error) = answered(photo.objects, failed, |found| {
-            (found.into_iter().map(|object| ObjectItem::new(object, self.with_pet_embeddings)).collect(), 0)
+        let (objects, objects_left_out, objects_error) = answered(photo.objects, failed, |found| {
+            let items = found.objects.into_iter().map(|object| ObjectItem::new(object, self.with_pet_embeddings));
+            (items.collect(), found.left_out)
         });
         let metadata = photo.metadata.unwrap_or_default();
         let (width, height) = photo.size.unzip();
@@ -206,6 +208,7 @@ impl<'a> Answering<'a> {
             ocr_left_out,
             ocr_error,
             objects,
+            objects_left_out,
             objects_error,
             image,
             error: None,
@@ -238,6 +241,7 @@ struct DetectorsAsked {
     recognizer: Option<String>,
     known_people: Option<Vec<KnownPerson>>,
     known_pets: Option<Vec<KnownPet>>,
+    known_pets_model: Option<String>,
 }
 
 /// `asked` held to what the server has (`stored`: the request's subjects are stored embeddings,
@@ -256,7 +260,7 @@ fn checked(
     detector_asked(asked.objects, objects, stored, "objects", "an object model (CLIPFN_OBJECT_MODEL)")?;
     let faces_info = pipeline.faces();
     if let Some((_, recognizer)) = faces_info {
-        same_recognizer(asked.recognizer.as_deref(), recognizer)?;
+        same_model("recognizer", asked.recognizer.as_deref(), ("recognizer", &recognizer.id))?;
     }
     let people = match (asked.known_people, faces_info) {
         (None, _) => KnownPeople::none(),
@@ -270,6 +274,8 @@ fn checked(
         }
         (Some(given), Some((_, recognizer))) => known_people(given, recognizer, &settings.faces)?,
     };
+    let model = pipeline.model();
+    same_model("known_pets_model", asked.known_pets_model.as_deref(), ("image model", &model.id))?;
     let pets = match asked.known_pets {
         None => KnownPeople::none(),
         Some(_) if stored || asked.objects == Some(false) || !objects => {
@@ -277,7 +283,7 @@ fn checked(
                 "known_pets need the photos' objects, and an object model (CLIPFN_OBJECT_MODEL)".into(),
             ));
         }
-        Some(given) => known_pets(given, pipeline.model().dim, &settings.faces)?,
+        Some(given) => known_pets(given, model.dim, &settings.faces)?,
     };
     if stored && !labels && pipeline.heads().is_none() {
         return Err(ApiError::BadRequest(

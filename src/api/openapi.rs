@@ -80,6 +80,8 @@ struct Document;
 pub struct Loaded<'a> {
     /// The length of every stored embedding, and the only `dimensions` answered.
     pub dim: usize,
+    /// The image model's id, the only `known_pets_model` a request may name.
+    pub model: &'a str,
     /// The names `label_set` may take.
     pub label_sets: Vec<&'a str>,
     /// With face models: the length of a face embedding (`known_people`) and the recognizer's id,
@@ -145,15 +147,13 @@ fn state_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, loaded: &Loaded) 
         panic!("StoredEmbedding is not an array")
     };
     (stored.min_items, stored.max_items) = (Some(loaded.dim), Some(loaded.dim));
+    only_id(schemas, "known_pets_model", loaded.model);
     if let Some((face_dim, recognizer)) = loaded.faces {
         let Some(RefOr::T(Schema::Array(face))) = schemas.get_mut("FaceEmbedding") else {
             panic!("FaceEmbedding is not an array")
         };
         (face.min_items, face.max_items) = (Some(face_dim), Some(face_dim));
-        let Schema::Object(named) = property(schemas, "AnalyzeRequest", "recognizer") else {
-            panic!("AnalyzeRequest.recognizer is not a string")
-        };
-        named.enum_values = Some(vec![serde_json::json!(recognizer), serde_json::Value::Null]);
+        only_id(schemas, "recognizer", recognizer);
     }
     let Schema::Object(dimensions) = property(schemas, "EmbeddingsRequest", "dimensions") else {
         panic!("EmbeddingsRequest.dimensions is not a number")
@@ -165,6 +165,14 @@ fn state_loaded(schemas: &mut BTreeMap<String, RefOr<Schema>>, loaded: &Loaded) 
     // Null stays allowed: serde reads it as no set.
     let names = loaded.label_sets.iter().map(|name| serde_json::json!(name)).chain([serde_json::Value::Null]);
     label_set.enum_values = Some(names.collect());
+}
+
+/// `AnalyzeRequest`'s `field` takes only `id` (or null): the model whose embeddings it names.
+fn only_id(schemas: &mut BTreeMap<String, RefOr<Schema>>, field: &str, id: &str) {
+    let Schema::Object(named) = property(schemas, "AnalyzeRequest", field) else {
+        panic!("AnalyzeRequest.{field} is not a string")
+    };
+    named.enum_values = Some(vec![serde_json::json!(id), serde_json::Value::Null]);
 }
 
 /// The document `GET /openapi.json` serves: the loaded one once the model is, built once.
@@ -184,9 +192,10 @@ impl Documents {
             let text = service.text.as_ref();
             let label_sets = text.map(|text| text.label_set_names()).unwrap_or_default();
             let faces = service.pipeline.faces().map(|(_, recognizer)| (recognizer.dim, recognizer.id.as_str()));
-            let (dim, ocr) = (service.pipeline.model().dim, service.pipeline.ocr().is_some());
+            let (model, ocr) = (service.pipeline.model(), service.pipeline.ocr().is_some());
             let (heads, objects) = (service.pipeline.heads().is_some(), service.pipeline.objects().is_some());
-            document(&state.settings, Some(&Loaded { dim, label_sets, faces, ocr, objects, heads }))
+            let (dim, model) = (model.dim, model.id.as_str());
+            document(&state.settings, Some(&Loaded { dim, model, label_sets, faces, ocr, objects, heads }))
         };
         self.loaded.get_or_init(build).clone()
     }

@@ -20,14 +20,14 @@ pub(super) struct KnownPeople {
     exemplars: Vec<Vec<Vec<f32>>>,
 }
 
-/// The recognizer a request names must be this server's, with or without `known_people` (the
-/// OpenAPI document allows only its id), so that embeddings of two recognizers never meet.
-pub(super) fn same_recognizer(named: Option<&str>, recognizer: &RecognizerInfo) -> Result<(), ApiError> {
-    match named.filter(|named| *named != recognizer.id) {
+/// The model a request's `field` names (`recognizer`, `known_pets_model`) must be this server's
+/// `what` (`ours`), with or without known ones (the OpenAPI document allows only its id), so that
+/// embeddings of two models never meet.
+pub(super) fn same_model(field: &str, named: Option<&str>, (what, ours): (&str, &str)) -> Result<(), ApiError> {
+    match named.filter(|named| *named != ours) {
         Some(named) => Err(ApiError::BadRequest(format!(
-            "recognizer: the request names '{named}', and this server's recognizer is '{}'; embeddings of \
-             two recognizers do not compare",
-            recognizer.id
+            "{field}: the request names '{named}', and this server's {what} is '{ours}'; embeddings of two \
+             {what}s do not compare"
         ))),
         None => Ok(()),
     }

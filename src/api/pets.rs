@@ -34,7 +34,7 @@ impl AlbumPets {
         let members = results
             .iter()
             .enumerate()
-            .filter_map(|(photo, r)| Some((photo, r.as_ref().ok()?.objects.as_ref()?.as_ref().ok()?)))
+            .filter_map(|(photo, r)| Some((photo, &r.as_ref().ok()?.objects.as_ref()?.as_ref().ok()?.objects)))
             .flat_map(|(photo, found)| found.iter().enumerate().map(move |(i, object)| (photo, i, object)))
             .filter_map(|(photo, i, object)| Some((photo, i, object.embedding.clone()?)))
             .collect();

@@ -164,11 +164,6 @@ impl Shapes {
         }
     }
 
-    /// The declared shapes, for warming them up.
-    pub fn declared(&self) -> impl Iterator<Item = &[i64]> {
-        self.declared.iter().map(Vec::as_slice)
-    }
-
     pub fn counts(&self) -> Arc<ShapeCounts> {
         Arc::clone(&self.counts)
     }
@@ -222,7 +217,6 @@ mod tests {
         shapes.ran(&[3, 3, 8, 8]);
         let counts = serde_json::to_value(&*shapes.counts()).unwrap();
         assert_eq!(counts, serde_json::json!({"allowed": 3, "run": 2, "outside": 1}));
-        assert_eq!(shapes.declared().count(), 3);
         let mut any = Shapes::any();
         any.ran(&[2, 3, 8, 8]);
         any.ran(&[3, 3, 8, 8]);

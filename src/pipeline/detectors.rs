@@ -2,7 +2,7 @@
 //! text on the OCR view, the objects on the object view. A detector that trips on the photo fails
 //! its own signal alone, and the photo keeps its others.
 
-use super::{Faces, ItemError, Object, Ocr, Pipeline, Wants};
+use super::{Faces, ItemError, Objects, Ocr, Pipeline, Wants};
 use crate::{
     preprocess::{FaceCanvas, ObjectView, OcrView},
     sys::budget::Held,
@@ -32,8 +32,7 @@ impl Detectors {
 }
 
 /// What each detector found, where it was asked.
-type Detected =
-    (Option<Result<Faces, ItemError>>, Option<Result<Ocr, ItemError>>, Option<Result<Vec<Object>, ItemError>>);
+type Detected = (Option<Result<Faces, ItemError>>, Option<Result<Ocr, ItemError>>, Option<Result<Objects, ItemError>>);
 
 impl Pipeline {
     /// Runs every detector `views` holds a view for, together, with `wants`' minimum scores.

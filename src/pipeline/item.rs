@@ -4,7 +4,7 @@
 //! can carry store URLs, endpoints, bucket prefixes or ONNX Runtime's source paths, so it goes to
 //! the log (with the request's trace id) and never to the client.
 
-use super::{Faces, Object, Ocr};
+use super::{Faces, Objects, Ocr};
 use crate::{
     decode::{DecodeError, Metadata},
     preprocess::PreprocessError,
@@ -57,7 +57,7 @@ pub struct Signals {
     pub ocr: Option<Result<Ocr, ItemError>>,
     /// The photo's objects, best first, when the request asked; their own error when the object
     /// detector tripped on the photo.
-    pub objects: Option<Result<Vec<Object>, ItemError>>,
+    pub objects: Option<Result<Objects, ItemError>>,
     /// The upright photo's width and height at its full size; none for a stored embedding.
     pub size: Option<(u32, u32)>,
     /// When and where the photo was taken, from its EXIF; none for a stored embedding. Personal:

@@ -26,7 +26,7 @@ pub use self::{
     admission::{Admission, Overloaded},
     faces::{Face, Faces},
     item::{ItemCode, ItemError, ItemResult, Signals},
-    objects::Object,
+    objects::{Object, Objects},
     ocr::{Ocr, OcrLine},
     timings::{Interval, Timings},
 };

@@ -3,7 +3,10 @@
 //! request wants pets, each pet cut from the decoded photo on a decode thread and embedded by the
 //! image tower (a photo embedding of a crop: what `album.pets` groups).
 
+use std::sync::Arc;
+
 use futures::future::join_all;
+use image::RgbImage;
 use tracing::Span;
 
 use super::{ItemError, Pipeline};
@@ -25,13 +28,22 @@ pub struct Object {
     pub embedding: Option<Vec<f32>>,
 }
 
+/// A photo's objects, best first: at most CLIPFN_MAX_OBJECTS, and how many more were found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Objects {
+    pub objects: Vec<Object>,
+    pub left_out: usize,
+}
+
 impl Pipeline {
     /// The objects on `view`, best first; `memory` holds the view's share of the decode budget
     /// until the detector has answered and the pets are cut.
-    pub(super) async fn find_objects(&self, view: ObjectView, mut memory: Held) -> Result<Vec<Object>, ItemError> {
+    pub(super) async fn find_objects(&self, view: ObjectView, memory: Held) -> Result<Objects, ItemError> {
         let (placed, photo) = (view.placed, view.photo.clone());
-        let found = self.worker.find_objects(view).await?.output;
+        let mut found = self.worker.find_objects(view).await?.output;
         let info = self.worker.objects_info().expect("a view only for a detector");
+        let left_out = found.len().saturating_sub(info.max_objects);
+        found.truncate(info.max_objects);
         let mut objects: Vec<Object> = found
             .into_iter()
             .map(|found| {
@@ -42,6 +54,23 @@ impl Pipeline {
                 Object { label, class: found.class, score: found.score, bbox: [x1, y1, x2, y2], embedding: None }
             })
             .collect();
+        if let Some(photo) = photo {
+            self.embed_pets(&mut objects, &photo, placed.full_size, memory).await?;
+        }
+        Ok(Objects { objects, left_out })
+    }
+
+    /// Each pet among `objects` (CLIPFN_PET_LABELS, at least CLIPFN_PET_MIN_SIZE) cut from `photo`
+    /// (the decode of an upright `full_size` photo) on a decode thread and embedded by the image
+    /// tower; `memory` holds the crops until then.
+    async fn embed_pets(
+        &self,
+        objects: &mut [Object],
+        photo: &Arc<RgbImage>,
+        full_size: (u32, u32),
+        mut memory: Held,
+    ) -> Result<(), ItemError> {
+        let info = self.worker.objects_info().expect("a view only for a detector");
         let min_side = info.pet_min_size as f32;
         let pets: Vec<usize> = (0..objects.len())
             .filter(|&i| info.pets.contains(&objects[i].class))
@@ -49,9 +78,11 @@ impl Pipeline {
                 (objects[i].bbox[2] - objects[i].bbox[0]).min(objects[i].bbox[3] - objects[i].bbox[1]) >= min_side
             })
             .collect();
-        let Some(photo) = photo.filter(|_| !pets.is_empty()) else { return Ok(objects) };
+        if pets.is_empty() {
+            return Ok(());
+        }
         let boxes: Vec<[f32; 4]> = pets.iter().map(|&i| objects[i].bbox).collect();
-        let (square, full_size) = (self.square.clone(), placed.full_size);
+        let (square, photo) = (self.square.clone(), Arc::clone(photo));
         let (_, crops) = self
             .decoders
             .run(move || {
@@ -68,6 +99,6 @@ impl Pipeline {
         for (i, embedded) in pets.into_iter().zip(embedded) {
             objects[i].embedding = Some(embedded?.output);
         }
-        Ok(objects)
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@ from conftest import REPO, find_tool
 
 SHELL_SCRIPTS = ["infra/local-stack.sh", "infra/k6/smoke.sh", "infra/soak.sh", "tools/check-infra.sh", "tools/image-check.sh", "tools/test.sh",
                  "tools/gpu-check.sh", "tools/gpu-bench.sh", "tools/gpu-device.sh", "tools/gpu-pack.sh", "tools/gpu-diag.sh", "tools/setup-objects.sh",
+                 "tools/setup-sensitive.sh",
                  "tools/setup-real-faces.sh"]
 # Sourced by the scripts above, not run: linted, not executable.
 SOURCED_SCRIPTS = ["tools/setup-env.sh", "tools/npm-pinned.sh"]

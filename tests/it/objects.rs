@@ -28,13 +28,18 @@ fn photos_in(folder: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
 }
 
 fn analyze(server: &Server, photos: &[PathBuf]) -> Vec<Value> {
+    analyzed(server, photos).iter().map(|item| item["objects"].clone()).collect()
+}
+
+/// Each photo's item of `/v1/analyze`, every one with its `objects`.
+fn analyzed(server: &Server, photos: &[PathBuf]) -> Vec<Value> {
     let keys: Vec<&str> = photos.iter().map(|p| file_name(p)).collect();
     let (status, body) = server.post_json("/v1/analyze", &json!({ "images": keys, "embedding": false }));
     assert_eq!(status, 200, "{body}");
     keys.iter()
         .enumerate()
-        .map(|(i, _)| body["data"][i]["objects"].clone())
-        .inspect(|objects| assert!(objects.is_array(), "{keys:?}: {body}"))
+        .map(|(i, _)| body["data"][i].clone())
+        .inspect(|item| assert!(item["objects"].is_array(), "{keys:?}: {body}"))
         .collect()
 }
 
@@ -172,17 +177,20 @@ fn a_yolo_folder_is_read_through_its_letterbox_and_its_class_names_and_capped() 
         .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS_YOLO"))
         .env("CLIPFN_OBJECT_MIN_SCORE", "0.25")
         .start();
-    let ours = analyze(&server, &photos);
+    let ours = analyzed(&server, &photos);
     let mut checked = 0;
     for want in expected["photos"].as_array().unwrap() {
         let at = photos.iter().position(|p| file_name(p) == want["file"].as_str().unwrap()).unwrap();
-        let found = ours[at].as_array().unwrap();
+        let found = ours[at]["objects"].as_array().unwrap();
         let Some(objects) = want["objects"].as_array() else {
-            // The noise photo: thousands of detections, capped at CLIPFN_MAX_OBJECTS' default, 50.
+            // The noise photo: thousands of detections, capped at CLIPFN_MAX_OBJECTS' default, 50,
+            // and the answer says how many more there were.
             assert!(want["count"].as_u64().unwrap() >= 10_000, "{want}");
             assert_eq!(found.len(), 50, "capped: {}", found.len());
+            assert!(ours[at]["objects_left_out"].as_u64().is_some_and(|n| n >= 1), "{}", ours[at]);
             continue;
         };
+        assert!(ours[at].get("objects_left_out").is_none(), "none left out: {}", ours[at]);
         assert_eq!(found.len(), objects.len(), "{}: {found:?}", want["file"]);
         for (ours, theirs) in found.iter().zip(objects) {
             let b = boxed(&theirs["box"]);
@@ -195,6 +203,17 @@ fn a_yolo_folder_is_read_through_its_letterbox_and_its_class_names_and_capped() 
         }
     }
     assert!(checked >= 4, "{checked} objects checked");
+
+    // A cap of 1 keeps the best of a photo's 2 objects and counts the other.
+    let two = photos.iter().position(|p| file_name(p) == "objects-landscape.png").unwrap();
+    let capped = ServerConfig::local(store.path())
+        .env("CLIPFN_OBJECT_MODEL", &setup_var("CLIPFN_TEST_OBJECTS_YOLO"))
+        .env("CLIPFN_OBJECT_MIN_SCORE", "0.25")
+        .env("CLIPFN_MAX_OBJECTS", "1")
+        .start();
+    let one = &analyzed(&capped, &photos[two..=two])[0];
+    assert_eq!(one["objects"], json!([ours[two]["objects"][0]]), "the best kept: {one}");
+    assert_eq!(one["objects_left_out"], 1, "{one}");
 }
 
 /// `clipfn backfill` with an object model writes each photo's objects as `/v1/analyze` answers
@@ -395,6 +414,18 @@ fn pets_are_grouped_across_the_album_and_known_pets_are_recognised() {
     assert_eq!(objects, [[0, 0], [1, 0], [2, 0]]);
     assert!(again["data"][0]["objects"][0].get("embedding").is_none(), "crop embeddings only when asked");
     assert_eq!(again["album"]["unsure_pets"], json!([]), "one known pet leaves none unsure");
+
+    // Crops embedded by another image model never meet this one's, even at the same length: naming
+    // it is refused, as another recognizer is for known people; naming this one is fine.
+    let model = again["model"].as_str().expect("the answer names its image model");
+    let with_model = |named: &str| json!({ "images": keys, "known_pets": known, "known_pets_model": named });
+    let (status, refused) = server.post_json("/v1/analyze", &with_model("another-clip"));
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    let expected =
+        format!("known_pets_model: the request names 'another-clip', and this server's image model is '{model}'");
+    assert!(status == 400 && message.contains(&expected), "{status} {refused}");
+    let (status, same) = server.post_json("/v1/analyze", &with_model(model));
+    assert_eq!((status, &same["album"]["pets"]), (200, &again["album"]["pets"]), "{same}");
 
     // Two known pets with the same exemplar: the crop is as near one as the other, so it goes to
     // neither, and album.unsure_pets says so, as album.unsure does for people.

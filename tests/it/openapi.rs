@@ -37,7 +37,7 @@ fn docs_openapi_json_is_the_printed_document() {
     assert_eq!(committed.lines().count(), printed.lines().count(), "{COMMITTED} is not `clipfn openapi`; {REGENERATE}");
 }
 
-/// A ready server serves docs/openapi.json with its model's dim and label sets written in, and the
+/// A ready server serves docs/openapi.json with its model's id, dim and label sets written in, and the
 /// OCR and heads it lacks, and nothing else changed.
 #[test]
 fn a_ready_server_adds_its_dim_and_label_sets() {
@@ -59,6 +59,8 @@ fn a_ready_server_adds_its_dim_and_label_sets() {
     let dimensions = &mut schemas["EmbeddingsRequest"]["allOf"][0]["properties"]["dimensions"];
     (dimensions["minimum"], dimensions["maximum"]) = (json!(512), json!(512));
     schemas["LabelsRequest"]["properties"]["label_set"]["enum"] = json!(["places", null]);
+    // The only image model `known_pets` may come from: this one.
+    schemas["AnalyzeRequest"]["allOf"][2]["properties"]["known_pets_model"]["enum"] = json!(["clip-test", null]);
     // No OCR models: `"ocr": true` is refused, as a rule of its own.
     let rules = schemas["AnalyzeRequest"]["allOf"].as_array_mut().unwrap();
     rules.push(json!({"anyOf": [{"type": "object", "properties": {"ocr": {"enum": [false, null]}}}]}));

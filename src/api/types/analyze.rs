@@ -51,6 +51,10 @@ pub struct AnalyzeRequest {
     /// embedding of the crop, which `known_pets` takes back).
     #[serde(default)]
     pub pet_embeddings: Option<bool>,
+    /// The image model id the `known_pets` embeddings came with (every answer's `model`); another
+    /// than this server's is refused, so that crops embedded by two models never meet.
+    #[serde(default)]
+    pub known_pets_model: Option<String>,
     /// The recognizer id the `known_people` embeddings came with (every face answer carries one);
     /// another than this server's is refused, so that embeddings of two recognizers never meet.
     #[serde(default)]
@@ -175,6 +179,11 @@ pub struct AnalyzeItem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub objects: Option<Vec<ObjectItem>>,
+    /// Objects found beyond CLIPFN_MAX_OBJECTS and left out (the lowest scores); absent when none
+    /// were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub objects_left_out: Option<usize>,
     /// Why the photo has no `objects` when the object model tripped on it; its other signals stand.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<schema::PhotoError>)]

@@ -232,7 +232,7 @@ mod tests {
     use crate::{
         decode::{Location, Metadata, TakenAt},
         hosts::backfill::columns::FACE_RECOGNIZER_KEY,
-        pipeline::{Face, Faces, Object, Ocr, OcrLine},
+        pipeline::{Face, Faces, Object, Objects, Ocr, OcrLine},
         signals::PixelSignals,
     };
 
@@ -265,13 +265,16 @@ mod tests {
             scores: Some(vec![5.5, 0.25]),
             faces: Some(Ok(Faces { faces: vec![face], left_out: 0 })),
             ocr: Some(Ok(Ocr { lines: vec![line("OPEN"), line("24 小时")], left_out: 0 })),
-            objects: Some(Ok(vec![Object {
-                label: "cat".into(),
-                class: 15,
-                score: 0.5,
-                bbox: [0.0, 1.0, 2.0, 3.0],
-                embedding: None,
-            }])),
+            objects: Some(Ok(Objects {
+                objects: vec![Object {
+                    label: "cat".into(),
+                    class: 15,
+                    score: 0.5,
+                    bbox: [0.0, 1.0, 2.0, 3.0],
+                    embedding: None,
+                }],
+                left_out: 0,
+            })),
             size: Some((4, 3)),
             metadata: Some(Metadata {
                 taken_at: Some(taken),

@@ -13,7 +13,6 @@ pub(super) fn objects(
     (shape, values): (Vec<i64>, Vec<f32>),
     views: usize,
     min_score: f32,
-    max: usize,
 ) -> Result<Vec<Vec<Found>>, ModelError> {
     if shape.last() != Some(&6) || values.len() % (6 * views.max(1)) != 0 || shape.first() != Some(&(views as i64)) {
         return Err(ModelError::Inference(format!("the object detector gave {shape:?} for {views} views")));
@@ -28,7 +27,7 @@ pub(super) fn objects(
                 .filter(|row| row[4] >= min_score && row[5].is_finite() && row[5] >= 0.0)
                 .map(|row| Found { class: row[5] as usize, score: row[4], bbox: [row[0], row[1], row[2], row[3]] })
                 .collect();
-            suppress(found, IOU, false, max)
+            suppress(found, IOU, false)
         })
         .collect())
 }

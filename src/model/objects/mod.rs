@@ -196,10 +196,10 @@ impl Tower for ObjectDetector {
         let shape = if self.info.format.channels_last() { [n, side, side, 3] } else { [n, 3, side, side] };
         let batch = self.lay_out(views);
         let output = self.graph.run(shape, &batch, self.output)?;
-        let (min_score, max) = (self.info.min_score, self.info.max_objects);
+        let min_score = self.info.min_score;
         match self.info.format {
-            ObjectFormat::CenterNet => centernet::objects(output, views.len(), min_score, max),
-            ObjectFormat::Yolo => yolo::objects(output, views.len(), self.info.classes, min_score, max),
+            ObjectFormat::CenterNet => centernet::objects(output, views.len(), min_score),
+            ObjectFormat::Yolo => yolo::objects(output, views.len(), self.info.classes, min_score),
         }
     }
 
@@ -227,8 +227,9 @@ impl ObjectDetector {
 }
 
 /// The best of `found` by score, each next one kept unless its IoU with one kept already is at
-/// least `iou` (with `per_class`, only boxes of one class compete); at most `max` kept.
-fn suppress(mut found: Vec<Found>, iou: f32, per_class: bool, max: usize) -> Vec<Found> {
+/// least `iou` (with `per_class`, only boxes of one class compete). Every one: the pipeline keeps
+/// CLIPFN_MAX_OBJECTS of them and says how many it left out.
+fn suppress(mut found: Vec<Found>, iou: f32, per_class: bool) -> Vec<Found> {
     found.sort_by(|a, b| b.score.total_cmp(&a.score));
     let area = |b: &[f32; 4]| (b[2] - b[0]).max(0.0) * (b[3] - b[1]).max(0.0);
     let overlap = |a: &[f32; 4], b: &[f32; 4]| {
@@ -240,9 +241,6 @@ fn suppress(mut found: Vec<Found>, iou: f32, per_class: bool, max: usize) -> Vec
     };
     let mut kept: Vec<Found> = Vec::new();
     for candidate in found {
-        if kept.len() == max {
-            break;
-        }
         let beaten =
             kept.iter().any(|k| (!per_class || k.class == candidate.class) && overlap(&k.bbox, &candidate.bbox) >= iou);
         if !beaten {
@@ -261,17 +259,16 @@ mod tests {
     }
 
     #[test]
-    fn suppression_keeps_the_best_of_overlapping_boxes_and_caps_the_rest() {
+    fn suppression_keeps_the_best_of_overlapping_boxes() {
         let boxes = vec![
             found(0, 0.5, [0.0, 0.0, 10.0, 10.0]),
             found(1, 0.9, [1.0, 1.0, 10.0, 10.0]),
             found(0, 0.7, [50.0, 50.0, 60.0, 60.0]),
         ];
-        let across = suppress(boxes.clone(), 0.4, false, 10);
+        let across = suppress(boxes.clone(), 0.4, false);
         assert_eq!(across.iter().map(|f| f.score).collect::<Vec<_>>(), [0.9, 0.7]);
-        let per_class = suppress(boxes.clone(), 0.4, true, 10);
-        assert_eq!(per_class.len(), 3, "a cat does not hide a dog");
-        assert_eq!(suppress(boxes, 0.4, true, 1).len(), 1);
+        let per_class = suppress(boxes.clone(), 0.4, true);
+        assert_eq!(per_class.iter().map(|f| f.score).collect::<Vec<_>>(), [0.9, 0.7, 0.5], "a cat does not hide a dog");
     }
 
     #[test]

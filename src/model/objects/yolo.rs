@@ -14,7 +14,6 @@ pub(super) fn objects(
     views: usize,
     classes: usize,
     min_score: f32,
-    max: usize,
 ) -> Result<Vec<Vec<Found>>, ModelError> {
     let [n, rows, anchors] = shape[..] else {
         return Err(ModelError::Inference(format!("the object detector gave {shape:?}")));
@@ -36,7 +35,7 @@ pub(super) fn objects(
                     })
                 })
                 .collect();
-            suppress(found, IOU, true, max)
+            suppress(found, IOU, true)
         })
         .collect())
 }

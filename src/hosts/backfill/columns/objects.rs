@@ -35,7 +35,7 @@ impl ColumnGroup for ObjectColumn {
         let objects = row.signals.as_ref().and_then(|signals| signals.objects.as_ref()?.as_ref().ok());
         let Some(objects) = objects else { return self.0.append_null() };
         let builder = self.0.values();
-        for object in objects {
+        for object in &objects.objects {
             builder.field_builder::<StringBuilder>(0).expect("label").append_value(&object.label);
             builder.field_builder::<Float32Builder>(1).expect("score").append_value(object.score);
             let corners = builder.field_builder::<FixedSizeListBuilder<Float32Builder>>(2).expect("box");
