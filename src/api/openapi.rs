@@ -131,6 +131,9 @@ pub fn document(settings: &Settings, loaded: Option<&Loaded>) -> Bytes {
     if loaded.is_some_and(|loaded| !loaded.ocr) {
         exclusive::state_not_loaded(schemas, "ocr", &[]);
     }
+    if loaded.is_some_and(|loaded| loaded.faces.is_none()) {
+        exclusive::state_not_loaded(schemas, "faces", &["known_people"]);
+    }
     if loaded.is_some_and(|loaded| !loaded.objects) {
         exclusive::state_not_loaded(schemas, "objects", &["known_pets"]);
     }

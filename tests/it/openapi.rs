@@ -38,7 +38,7 @@ fn docs_openapi_json_is_the_printed_document() {
 }
 
 /// A ready server serves docs/openapi.json with its model's id, dim and label sets written in, and the
-/// OCR and heads it lacks, and nothing else changed.
+/// OCR, faces, objects and heads it lacks, and nothing else changed.
 #[test]
 fn a_ready_server_adds_its_dim_and_label_sets() {
     let store = tempfile::tempdir().unwrap();
@@ -64,6 +64,9 @@ fn a_ready_server_adds_its_dim_and_label_sets() {
     // No OCR models: `"ocr": true` is refused, as a rule of its own.
     let rules = schemas["AnalyzeRequest"]["allOf"].as_array_mut().unwrap();
     rules.push(json!({"anyOf": [{"type": "object", "properties": {"ocr": {"enum": [false, null]}}}]}));
+    // No face models: `"faces": true` and `known_people` are refused, the same way.
+    let no_faces = json!({"faces": {"enum": [false, null]}, "known_people": {"enum": [null]}});
+    rules.push(json!({"anyOf": [{"type": "object", "properties": no_faces}]}));
     // No object model: `"objects": true` and `known_pets` are refused, the same way.
     let no_objects = json!({"objects": {"enum": [false, null]}, "known_pets": {"enum": [null]}});
     rules.push(json!({"anyOf": [{"type": "object", "properties": no_objects}]}));
