@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """A/B of clipfn release binaries: the server's CPU per photo on one fixed pass of photos, in turns.
 
-  cpu_ab.py {ocr,faces,both} NAME=BINARY... [--rounds 3]
+  cpu_ab.py {ocr,faces,both,objects} NAME=BINARY... [--rounds 3]
 
 For each round, each binary in turn: `clipfn serve` with the test image model and the real models
 the workload needs (.cache/clipfn.env, tools/setup.sh), photos from a file:// store; one warm-up
 `/v1/analyze` of every photo of the workload's folder, then 3 more, and the server's utime + stime
 (/proc/PID/stat) over those 3, per photo, with the worker's wall time in each model stage
-(`clipfn_stage_duration_seconds`) over them, per photo. Prints each round and each binary's medians. The servers
+(`clipfn_stage_duration_seconds`) over them, per photo, and the server's peak RSS (VmHWM). Prints each round and each binary's medians. The servers
 listen on loopback only. Build an older commit's binary with a worktree and a shared target dir:
   git worktree add /tmp/old REV && (cd /tmp/old && CARGO_TARGET_DIR=$PWD/target cargo build --release)
 """
@@ -40,7 +40,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-STAGES = ["face_detection", "face_recognition", "text_detection", "line_classification", "text_recognition"]
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MiB."""
+    line = next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+STAGES = ["face_detection", "face_recognition", "text_detection", "line_classification", "text_recognition",
+          "object_detection"]
 
 
 def stage_seconds(port: int) -> dict:
@@ -98,22 +105,26 @@ def one_server(binary: str, env: dict, keys: list, body: dict) -> tuple:
             analyze()
         per_photo = lambda seconds: seconds / (3 * len(keys)) * 1000
         after = stage_seconds(port)
-        return per_photo(cpu_seconds(server.pid) - start), {s: per_photo(after[s] - stages[s]) for s in STAGES}
+        stages = {s: per_photo(after[s] - stages[s]) for s in STAGES}
+        return per_photo(cpu_seconds(server.pid) - start), {**stages, "peak_rss_mib": peak_rss_mib(server.pid)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=["ocr", "faces", "both"])
+    ap.add_argument("workload", choices=["ocr", "faces", "both", "objects"])
     ap.add_argument("binaries", nargs="+", help="NAME=PATH of a release clipfn binary")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     setup = setup_env()
     faces = {"CLIPFN_FACE_MODEL": setup["CLIPFN_TEST_FACES_REAL"]}
     ocr = {"CLIPFN_OCR_MODEL": setup["CLIPFN_TEST_OCR"]}
+    objects = {"CLIPFN_OBJECT_MODEL": setup["CLIPFN_TEST_OBJECTS"]}
     folder, models, body = {
         "ocr": ("ocr", ocr, {"ocr": True}),
         "faces": ("faces", faces, {"faces": True}),
         "both": ("faces", {**faces, **ocr}, {"faces": True, "ocr": True}),
+        # Human's CenterNet on the face photos: people, and what they hold.
+        "objects": ("faces", objects, {"objects": True}),
     }[args.workload]
     photos = Path(setup["CLIPFN_PHOTOS_DIR"])
     keys = sorted(f"{folder}/{p.name}" for p in (photos / folder).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
@@ -128,14 +139,15 @@ def main() -> None:
             results[name].append((ms, stages))
             print(f"{args.workload} {name} round {round_ + 1}: {ms:.1f} CPU ms a photo; {wall(stages)}", flush=True)
     for name, runs in results.items():
-        medians = {s: statistics.median(stages[s] for _, stages in runs) for s in STAGES}
+        medians = {s: statistics.median(stages[s] for _, stages in runs) for s in [*STAGES, "peak_rss_mib"]}
         print(f"{args.workload} {name}: median {statistics.median(ms for ms, _ in runs):.1f} CPU ms a photo "
               f"({', '.join(f'{ms:.0f}' for ms, _ in runs)}; {len(keys)} photos x 3 a round); {wall(medians)}")
 
 
 def wall(stages: dict) -> str:
-    """The stages that ran, as worker wall ms a photo."""
-    return "worker ms a photo: " + ", ".join(f"{s} {ms:.1f}" for s, ms in stages.items() if ms > 0)
+    """The stages that ran, as worker wall ms a photo, and the server's peak RSS."""
+    ran = ", ".join(f"{s} {ms:.1f}" for s, ms in stages.items() if s in STAGES and ms > 0)
+    return f"worker ms a photo: {ran}; peak RSS {stages['peak_rss_mib']:.0f} MiB"
 
 
 if __name__ == "__main__":

@@ -121,7 +121,9 @@ impl ModelSettings {
     /// faulted in and zeroed on every run: the text detector spent 2.0 s of CPU on a 1184 x 736
     /// view, 0.41 s with the arena, for 20 MiB more RSS (108 MiB at the largest view, 4096 x 736);
     /// SCRFD-2.5G at 640, 140 ms against 99 ms, for 7 MiB (ONNX Runtime 1.31.1 under clipfn's
-    /// malloc settings). Their arena holds one view's activations, not a batch's.
+    /// malloc settings); Human's CenterNet at 512, 133 against 70 ms of the server's CPU a photo,
+    /// for 2 MiB of peak RSS (tools/cpu_ab.py objects). Their arena holds one view's activations,
+    /// not a batch's.
     pub fn with_cpu_arena(&self) -> ModelSettings {
         ModelSettings { cpu_arena: true, ..self.clone() }
     }

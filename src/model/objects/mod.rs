@@ -108,7 +108,8 @@ impl ObjectDetector {
     ) -> Result<Self, ModelError> {
         let (file, data) = files.model;
         // The shapes are known once the graph is read: declared below.
-        let graph = Graph::open(runtime, settings, &data, Shapes::new([])).map_err(|e| refuse(&file, e))?;
+        let graph =
+            Graph::open(runtime, &settings.with_cpu_arena(), &data, Shapes::new([])).map_err(|e| refuse(&file, e))?;
         let read = format::read(&graph).map_err(|e| refuse(&file, e))?;
         let (labels, labels_from) = match files.classes {
             Some((location, text)) => (text.lines().map(str::trim).map(String::from).collect::<Vec<_>>(), location),
