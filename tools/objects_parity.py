@@ -178,8 +178,11 @@ def match(ref, ours):
     return pairs, lost, [o for j, o in enumerate(ours) if j not in used]
 
 
-def load_photos(dirs, use_skimage):
-    """[(name, uint8 (H, W, 3))], duplicates by pixels dropped."""
+def load_photos(dirs, use_skimage, names=None, who="objects_parity"):
+    """[(name, uint8 (H, W, 3))], duplicates by pixels dropped; a photo is named `folder/file`, the
+    folder by `names` where it has one there (tools/sensitive_parity.py shares this), and one that
+    does not decode is skipped, saying so (`who`: the script, in the message)."""
+    names = names or {}
     from PIL import Image
 
     out, seen = [], set()
@@ -198,12 +201,17 @@ def load_photos(dirs, use_skimage):
             add(f"skimage/{n}", np.asarray(getattr(skimage.data, n)()))
     for d in dirs:
         if not os.path.isdir(d):
-            print(f"objects_parity: no {d}, skipped", file=sys.stderr)
+            print(f"{who}: no {d}, skipped", file=sys.stderr)
             continue
         for f in sorted(os.listdir(d)):
             if f.lower().endswith((".jpg", ".jpeg", ".png")):
-                with Image.open(os.path.join(d, f)) as im:
-                    add(f"{os.path.basename(d)}/{f}", np.asarray(im.convert("RGB")))
+                try:
+                    with Image.open(os.path.join(d, f)) as im:
+                        img = np.asarray(im.convert("RGB"))
+                except OSError as e:  # tests/fixtures/truncated_jpeg.jpg
+                    print(f"{who}: {f}: {e}, skipped", file=sys.stderr)
+                    continue
+                add(f"{names.get(d, os.path.basename(d))}/{f}", img)
     return out
 
 

@@ -29,7 +29,6 @@ Usage: sensitive_parity.py [--model .cache/models/sensitive-nsfwjs/model.onnx] [
                            [--batch 8] [--bench N] [--json FILE]
 """
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -40,12 +39,14 @@ import time
 
 import numpy as np
 
+# The same photos, read the same way (this script's folder, tools/, is on sys.path).
+from objects_parity import load_photos
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(REPO, ".cache/models/sensitive-nsfwjs/model.onnx")
 MODULES = os.path.join(REPO, ".cache/node-sensitive/node_modules")
 PHOTO_DIRS = [os.path.join(REPO, ".cache/photos", d) for d in ("wallpapers", "faces", "ocr")] + \
     [os.path.join(REPO, "tests/fixtures")]
-SKIMAGE = ["chelsea", "astronaut", "coffee", "rocket", "camera"]
 SIZE = 224
 TOL_SCORE, TOL_INPUT = 0.01, 1e-6
 SUM_THRESHOLDS = [0.5, 0.6, 0.7, 0.8, 0.9]
@@ -83,40 +84,6 @@ def nsfwjs_input(img):
     if img.shape[0] != SIZE or img.shape[1] != SIZE:
         x = resize_bilinear_align_corners(x, SIZE, SIZE)
     return x.reshape(1, SIZE, SIZE, 3)
-
-
-def load_photos(dirs, use_skimage, album_dir):
-    """[(name, uint8 (H, W, 3))], duplicates by pixels dropped."""
-    from PIL import Image
-
-    out, seen = [], set()
-
-    def add(name, img):
-        img = np.ascontiguousarray(img[..., :3] if img.ndim == 3 else np.stack([img] * 3, -1), np.uint8)
-        key = hashlib.sha256(img.tobytes() + str(img.shape).encode()).hexdigest()
-        if key not in seen:
-            seen.add(key)
-            out.append((name, img))
-
-    if use_skimage:
-        import skimage.data
-
-        for n in SKIMAGE:
-            add(f"skimage/{n}", np.asarray(getattr(skimage.data, n)()))
-    for d in dirs + ([album_dir] if album_dir else []):
-        if not os.path.isdir(d):
-            print(f"sensitive_parity: no {d}, skipped", file=sys.stderr)
-            continue
-        for f in sorted(os.listdir(d)):
-            if f.lower().endswith((".jpg", ".jpeg", ".png")):
-                try:
-                    with Image.open(os.path.join(d, f)) as im:
-                        img = np.asarray(im.convert("RGB"))
-                except OSError as e:  # tests/fixtures/truncated_jpeg.jpg
-                    print(f"sensitive_parity: {f}: {e}, skipped", file=sys.stderr)
-                    continue
-                add(f"{'album' if d == album_dir else os.path.basename(d)}/{f}", img)
-    return out
 
 
 def write_album(folder, python):
@@ -212,7 +179,8 @@ def main():
         if not a.no_album:
             album = os.path.join(tmp, "album")
             write_album(album, sys.executable)
-        photos = load_photos(a.photos_dir or PHOTO_DIRS, not a.no_skimage, album)
+        dirs = (a.photos_dir or PHOTO_DIRS) + ([album] if album else [])
+        photos = load_photos(dirs, not a.no_skimage, {album: "album"}, "sensitive_parity")
         if not photos:
             sys.exit("sensitive_parity: no photos")
         t = time.perf_counter()
