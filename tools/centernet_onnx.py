@@ -35,7 +35,15 @@ import sys
 
 import numpy as np
 
-from tfjs_onnx import ConvertError, Converter, read_bytes, read_graph_model, save_checked, sha256
+from tfjs_onnx import (
+    ConvertError,
+    Converter,
+    read_bytes,
+    read_graph_model,
+    save_checked,
+    sha256,
+    write_classes_and_report,
+)
 
 
 def read_labels(path):
@@ -84,15 +92,7 @@ def main():
     if a.check:
         feed = {model.graph.input[0].name: np.random.default_rng(0).uniform(0, 255, (1, 512, 512, 3)).astype(np.float32)}
     declared = save_checked(model, meta, a.out, feed)
-    if a.classes_out:
-        with open(a.classes_out + ".tmp", "w", encoding="utf-8") as f:
-            f.write("".join(label + "\n" for label in labels))
-        os.replace(a.classes_out + ".tmp", a.classes_out)
-    print(f"centernet_onnx: {len(mj['modelTopology']['node'])} tfjs nodes, {len(conv.ops_seen)} op types "
-          f"-> {len(model.graph.node)} ONNX nodes, {len(model.graph.initializer)} initialisers: "
-          f"{a.out}" + (f" (+ {len(labels)} classes in {a.classes_out})" if a.classes_out else ""))
-    for o in model.graph.output:
-        print(f"  output {o.name} {declared[o.name]}")
+    write_classes_and_report("centernet_onnx", (mj, conv, model, a.out), labels, a.classes_out, declared)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,15 @@ import sys
 
 import numpy as np
 
-from tfjs_onnx import ConvertError, Converter, read_bytes, read_graph_model, save_checked, sha256
+from tfjs_onnx import (
+    ConvertError,
+    Converter,
+    read_bytes,
+    read_graph_model,
+    save_checked,
+    sha256,
+    write_classes_and_report,
+)
 
 SIZE = 224
 
@@ -91,17 +99,8 @@ def main():
         p = ort.InferenceSession(a.out, providers=["CPUExecutionProvider"]).run(None, feed)[0]
         if p.shape != (2, len(classes)) or np.abs(p.sum(1) - 1).max() > 1e-5:
             raise ConvertError(f"ONNX Runtime: probabilities {p.shape} with row sums {p.sum(1)}")
-    if a.classes_out:
-        with open(a.classes_out + ".tmp", "w", encoding="utf-8") as f:
-            f.write("".join(c.lower() + "\n" for c in classes))
-        os.replace(a.classes_out + ".tmp", a.classes_out)
-    print(f"nsfwjs_onnx: {len(mj['modelTopology']['node'])} tfjs nodes, {len(conv.ops_seen)} op types "
-          f"-> {len(model.graph.node)} ONNX nodes, {len(model.graph.initializer)} initialisers: {a.out}"
-          + (f" (+ {len(classes)} classes in {a.classes_out})" if a.classes_out else ""))
-    print(f"  input {model.graph.input[0].name} "
-          f"{[d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]}")
-    for o in model.graph.output:
-        print(f"  output {o.name} {declared[o.name]}")
+    names = [c.lower() for c in classes]
+    write_classes_and_report("nsfwjs_onnx", (mj, conv, model, a.out), names, a.classes_out, declared)
 
 
 if __name__ == "__main__":

@@ -377,19 +377,26 @@ def main():
               "failures": failures}
     if a.bench:
         result["bench"] = bench(a.model, a.bench)
-        load = os.getloadavg()
         for t, b in result["bench"].items():
             print(f"ONNX Runtime CPU, {t} thread(s): median {b['median_ms']:.1f} ms per 512x512 image "
                   f"(min {b['min_ms']:.1f}, max {b['max_ms']:.1f}, {b['runs']} runs)")
+    finish("objects_parity", result, a.json)
+
+
+def finish(who, result, json_path):
+    """The end of a parity run (tools/sensitive_parity.py shares it): the load average after a
+    bench, `result` to `json_path` where given, then its failures (exit 1) or OK."""
+    if "bench" in result:
+        load = os.getloadavg()
         print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
         result["loadavg"] = load
-    if a.json:
-        with open(a.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
-    if failures:
-        print("\nFAIL:\n  " + "\n  ".join(failures))
+    if result["failures"]:
+        print("\nFAIL:\n  " + "\n  ".join(result["failures"]))
         sys.exit(1)
-    print("objects_parity: OK")
+    print(f"{who}: OK")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 # The same photos, read the same way (this script's folder, tools/, is on sys.path).
-from objects_parity import load_photos
+from objects_parity import finish, load_photos
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(REPO, ".cache/models/sensitive-nsfwjs/model.onnx")
@@ -248,16 +248,7 @@ def main():
         for b in result["bench"].values():
             print(f"ONNX Runtime CPU, {b['threads']} thread(s), batch {b['batch']}: median "
                   f"{b['median_ms_per_photo']:.1f} ms a photo (min {b['min_ms']:.1f}, max {b['max_ms']:.1f}, {b['runs']} runs)")
-        load = os.getloadavg()
-        print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
-        result["loadavg"] = load
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
-    if failures:
-        print("\nFAIL:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("sensitive_parity: OK")
+    finish("sensitive_parity", result, a.json)
 
 
 if __name__ == "__main__":

@@ -693,3 +693,21 @@ def save_checked(model, meta, out, feed=None):
                 raise ConvertError(f"ONNX Runtime: {o.name} has shape {r.shape}, declared {want}")
     os.replace(tmp, out)
     return declared
+
+
+def write_classes_and_report(who, converted, names, classes_out, declared):
+    """`names` one a line in `classes_out` (written whole or not at all), then a summary of the
+    conversion (`converted`: the tfjs graph's JSON, the Converter, the ONNX model, its path), its
+    input and its outputs' `declared` shapes (save_checked's), as `who` (the script)."""
+    mj, conv, model, out = converted
+    if classes_out:
+        with open(classes_out + ".tmp", "w", encoding="utf-8") as f:
+            f.write("".join(name + "\n" for name in names))
+        os.replace(classes_out + ".tmp", classes_out)
+    print(f"{who}: {len(mj['modelTopology']['node'])} tfjs nodes, {len(conv.ops_seen)} op types "
+          f"-> {len(model.graph.node)} ONNX nodes, {len(model.graph.initializer)} initialisers: {out}"
+          + (f" (+ {len(names)} classes in {classes_out})" if classes_out else ""))
+    print(f"  input {model.graph.input[0].name} "
+          f"{[d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]}")
+    for o in model.graph.output:
+        print(f"  output {o.name} {declared[o.name]}")
